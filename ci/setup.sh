@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# One-time set-up for a fresh machine: the Vulkan loader, Mesa's lavapipe (a CPU Vulkan
+# driver), the validation layers and vulkaninfo, then a virtual environment with vkumd and
+# its test extra. Idempotent: a second run finds everything in place and changes nothing.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+venv="${VKUMD_VENV:-$here/.venv}"
+python="${PYTHON:-python3}"
+
+say() { printf 'setup: %s\n' "$*"; }
+
+# Which Debian release decides where a lavapipe with Vulkan 1.3+ comes from.
+codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+packages=(libvulkan1 mesa-vulkan-drivers vulkan-validationlayers vulkan-tools)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$pkg")
+  fi
+done
+
+# bookworm's own mesa (22.3) predates fp16 and timeline semaphores on lavapipe; take backports.
+needs_backports=0
+if [ "$codename" = bookworm ]; then
+  if [ ${#missing[@]} -eq 0 ]; then
+    mesa_version=$(dpkg-query -W -f='${Version}' mesa-vulkan-drivers)
+    if dpkg --compare-versions "$mesa_version" lt 25; then
+      say "mesa-vulkan-drivers $mesa_version is older than 25: upgrading from bookworm-backports"
+      missing+=(mesa-vulkan-drivers)
+    fi
+  fi
+  needs_backports=1
+fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    say "missing system packages: ${missing[*]}"
+    if [ $needs_backports -eq 1 ]; then
+      say "install them as root with:"
+      say "  echo 'deb http://deb.debian.org/debian bookworm-backports main' > /etc/apt/sources.list.d/backports.list"
+      say "  apt-get update && apt-get install -y -t bookworm-backports ${missing[*]}"
+    else
+      say "install them as root with: apt-get update && apt-get install -y ${missing[*]}"
+    fi
+    exit 1
+  fi
+  target=()
+  if [ $needs_backports -eq 1 ]; then
+    list=/etc/apt/sources.list.d/vkumd-backports.list
+    if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      say "adding bookworm-backports to $list"
+      echo 'deb http://deb.debian.org/debian bookworm-backports main' > "$list"
+    fi
+    target=(-t bookworm-backports)
+  fi
+  say "installing system packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${target[@]}" "${missing[@]}"
+else
+  say "system packages present: ${packages[*]}"
+fi
+
+stamp="$venv/.vkumd-installed"
+inputs_hash=$(cat "$here/pyproject.toml" | sha256sum | cut -c1-16)
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$inputs_hash" ]; then
+  say "virtual environment $venv is up to date"
+else
+  if [ ! -x "$venv/bin/python" ]; then
+    say "creating virtual environment $venv"
+    "$python" -m venv "$venv"
+  fi
+  say "installing vkumd (editable) with its test extra into $venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -e "$here[test]"
+  echo "$inputs_hash" > "$stamp"
+fi
+say "done"

@@ -1,0 +1,180 @@
+"""The vkumd exception hierarchy and the one place where a ``VkResult`` becomes an exception.
+
+Every failure the package raises derives from :class:`VkumdError`. Errors that come from a
+Vulkan call carry the call's name and the raw ``VkResult`` so a bug report says exactly
+what the driver refused.
+"""
+
+from __future__ import annotations
+
+import vulkan as _vk
+
+
+class VkumdError(Exception):
+    """Root of every error raised by vkumd."""
+
+
+class VulkanError(VkumdError):
+    """A Vulkan call returned a failing ``VkResult``.
+
+    Attributes:
+        call: name of the Vulkan entry point, e.g. ``"vkAllocateMemory"``.
+        result: the raw ``VkResult`` integer.
+    """
+
+    result_name = "VK_ERROR_UNKNOWN"
+
+    def __init__(self, call: str, result: int, detail: str = "") -> None:
+        self.call = call
+        self.result = result
+        text = f"{call} failed with {result_name(result)} ({result})"
+        if detail:
+            text += f": {detail}"
+        super().__init__(text)
+
+
+class OutOfHostMemory(VulkanError, MemoryError):
+    """The driver ran out of host memory (``VK_ERROR_OUT_OF_HOST_MEMORY``)."""
+
+
+class OutOfDeviceMemory(VulkanError, MemoryError):
+    """Device memory is exhausted (``VK_ERROR_OUT_OF_DEVICE_MEMORY``) or a pool limit was hit.
+
+    When raised by the allocator, ``requested``, ``in_use`` and ``limit`` hold the sizes in
+    bytes (``limit`` is ``None`` when no limit is set).
+    """
+
+    requested: int | None = None
+    in_use: int | None = None
+    limit: int | None = None
+
+
+class InitializationFailed(VulkanError):
+    """``VK_ERROR_INITIALIZATION_FAILED``: the driver or loader could not start."""
+
+
+class DeviceLost(VulkanError):
+    """``VK_ERROR_DEVICE_LOST``: the device stopped; the context must be closed."""
+
+
+class MemoryMapFailed(VulkanError):
+    """``VK_ERROR_MEMORY_MAP_FAILED``."""
+
+
+class LayerNotPresent(VulkanError):
+    """``VK_ERROR_LAYER_NOT_PRESENT``: a requested instance layer is not installed."""
+
+
+class ExtensionNotPresent(VulkanError):
+    """``VK_ERROR_EXTENSION_NOT_PRESENT``: a requested extension is not supported."""
+
+
+class FeatureNotPresent(VulkanError):
+    """``VK_ERROR_FEATURE_NOT_PRESENT``: a requested device feature is not supported."""
+
+
+class IncompatibleDriver(VulkanError):
+    """``VK_ERROR_INCOMPATIBLE_DRIVER``: no driver supports the requested API version."""
+
+
+class TooManyObjects(VulkanError):
+    """``VK_ERROR_TOO_MANY_OBJECTS``."""
+
+
+class FragmentedPool(VulkanError):
+    """``VK_ERROR_FRAGMENTED_POOL``: a descriptor pool is too fragmented for the request."""
+
+
+class OutOfPoolMemory(VulkanError):
+    """``VK_ERROR_OUT_OF_POOL_MEMORY``: a descriptor pool is exhausted."""
+
+
+class InvalidPipelineCacheData(VulkanError):
+    """``VK_ERROR_INVALID_PIPELINE_CACHE_DATA``."""
+
+
+class DeviceUnavailable(VkumdError):
+    """No Vulkan device matches the request, or the loader/driver is missing."""
+
+
+class CapabilityMissing(VkumdError):
+    """The chosen device lacks a capability the operation needs (a feature or extension)."""
+
+
+class ValidationError(VkumdError):
+    """The Khronos validation layer reported an error-severity message."""
+
+
+class ContextClosed(VkumdError):
+    """An object was used after the context that owns it was closed."""
+
+
+class ShaderCompileError(VkumdError):
+    """GLSL could not be compiled to SPIR-V; the message lists each error's file:line."""
+
+
+class TimeoutError(VkumdError, TimeoutError):  # noqa: A001 - deliberately subclasses builtin
+    """A wait on the device ran past its timeout; the context stays usable."""
+
+
+class VkumdValueError(VkumdError, ValueError):
+    """An argument has the wrong value, shape or size."""
+
+
+class VkumdTypeError(VkumdError, TypeError):
+    """An argument has the wrong type or dtype."""
+
+
+_BY_RESULT: dict[int, type[VulkanError]] = {
+    _vk.VK_ERROR_OUT_OF_HOST_MEMORY: OutOfHostMemory,
+    _vk.VK_ERROR_OUT_OF_DEVICE_MEMORY: OutOfDeviceMemory,
+    _vk.VK_ERROR_INITIALIZATION_FAILED: InitializationFailed,
+    _vk.VK_ERROR_DEVICE_LOST: DeviceLost,
+    _vk.VK_ERROR_MEMORY_MAP_FAILED: MemoryMapFailed,
+    _vk.VK_ERROR_LAYER_NOT_PRESENT: LayerNotPresent,
+    _vk.VK_ERROR_EXTENSION_NOT_PRESENT: ExtensionNotPresent,
+    _vk.VK_ERROR_FEATURE_NOT_PRESENT: FeatureNotPresent,
+    _vk.VK_ERROR_INCOMPATIBLE_DRIVER: IncompatibleDriver,
+    _vk.VK_ERROR_TOO_MANY_OBJECTS: TooManyObjects,
+    _vk.VK_ERROR_FRAGMENTED_POOL: FragmentedPool,
+    _vk.VK_ERROR_OUT_OF_POOL_MEMORY: OutOfPoolMemory,
+    _vk.VK_ERROR_INVALID_PIPELINE_CACHE_DATA: InvalidPipelineCacheData,
+}
+
+_NAMES: dict[int, str] = {}
+for _name in dir(_vk):
+    if _name.startswith("VK_ERROR_") or _name in ("VK_SUCCESS", "VK_TIMEOUT", "VK_NOT_READY",
+                                                  "VK_INCOMPLETE", "VK_EVENT_SET",
+                                                  "VK_EVENT_RESET"):
+        _value = getattr(_vk, _name)
+        if isinstance(_value, int) and not _name.endswith(("_KHR", "_EXT", "_NV")):
+            _NAMES.setdefault(_value, _name)
+
+# The binding raises its own classes for every non-success code; map them back to codes.
+_BINDING_CLASS_TO_RESULT: dict[type, int] = {cls: code for code, cls in _vk.exception_codes.items()}
+
+
+def result_name(result: int) -> str:
+    """Return the ``VK_*`` name of a ``VkResult`` value, or ``"VkResult(n)"`` if unknown."""
+    return _NAMES.get(result, f"VkResult({result})")
+
+
+def error_for(call: str, result: int, detail: str = "") -> VulkanError:
+    """Build the typed exception for a failing ``result`` of ``call``."""
+    return _BY_RESULT.get(result, VulkanError)(call, result, detail)
+
+
+def check(call: str, result: int, detail: str = "") -> int:
+    """Raise the typed exception if ``result`` is negative; return it otherwise.
+
+    Non-negative codes (``VK_SUCCESS``, ``VK_TIMEOUT``, ``VK_NOT_READY``, ``VK_INCOMPLETE``)
+    are ordinary outcomes and are returned for the caller to act on.
+    """
+    if result < 0:
+        raise error_for(call, result, detail)
+    return result
+
+
+def result_of_binding_exception(exc: BaseException) -> int | None:
+    """Return the ``VkResult`` behind an exception raised by the ``vulkan`` binding."""
+    return _BINDING_CLASS_TO_RESULT.get(type(exc))
