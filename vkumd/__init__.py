@@ -1,0 +1,41 @@
+"""vkumd: a user-mode driver for AI compute over Vulkan.
+
+Start with :class:`Context`; list devices with :func:`devices`.
+"""
+
+from vkumd.framework.context import Context, from_dlpack
+from vkumd.framework.dtypes import DType, bfloat16, float16, float32, int8, int32, uint8
+from vkumd.framework.tensor import Tensor
+from vkumd.runtime.caps import CoopMatShape, DeviceCaps
+from vkumd.runtime.context import devices
+from vkumd.vk.errors import (
+    CapabilityMissing,
+    ContextClosed,
+    DeviceLost,
+    DeviceUnavailable,
+    ExtensionNotPresent,
+    FeatureNotPresent,
+    InitializationFailed,
+    LayerNotPresent,
+    OutOfDeviceMemory,
+    OutOfHostMemory,
+    ShaderCompileError,
+    TimeoutError,
+    ValidationError,
+    VkumdError,
+    VkumdTypeError,
+    VkumdValueError,
+    VulkanError,
+)
+from vkumd.vk.handle import live_objects
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CapabilityMissing", "Context", "ContextClosed", "CoopMatShape", "DType", "DeviceCaps",
+    "DeviceLost", "DeviceUnavailable", "ExtensionNotPresent", "FeatureNotPresent",
+    "InitializationFailed", "LayerNotPresent", "OutOfDeviceMemory", "OutOfHostMemory",
+    "ShaderCompileError", "Tensor", "TimeoutError", "ValidationError", "VkumdError",
+    "VkumdTypeError", "VkumdValueError", "VulkanError", "bfloat16", "devices", "float16",
+    "float32", "from_dlpack", "int8", "int32", "live_objects", "uint8",
+]

@@ -1,0 +1,88 @@
+"""``vkumd.Context``: the object programs hold, with tensor factories on top of the runtime."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vkumd.framework import dtypes
+from vkumd.framework.tensor import Tensor, normalize_shape
+from vkumd.runtime.context import RuntimeContext
+from vkumd.vk.errors import VkumdValueError
+
+
+class Context(RuntimeContext):
+    """A device, its memory pool and its work; use it as a context manager or call ``close()``.
+
+    Args:
+        device: an index into :func:`vkumd.devices`, a substring of a device name, or ``None``
+            for the default choice (discrete GPU, then integrated, virtual, CPU).
+        validation: enable the Khronos validation layer; ``None`` reads ``VKUMD_VALIDATION``.
+        zero_memory: zero-fill every allocation so no tensor can show an earlier tensor's
+            data; ``None`` reads ``VKUMD_ZERO_MEMORY``.
+        block_size: bytes per pooled memory block (default 64 MiB).
+        memory_limit: cap on pooled bytes; ``None`` reads ``VKUMD_MEMORY_LIMIT``.
+
+    Example::
+
+        with vkumd.Context() as ctx:
+            t = ctx.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+            print(t.numpy())
+    """
+
+    def _new_tensor(self, shape: tuple[int, ...], dtype: dtypes.DType, zero: bool) -> Tensor:
+        self.check_open("creating a tensor")
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if shape else dtype.itemsize
+        limit = self.caps.max_storage_buffer_range
+        if nbytes > limit:
+            raise VkumdValueError(
+                f"a tensor of shape {shape} and dtype {dtype.name} needs {nbytes} bytes, more "
+                f"than this device binds in one buffer (maxStorageBufferRange = {limit} bytes); "
+                "split it into smaller tensors")
+        allocation = self.allocate(nbytes, zero=zero) if nbytes else None
+        return Tensor(self, shape, dtype, allocation)
+
+    def empty(self, shape: Any, dtype: Any = "float32") -> Tensor:
+        """A tensor with uninitialised contents, as ``numpy.empty`` (zeroed with zero_memory)."""
+        return self._new_tensor(normalize_shape(shape), dtypes.dtype(dtype), zero=False)
+
+    def zeros(self, shape: Any, dtype: Any = "float32") -> Tensor:
+        """A tensor filled with zeros."""
+        return self._new_tensor(normalize_shape(shape), dtypes.dtype(dtype), zero=True)
+
+    def tensor(self, array: Any, dtype: Any = None) -> Tensor:
+        """Copy ``array`` (anything numpy accepts) to a new tensor.
+
+        Args:
+            array: the data; non-contiguous arrays are copied into row-major order.
+            dtype: the tensor type. Needed for float64/int64 input, which is never narrowed
+                silently; float32 input with ``dtype="bfloat16"`` is rounded to nearest even.
+
+        Raises:
+            VkumdTypeError: complex, object, string or bool data, or float64 without ``dtype``.
+            VkumdValueError: the tensor would exceed ``maxStorageBufferRange``.
+        """
+        source = np.asarray(array)
+        target = dtypes.from_array(source, dtype)
+        result = self._new_tensor(source.shape, target, zero=False)
+        try:
+            result.write(source)
+        except BaseException:
+            result.release()
+            raise
+        return result
+
+    def __enter__(self) -> Context:
+        return self
+
+
+def from_dlpack(source: Any, context: Context, dtype: Any = None) -> Tensor:
+    """Import any DLPack producer that lives in host memory (numpy, PyTorch CPU, …).
+
+    The data is copied into a new tensor of ``context``; a vkumd tensor of the same context
+    is returned as it is.
+    """
+    if isinstance(source, Tensor) and source.context is context and dtype is None:
+        return source
+    return context.tensor(np.from_dlpack(source), dtype=dtype)

@@ -1,0 +1,159 @@
+"""``Tensor``: a shaped, typed range of device memory."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from vkumd.framework import dtypes
+from vkumd.framework.dtypes import DType
+from vkumd.runtime.memory import Allocation
+from vkumd.vk.binding import ffi
+from vkumd.vk.errors import VkumdTypeError, VkumdValueError
+from vkumd.vk.handle import Handle
+
+if TYPE_CHECKING:
+    from vkumd.runtime.context import RuntimeContext
+
+# DLPack device codes (dlpack.h): host memory, and Vulkan device memory.
+DLPACK_CPU = 1
+DLPACK_VULKAN = 7
+
+
+def normalize_shape(shape: Any) -> tuple[int, ...]:
+    """Turn an int or a sequence of ints into a shape tuple; refuse negatives and non-ints."""
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    try:
+        dims = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise VkumdTypeError(f"shape {shape!r} is not a sequence of ints") from None
+    if any(not isinstance(d, (int, np.integer)) or isinstance(d, bool) for d in shape):
+        raise VkumdTypeError(f"shape {shape!r} must hold ints")
+    if any(d < 0 for d in dims):
+        raise VkumdValueError(f"shape {dims} has a negative dimension")
+    return dims
+
+
+class Tensor(Handle):
+    """A contiguous, row-major array in device memory.
+
+    Create tensors through a context (``ctx.tensor``, ``ctx.empty``, ``ctx.zeros``); the memory
+    returns to the context's pool when the tensor is released or garbage-collected.
+
+    Attributes:
+        shape: dimensions, row-major.
+        dtype: the :class:`~vkumd.framework.dtypes.DType`.
+        context: the owning context.
+    """
+
+    def __init__(self, context: RuntimeContext, shape: tuple[int, ...], dtype: DType,
+                 allocation: Allocation | None) -> None:
+        super().__init__()
+        self.context = context
+        self.shape = shape
+        self.dtype = dtype
+        self.allocation = allocation
+        # A zero-size tensor owns no memory; `handle` still marks it alive.
+        self.handle = allocation if allocation is not None else False
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of storage."""
+        return self.size * self.dtype.itemsize
+
+    def _live_allocation(self, what: str) -> Allocation | None:
+        self.context.check_open(what)
+        if self.released:
+            raise VkumdValueError(f"{what}: the tensor was released")
+        return self.allocation
+
+    def numpy(self) -> np.ndarray:
+        """Copy the tensor to a new numpy array (bfloat16 comes back as float32)."""
+        allocation = self._live_allocation("Tensor.numpy()")
+        self.context.before_host_access(self)
+        bits = np.empty(self.shape, dtype=self.dtype.storage)
+        if allocation is not None:
+            self.context.transfers.download(allocation, memoryview(bits).cast("B"))
+        return dtypes.from_storage(bits, self.dtype)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        array = self.numpy()
+        return array if dtype is None else array.astype(dtype)
+
+    def write(self, array: Any) -> None:
+        """Overwrite the tensor's contents with ``array`` (same shape; converted to the dtype)."""
+        allocation = self._live_allocation("Tensor.write()")
+        source = np.asarray(array)
+        if source.shape != self.shape:
+            raise VkumdValueError(f"cannot write an array of shape {source.shape} into a tensor "
+                                  f"of shape {self.shape}")
+        if source.dtype.kind in "cOSUVMm":
+            raise VkumdTypeError(f"cannot write an array of {source.dtype} into a tensor")
+        self.context.before_host_access(self)
+        if allocation is not None:
+            bits = dtypes.to_storage(source, self.dtype)
+            self.context.transfers.upload(allocation, memoryview(bits).cast("B"))
+
+    # -- DLPack -------------------------------------------------------------------------
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(kDLCPU, 0)`` for host-visible tensors; device memory is ``(kDLVulkan, index)``."""
+        if self.allocation is None or self.allocation.host_visible:
+            return (DLPACK_CPU, 0)
+        return (DLPACK_VULKAN, self.context.caps.index)
+
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        """Export the tensor's memory without a copy (host-visible tensors only).
+
+        The consumer shares the bytes; this tensor stays alive until the consumer lets go.
+
+        Raises:
+            VkumdValueError: the tensor lives in memory the host cannot map, or is bfloat16
+                (which numpy cannot read).
+        """
+        return self._host_array("__dlpack__").__dlpack__(**kwargs)
+
+    def _host_array(self, what: str) -> np.ndarray:
+        allocation = self._live_allocation(what)
+        if self.dtype is dtypes.bfloat16:
+            raise VkumdValueError(f"{what}: bfloat16 tensors cannot be shared with numpy; "
+                                  "use .numpy(), which converts to float32")
+        if allocation is None:
+            return np.empty(self.shape, dtype=self.dtype.storage)
+        if not allocation.host_visible:
+            raise VkumdValueError(f"{what}: this tensor is in device-only memory; copy it with "
+                                  ".numpy() instead")
+        self.context.before_host_access(self)
+        allocation.invalidate()
+        pointer = ffi.cast("uint8_t*", allocation.block.mapped + allocation.offset)
+        # The destructor closure holds the tensor, so the memory outlives every view of it.
+        pinned = ffi.gc(pointer, lambda _p, _owner=self: None)
+        return np.frombuffer(ffi.buffer(pinned, self.nbytes),
+                             dtype=self.dtype.storage).reshape(self.shape)
+
+    # -- lifetime -----------------------------------------------------------------------
+    def _release(self) -> None:
+        if self.allocation is not None:
+            self.context.release_tensor_memory(self.allocation)
+            self.allocation = None
+
+    def __repr__(self) -> str:
+        state = " released" if self.released else ""
+        return f"<vkumd.Tensor shape={self.shape} dtype={self.dtype.name}{state}>"
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]

@@ -1,0 +1,176 @@
+"""Device discovery and selection, and the logical device with its queues."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from vkumd import settings
+from vkumd.runtime.caps import DeviceCaps, query_caps
+from vkumd.vk.binding import NULL, c_strings, ffi, lib, new, vk
+from vkumd.vk.errors import CapabilityMissing, DeviceUnavailable, check
+from vkumd.vk.handle import Handle
+from vkumd.vk.instance import Instance
+
+log = logging.getLogger("vkumd.runtime")
+
+MIN_API_VERSION = (1, 3, 0)
+_TYPE_RANK = {"discrete": 0, "integrated": 1, "virtual": 2, "cpu": 3, "other": 4}
+
+
+def enumerate_caps(instance: Instance) -> list[tuple[Any, DeviceCaps]]:
+    """Return ``(VkPhysicalDevice, DeviceCaps)`` for every device the loader lists."""
+    return [(physical, query_caps(instance.handle, physical, index))
+            for index, physical in enumerate(instance.physical_devices())]
+
+
+def default_device_index(all_caps: list[DeviceCaps]) -> int:
+    """Index of the device vkumd picks by default.
+
+    Only devices with Vulkan 1.3 qualify; among them a discrete GPU wins, then integrated,
+    virtual and CPU devices; ties go to the one with more device-local memory.
+    ``VKUMD_DEVICE`` (an index or a substring of the name) overrides the choice.
+
+    Raises:
+        DeviceUnavailable: no device qualifies, or ``VKUMD_DEVICE`` matches none.
+    """
+    wanted = settings.text("VKUMD_DEVICE")
+    if wanted is not None:
+        return resolve_device(all_caps, wanted)
+    usable = [c for c in all_caps if c.api_version >= MIN_API_VERSION]
+    if not usable:
+        listed = ", ".join(f"{c.name} (Vulkan {'.'.join(map(str, c.api_version))})"
+                           for c in all_caps) or "none"
+        raise DeviceUnavailable(
+            f"no Vulkan 1.3 device found (devices: {listed}). Install a current driver "
+            "(Debian 12: mesa-vulkan-drivers from bookworm-backports; `make demo` does it)")
+    best = min(usable, key=lambda c: (_TYPE_RANK[c.device_type], -c.device_local_bytes, c.index))
+    return best.index
+
+
+def resolve_device(all_caps: list[DeviceCaps], wanted: int | str) -> int:
+    """Turn an index or a name substring into a device index.
+
+    Raises:
+        DeviceUnavailable: nothing matches, or the match lacks Vulkan 1.3.
+    """
+    names = "; ".join(f"{c.index}: {c.name}" for c in all_caps) or "none"
+    text = str(wanted).strip()
+    if text.isdigit():
+        index = int(text)
+        if index >= len(all_caps):
+            raise DeviceUnavailable(f"device index {index} is out of range; devices are: {names}")
+    else:
+        matches = [c.index for c in all_caps if text.lower() in c.name.lower()]
+        if not matches:
+            raise DeviceUnavailable(f"no device name contains {text!r}; devices are: {names}")
+        index = matches[0]
+    caps = all_caps[index]
+    if caps.api_version < MIN_API_VERSION:
+        raise DeviceUnavailable(f"device {index} ({caps.name}) implements Vulkan "
+                                f"{'.'.join(map(str, caps.api_version))}; vkumd needs 1.3")
+    return index
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A ``VkQueue`` with its family index; submissions to it go through ``lock``."""
+
+    handle: Any
+    family: int
+    lock: threading.Lock
+
+
+class Device(Handle):
+    """A logical device with a compute queue and, where one exists, a transfer-only queue.
+
+    Only features and extensions that are both present and used by vkumd are enabled.
+
+    Args:
+        instance: the owning instance.
+        physical: the ``VkPhysicalDevice``.
+        caps: its capabilities.
+    """
+
+    def __init__(self, instance: Instance, physical: Any, caps: DeviceCaps) -> None:
+        super().__init__()
+        self.instance = instance
+        self.physical = physical
+        self.caps = caps
+        compute_family = next((f for f in caps.queue_families if f.compute), None)
+        if compute_family is None:
+            raise CapabilityMissing(f"device {caps.name} has no compute queue")
+        transfer_family = next((f for f in caps.queue_families
+                                if f.transfer and not f.compute and not f.graphics), None)
+
+        priority = ffi.new("float[]", [1.0])
+        families = [compute_family] + ([transfer_family] if transfer_family else [])
+        queue_infos = ffi.new("VkDeviceQueueCreateInfo[]", len(families))
+        for slot, family in enumerate(families):
+            queue_infos[slot].sType = vk.VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO
+            queue_infos[slot].queueFamilyIndex = family.index
+            queue_infos[slot].queueCount = 1
+            queue_infos[slot].pQueuePriorities = priority
+
+        f2 = new("VkPhysicalDeviceFeatures2", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2)
+        f11 = new("VkPhysicalDeviceVulkan11Features",
+                  vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES)
+        f12 = new("VkPhysicalDeviceVulkan12Features",
+                  vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES)
+        f13 = new("VkPhysicalDeviceVulkan13Features",
+                  vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES)
+        f2.pNext, f11.pNext, f12.pNext = f11, f12, f13
+        supported = ffi.new("VkPhysicalDeviceFeatures*")
+        lib.vkGetPhysicalDeviceFeatures(physical, supported)
+        f2.features.shaderInt64 = supported.shaderInt64
+        f2.features.shaderInt16 = supported.shaderInt16
+        f11.storageBuffer16BitAccess = caps.storage_16bit
+        f12.shaderFloat16 = caps.shader_float16
+        f12.shaderInt8 = caps.shader_int8
+        f12.storageBuffer8BitAccess = caps.storage_8bit
+        f12.timelineSemaphore = caps.timeline_semaphores
+        f12.bufferDeviceAddress = caps.buffer_device_address
+        f13.subgroupSizeControl = caps.subgroup_size_control
+        f13.computeFullSubgroups = caps.subgroup_size_control
+        f13.synchronization2 = True
+        f13.maintenance4 = True
+        extensions = []
+        keep: list[Any] = []
+        if caps.push_descriptors:
+            extensions.append("VK_KHR_push_descriptor")
+        if caps.cooperative_matrix:
+            extensions.append("VK_KHR_cooperative_matrix")
+            fcm = new("VkPhysicalDeviceCooperativeMatrixFeaturesKHR",
+                      vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR,
+                      cooperativeMatrix=True)
+            f13.pNext = fcm
+            keep.append(fcm)
+        ext_names, keep_names = c_strings(extensions)
+        info = new("VkDeviceCreateInfo", vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, pNext=f2,
+                   queueCreateInfoCount=len(families), pQueueCreateInfos=queue_infos,
+                   enabledExtensionCount=len(extensions), ppEnabledExtensionNames=ext_names)
+        handle = ffi.new("VkDevice*")
+        check("vkCreateDevice", lib.vkCreateDevice(physical, info, NULL, handle),
+              f"device {caps.name}, extensions {extensions}")
+        del keep, keep_names
+        self.handle = handle[0]
+        self.extensions = tuple(extensions)
+        self.compute_queue = self._queue(compute_family.index)
+        self.transfer_queue = self._queue(transfer_family.index) if transfer_family else None
+        log.info("opened %s (%s, %s); extensions %s", caps.name, caps.device_type,
+                 caps.driver_info, extensions)
+
+    def _queue(self, family: int) -> Queue:
+        out = ffi.new("VkQueue*")
+        lib.vkGetDeviceQueue(self.handle, family, 0, out)
+        return Queue(out[0], family, threading.Lock())
+
+    def wait_idle(self) -> None:
+        """Block until the device has finished all submitted work."""
+        check("vkDeviceWaitIdle", lib.vkDeviceWaitIdle(self.handle))
+
+    def _release(self) -> None:
+        lib.vkDeviceWaitIdle(self.handle)
+        lib.vkDestroyDevice(self.handle, NULL)

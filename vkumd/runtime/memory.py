@@ -1,0 +1,382 @@
+"""Device memory: large ``VkDeviceMemory`` blocks per memory type, carved into buffers.
+
+Each block owns one ``VkBuffer`` that spans it, so a tensor is a ``(buffer, offset, size)``
+range: creating one costs no Vulkan call once a block exists. Requests above
+``dedicated_threshold`` get a block of their own. Empty blocks are kept for reuse until
+:meth:`MemoryPool.free_all_blocks`, or until an allocation would otherwise fail.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from vkumd import settings
+from vkumd.runtime.caps import DeviceCaps, MemoryType
+from vkumd.runtime.suballoc import RangeAllocator
+from vkumd.vk.binding import (
+    BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT,
+    MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT,
+    NULL,
+    ffi,
+    lib,
+    new,
+    vk,
+)
+from vkumd.vk.errors import OutOfDeviceMemory, VkumdValueError, VulkanError, check
+from vkumd.vk.handle import Handle
+
+log = logging.getLogger("vkumd.memory")
+
+MiB = 1 << 20
+DEFAULT_BLOCK_SIZE = 64 * MiB
+# Wide (vec4) loads and cache lines both like 64-byte starts; drivers may ask for more.
+MIN_ALIGNMENT = 64
+
+
+class MemoryUsage(enum.Enum):
+    """What an allocation is for; decides the memory type."""
+
+    DEVICE = "device"
+    """Tensors: device-local; on a unified-memory device also host-visible and mapped."""
+    UPLOAD = "upload"
+    """Staging for host→device copies: host-visible, preferably not cached."""
+    READBACK = "readback"
+    """Staging for device→host copies: host-visible and host-cached where possible."""
+
+
+def _score(mem_type: MemoryType, usage: MemoryUsage, unified: bool) -> int | None:
+    """Rank a memory type for a use; ``None`` means unusable, lower is better."""
+    if usage is MemoryUsage.DEVICE:
+        if not mem_type.device_local:
+            return None
+        if unified:
+            return 0 if mem_type.host_visible and mem_type.host_coherent else (
+                1 if mem_type.host_visible else 5)
+        return 0 if not mem_type.host_visible else 1
+    if not mem_type.host_visible:
+        return None
+    score = 0 if mem_type.host_coherent else 2
+    if usage is MemoryUsage.READBACK:
+        score += 0 if mem_type.host_cached else 1
+    else:
+        score += 1 if mem_type.host_cached else 0
+        score += 1 if mem_type.device_local and not unified else 0
+    return score
+
+
+class Block(Handle):
+    """One ``VkDeviceMemory`` with a ``VkBuffer`` bound over all of it, mapped if host-visible."""
+
+    def __init__(self, pool: MemoryPool, mem_type: MemoryType, size: int,
+                 dedicated: bool) -> None:
+        super().__init__()
+        self.pool = pool
+        self.mem_type = mem_type
+        self.size = size
+        self.dedicated = dedicated
+        self.ranges = RangeAllocator(size)
+        device = pool.device_handle
+        buffer_info = new("VkBufferCreateInfo", vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                          size=size, usage=pool.buffer_usage,
+                          sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE)
+        buffer = ffi.new("VkBuffer*")
+        check("vkCreateBuffer", lib.vkCreateBuffer(device, buffer_info, NULL, buffer),
+              f"{size} bytes")
+        self.buffer = buffer[0]
+        try:
+            reqs = ffi.new("VkMemoryRequirements*")
+            lib.vkGetBufferMemoryRequirements(device, self.buffer, reqs)
+            alloc_info = new("VkMemoryAllocateInfo", vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                             allocationSize=reqs.size, memoryTypeIndex=mem_type.index)
+            if pool.caps.buffer_device_address:
+                flags = new("VkMemoryAllocateFlagsInfo",
+                            vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
+                            flags=MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT)
+                alloc_info.pNext = flags
+            memory = ffi.new("VkDeviceMemory*")
+            check("vkAllocateMemory", lib.vkAllocateMemory(device, alloc_info, NULL, memory),
+                  f"{reqs.size} bytes of memory type {mem_type.index}")
+        except BaseException:
+            lib.vkDestroyBuffer(device, self.buffer, NULL)
+            raise
+        self.handle = memory[0]
+        check("vkBindBufferMemory", lib.vkBindBufferMemory(device, self.buffer, self.handle, 0))
+        self.mapped: Any = None
+        if mem_type.host_visible:
+            pointer = ffi.new("void**")
+            check("vkMapMemory", lib.vkMapMemory(device, self.handle, 0, size, 0, pointer))
+            self.mapped = ffi.cast("uint8_t*", pointer[0])
+        self.address = 0
+        if pool.caps.buffer_device_address:
+            info = new("VkBufferDeviceAddressInfo",
+                       vk.VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, buffer=self.buffer)
+            self.address = lib.vkGetBufferDeviceAddress(device, info)
+
+    def _release(self) -> None:
+        device = self.pool.device_handle
+        if self.mapped is not None:
+            lib.vkUnmapMemory(device, self.handle)
+            self.mapped = None
+        lib.vkDestroyBuffer(device, self.buffer, NULL)
+        lib.vkFreeMemory(device, self.handle, NULL)
+
+
+@dataclass(eq=False)
+class Allocation:
+    """A byte range of a block: what a tensor or a staging area lives in.
+
+    Attributes:
+        block: the owning :class:`Block`.
+        offset: start within the block's buffer, aligned for storage-buffer binding.
+        size: bytes asked for.
+        usage: the :class:`MemoryUsage` it was allocated for.
+    """
+
+    block: Block
+    offset: int
+    size: int
+    usage: MemoryUsage
+    freed: bool = field(default=False)
+
+    @property
+    def buffer(self) -> Any:
+        """The ``VkBuffer`` to bind (with :attr:`offset`)."""
+        return self.block.buffer
+
+    @property
+    def device_address(self) -> int:
+        """64-bit device address of the first byte (0 without buffer device address)."""
+        return self.block.address + self.offset if self.block.address else 0
+
+    @property
+    def host_visible(self) -> bool:
+        """Whether the bytes can be read and written through :meth:`host_view`."""
+        return self.block.mapped is not None
+
+    @property
+    def coherent(self) -> bool:
+        """Whether host writes are visible without a flush."""
+        return self.block.mem_type.host_coherent
+
+    def host_view(self) -> memoryview:
+        """A writable view of the bytes in mapped memory.
+
+        Raises:
+            VkumdValueError: the allocation is not host-visible (use a staging copy).
+        """
+        if self.block.mapped is None:
+            raise VkumdValueError("this allocation lives in memory the host cannot map; "
+                                  "copy it through a staging buffer")
+        return memoryview(ffi.buffer(self.block.mapped + self.offset, self.size))
+
+    def flush(self) -> None:
+        """Make host writes visible to the device (a no-op on coherent memory)."""
+        if not self.coherent:
+            self.block.pool.flush_range(self, invalidate=False)
+
+    def invalidate(self) -> None:
+        """Make device writes visible to the host (a no-op on coherent memory)."""
+        if not self.coherent:
+            self.block.pool.flush_range(self, invalidate=True)
+
+
+class MemoryPool:
+    """Allocates :class:`Allocation` ranges for one device, with CuPy-style statistics.
+
+    Args:
+        device_handle: the ``VkDevice``.
+        caps: the device's capabilities.
+        block_size: size of each shared block.
+        dedicated_threshold: requests at least this large get their own block.
+        limit: most bytes of blocks the pool may hold; ``None`` reads ``VKUMD_MEMORY_LIMIT``.
+    """
+
+    def __init__(self, device_handle: Any, caps: DeviceCaps, *,
+                 block_size: int = DEFAULT_BLOCK_SIZE, dedicated_threshold: int | None = None,
+                 limit: int | None = None) -> None:
+        if block_size < MiB:
+            raise VkumdValueError(f"block_size={block_size} is below the 1 MiB minimum")
+        self.device_handle = device_handle
+        self.caps = caps
+        self.block_size = block_size
+        self.dedicated_threshold = dedicated_threshold or block_size // 2
+        self.alignment = max(MIN_ALIGNMENT, caps.min_storage_buffer_offset_alignment,
+                             caps.non_coherent_atom_size)
+        self.buffer_usage = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT
+                             | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
+                             | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
+        if caps.buffer_device_address:
+            self.buffer_usage |= BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT
+        self._blocks: dict[MemoryUsage, list[Block]] = {usage: [] for usage in MemoryUsage}
+        self._lock = threading.RLock()
+        self._used = 0
+        self._limit: int | None = None
+        env_limit = settings.text("VKUMD_MEMORY_LIMIT")
+        if limit is not None:
+            self.set_limit(size=limit)
+        elif env_limit is not None:
+            try:
+                self.set_limit(size=settings.parse_size(env_limit))
+            except ValueError as exc:
+                raise VkumdValueError(f"VKUMD_MEMORY_LIMIT: {exc}") from None
+        self._types = {usage: self._choose_type(usage) for usage in MemoryUsage}
+
+    def _choose_type(self, usage: MemoryUsage) -> MemoryType:
+        scored = [(score, t.index, t) for t in self.caps.memory_types
+                  if (score := _score(t, usage, self.caps.unified_memory)) is not None]
+        if not scored:
+            raise VkumdValueError(f"device {self.caps.name} has no memory type for {usage.value}")
+        return min(scored)[2]
+
+    # -- statistics ---------------------------------------------------------------------
+    def used_bytes(self) -> int:
+        """Bytes in live allocations (as asked for, before alignment)."""
+        return self._used
+
+    def total_bytes(self) -> int:
+        """Bytes of device memory the pool holds, in use or cached."""
+        with self._lock:
+            return sum(b.size for blocks in self._blocks.values() for b in blocks)
+
+    def block_count(self) -> int:
+        """Number of ``VkDeviceMemory`` objects the pool holds."""
+        with self._lock:
+            return sum(len(blocks) for blocks in self._blocks.values())
+
+    def get_limit(self) -> int | None:
+        """The byte limit on :meth:`total_bytes`, or ``None``."""
+        return self._limit
+
+    def set_limit(self, size: int | None = None, fraction: float | None = None) -> None:
+        """Bound the bytes the pool may hold.
+
+        Args:
+            size: a byte count; ``None`` or 0 removes the limit.
+            fraction: a share of the device-local memory (0 < fraction <= 1) instead.
+        """
+        if fraction is not None:
+            if not 0 < fraction <= 1:
+                raise VkumdValueError(f"fraction={fraction} must be in (0, 1]")
+            size = int(self.caps.device_local_bytes * fraction)
+        if size is not None and size < 0:
+            raise VkumdValueError(f"limit size={size} must not be negative")
+        self._limit = size or None
+
+    def free_all_blocks(self) -> int:
+        """Release every cached block that holds no allocation; return the bytes released."""
+        released = 0
+        with self._lock:
+            for usage, blocks in self._blocks.items():
+                keep = []
+                for block in blocks:
+                    if block.ranges.is_empty:
+                        released += block.size
+                        block.release()
+                    else:
+                        keep.append(block)
+                self._blocks[usage] = keep
+        return released
+
+    # -- allocation ---------------------------------------------------------------------
+    def allocate(self, size: int, usage: MemoryUsage = MemoryUsage.DEVICE) -> Allocation:
+        """Return a range of at least ``size`` bytes (>= 1) for ``usage``.
+
+        Raises:
+            OutOfDeviceMemory: the limit or the device's memory is exhausted even after the
+                cached blocks were released.
+        """
+        if size < 0:
+            raise VkumdValueError(f"cannot allocate {size} bytes")
+        size = max(size, 1)
+        with self._lock:
+            try:
+                return self._allocate(size, usage)
+            except OutOfDeviceMemory:
+                if self.free_all_blocks() == 0:
+                    raise
+                log.info("out of memory for %d bytes: released cached blocks, retrying", size)
+                return self._allocate(size, usage)
+
+    def _allocate(self, size: int, usage: MemoryUsage) -> Allocation:
+        rounded = -(-size // 16) * 16
+        if rounded < self.dedicated_threshold:
+            for block in self._blocks[usage]:
+                if block.dedicated:
+                    continue
+                offset = block.ranges.allocate(rounded, self.alignment)
+                if offset is not None:
+                    return self._hand_out(block, offset, size, usage)
+        block_bytes = rounded if rounded >= self.dedicated_threshold else self.block_size
+        block_bytes = -(-block_bytes // self.alignment) * self.alignment
+        block = self._new_block(usage, block_bytes, size, dedicated=block_bytes != self.block_size)
+        offset = block.ranges.allocate(rounded, self.alignment)
+        assert offset == 0
+        return self._hand_out(block, offset, size, usage)
+
+    def _new_block(self, usage: MemoryUsage, block_bytes: int, requested: int,
+                   dedicated: bool) -> Block:
+        if self._limit is not None and self.total_bytes() + block_bytes > self._limit:
+            raise self._oom(requested, f"a {block_bytes}-byte block would pass the limit")
+        try:
+            block = Block(self, self._types[usage], block_bytes, dedicated)
+        except VulkanError as exc:
+            if exc.result in (vk.VK_ERROR_OUT_OF_DEVICE_MEMORY, vk.VK_ERROR_OUT_OF_HOST_MEMORY):
+                raise self._oom(requested, str(exc)) from exc
+            raise
+        self._blocks[usage].append(block)
+        return block
+
+    def _oom(self, requested: int, why: str) -> OutOfDeviceMemory:
+        limit = "no limit" if self._limit is None else f"limit {self._limit} bytes"
+        error = OutOfDeviceMemory(
+            "vkAllocateMemory", vk.VK_ERROR_OUT_OF_DEVICE_MEMORY,
+            f"asked for {requested} bytes with {self._used} bytes in use and "
+            f"{self.total_bytes()} held ({limit}): {why}. Free tensors, call "
+            "free_all_blocks(), or raise the limit (set_limit / VKUMD_MEMORY_LIMIT)")
+        error.requested, error.in_use, error.limit = requested, self._used, self._limit
+        return error
+
+    def _hand_out(self, block: Block, offset: int, size: int, usage: MemoryUsage) -> Allocation:
+        self._used += size
+        return Allocation(block, offset, size, usage)
+
+    def free(self, allocation: Allocation) -> None:
+        """Return a range to its block; the block stays cached (or goes, if dedicated)."""
+        if allocation.freed:
+            return
+        with self._lock:
+            allocation.freed = True
+            block = allocation.block
+            block.ranges.free(allocation.offset)
+            self._used -= allocation.size
+            if block.dedicated and block.ranges.is_empty:
+                self._blocks[allocation.usage].remove(block)
+                block.release()
+
+    def flush_range(self, allocation: Allocation, *, invalidate: bool) -> None:
+        """Flush (or invalidate) a non-coherent range, widened to ``nonCoherentAtomSize``."""
+        atom = self.caps.non_coherent_atom_size
+        start = allocation.offset // atom * atom
+        end = min(-(-(allocation.offset + allocation.size) // atom) * atom,
+                  allocation.block.size)
+        mapped = new("VkMappedMemoryRange", vk.VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE,
+                     memory=allocation.block.handle, offset=start, size=end - start)
+        if invalidate:
+            check("vkInvalidateMappedMemoryRanges",
+                  lib.vkInvalidateMappedMemoryRanges(self.device_handle, 1, mapped))
+        else:
+            check("vkFlushMappedMemoryRanges",
+                  lib.vkFlushMappedMemoryRanges(self.device_handle, 1, mapped))
+
+    def release(self) -> None:
+        """Release every block, in use or not (the context is closing)."""
+        with self._lock:
+            for blocks in self._blocks.values():
+                for block in blocks:
+                    block.release()
+                blocks.clear()
+            self._used = 0
