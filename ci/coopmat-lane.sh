@@ -234,7 +234,7 @@ provision_files() {
     ln -s "../../../lib/$multiarch/ld-linux-x86-64.so.2" "$tmp/usr/lib/$multiarch/ld-linux-x86-64.so.2"
   fi
   [ -e "$tmp/usr/lib/$multiarch/ld-linux-x86-64.so.2" ] || die "no ld-linux-x86-64.so.2 in the unpacked libc6"
-  # Drop what the lane never uses (documentation, locales, man pages): about a third of the size.
+  # Drop what the lane never uses: documentation, translations, man pages.
   rm -rf "$tmp/usr/share/doc" "$tmp/usr/share/man" "$tmp/usr/share/locale" "$tmp/usr/share/lintian" \
          "$tmp/usr/share/bug"
   # Only lavapipe is wanted: the GPU drivers in the same package are ~120 MB more. Mesa's

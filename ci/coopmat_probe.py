@@ -20,7 +20,7 @@ import vulkan as vk
 EXTENSION = "VK_KHR_cooperative_matrix"
 
 COMPONENT_TYPES = {
-    getattr(vk, "VK_COMPONENT_TYPE_%s_KHR" % name): name.lower()
+    getattr(vk, f"VK_COMPONENT_TYPE_{name}_KHR"): name.lower()
     for name in ("FLOAT16", "FLOAT32", "FLOAT64", "SINT8", "SINT16", "SINT32", "SINT64",
                  "UINT8", "UINT16", "UINT32", "UINT64")
 }
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     try:
         instance = vk.vkCreateInstance(vk.VkInstanceCreateInfo(pApplicationInfo=app), None)
     except Exception as exc:  # the binding raises a class per VkResult
-        print("probe: FAIL: vkCreateInstance: %s: %s" % (type(exc).__name__, exc))
+        print(f"probe: FAIL: vkCreateInstance: {type(exc).__name__}: {exc}")
         return 2
     try:
         devices = vk.vkEnumeratePhysicalDevices(instance)
@@ -83,9 +83,9 @@ def main(argv=None) -> int:
             return 2
         dev, name, exts = chosen
         if EXTENSION not in exts:
-            print("probe: FAIL: %r does not list %s" % (name, EXTENSION))
+            print(f"probe: FAIL: {name!r} does not list {EXTENSION}")
             return 1
-        print("probe: %r lists %s" % (name, EXTENSION))
+        print(f"probe: {name!r} lists {EXTENSION}")
 
         get_props = vk.vkGetInstanceProcAddr(
             instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")

@@ -125,6 +125,15 @@ class VkumdTypeError(VkumdError, TypeError):
     """An argument has the wrong type or dtype."""
 
 
+def _code(name: str) -> int:
+    """A ``VK_ERROR_*`` value; the binding spells extension-range errors without their sign."""
+    value = getattr(_vk, name)
+    return -value if name.startswith("VK_ERROR_") and value > 0 else value
+
+
+ERROR_OUT_OF_POOL_MEMORY = _code("VK_ERROR_OUT_OF_POOL_MEMORY")
+ERROR_FRAGMENTED_POOL = _code("VK_ERROR_FRAGMENTED_POOL")
+
 _BY_RESULT: dict[int, type[VulkanError]] = {
     _vk.VK_ERROR_OUT_OF_HOST_MEMORY: OutOfHostMemory,
     _vk.VK_ERROR_OUT_OF_DEVICE_MEMORY: OutOfDeviceMemory,
@@ -137,8 +146,8 @@ _BY_RESULT: dict[int, type[VulkanError]] = {
     _vk.VK_ERROR_INCOMPATIBLE_DRIVER: IncompatibleDriver,
     _vk.VK_ERROR_TOO_MANY_OBJECTS: TooManyObjects,
     _vk.VK_ERROR_FRAGMENTED_POOL: FragmentedPool,
-    _vk.VK_ERROR_OUT_OF_POOL_MEMORY: OutOfPoolMemory,
-    _vk.VK_ERROR_INVALID_PIPELINE_CACHE_DATA: InvalidPipelineCacheData,
+    ERROR_OUT_OF_POOL_MEMORY: OutOfPoolMemory,
+    _code("VK_ERROR_INVALID_PIPELINE_CACHE_DATA"): InvalidPipelineCacheData,
 }
 
 _NAMES: dict[int, str] = {}
@@ -146,7 +155,7 @@ for _name in dir(_vk):
     if _name.startswith("VK_ERROR_") or _name in ("VK_SUCCESS", "VK_TIMEOUT", "VK_NOT_READY",
                                                   "VK_INCOMPLETE", "VK_EVENT_SET",
                                                   "VK_EVENT_RESET"):
-        _value = getattr(_vk, _name)
+        _value = _code(_name) if isinstance(getattr(_vk, _name), int) else None
         if isinstance(_value, int) and not _name.endswith(("_KHR", "_EXT", "_NV")):
             _NAMES.setdefault(_value, _name)
 

@@ -1,0 +1,77 @@
+"""Test-suite wiring: validation on for every context, and any validation error fails the test.
+
+Lanes: the main lane runs everything on the system lavapipe; tests that need cooperative
+matrices are marked ``coopmat`` and skip there with the reason. ``ci/coopmat-lane.sh`` runs
+``-m coopmat`` with ``VKUMD_REQUIRE_COOPMAT=1``, where a missing capability is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+os.environ.setdefault("VKUMD_VALIDATION", "1")
+
+from vkumd import settings  # noqa: E402
+from vkumd.vk.instance import (  # noqa: E402
+    ValidationMessage,
+    add_validation_listener,
+    remove_validation_listener,
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "expect_validation_error: the test provokes one on "
+                            "purpose; the fixture checks that it arrived instead of failing")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Keep the suite's SPIR-V and pipeline caches out of the user's home."""
+    if "VKUMD_CACHE_DIR" not in os.environ:
+        os.environ["VKUMD_CACHE_DIR"] = str(tmp_path_factory.mktemp("vkumd-cache"))
+    yield
+
+
+@pytest.fixture(autouse=True)
+def validation_errors(request: pytest.FixtureRequest) -> Iterator[list[ValidationMessage]]:
+    """Collect error-severity validation messages raised while the test runs; fail on any."""
+    errors: list[ValidationMessage] = []
+
+    def listen(message: ValidationMessage) -> None:
+        if message.severity == "error":
+            errors.append(message)
+
+    add_validation_listener(listen)
+    try:
+        yield errors
+    finally:
+        remove_validation_listener(listen)
+    if request.node.get_closest_marker("expect_validation_error"):
+        assert errors, "the test expected a validation error, and none arrived"
+    elif errors:
+        text = "\n".join(f"[{m.message_id}] {m.text}" for m in errors)
+        pytest.fail(f"validation layer reported {len(errors)} error(s):\n{text}")
+
+
+@pytest.fixture(scope="session")
+def ctx() -> Iterator[object]:
+    """One context for the tests that only need a working device."""
+    import vkumd
+
+    context = vkumd.Context()
+    yield context
+    context.close()
+
+
+def require_coopmat(context: object) -> None:
+    """Skip (main lane) or fail (cooperative-matrix lane) when the device lacks coopmat."""
+    caps = context.caps  # type: ignore[attr-defined]
+    if caps.cooperative_matrix:
+        return
+    reason = f"{caps.name} ({caps.driver_info}) has no VK_KHR_cooperative_matrix"
+    if settings.flag("VKUMD_REQUIRE_COOPMAT"):
+        pytest.fail(f"the cooperative-matrix lane needs it: {reason}")
+    pytest.skip(reason)
