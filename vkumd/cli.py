@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import sys
 
-from vkumd.runtime.caps import DeviceCaps
+from vkumd.vk.caps import DeviceCaps
 from vkumd.runtime.context import devices
 from vkumd.runtime.device import default_device_index
 from vkumd.vk.errors import VkumdError

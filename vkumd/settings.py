@@ -20,6 +20,8 @@ VARIABLES: dict[str, str] = {
     "VKUMD_DUMP_SHADERS": "Directory where each compile writes its expanded GLSL and SPIR-V.",
     "VKUMD_DISABLE_COOPMAT": "`1` never selects cooperative-matrix kernel variants.",
     "VKUMD_DISABLE_FP16": "`1` never selects float16-arithmetic kernel variants.",
+    "VKUMD_DISABLE_PUSH_DESCRIPTORS": "`1` binds buffers through descriptor pools even where "
+    "VK_KHR_push_descriptor exists.",
     "VKUMD_MEMORY_LIMIT": "Cap on device bytes the memory pool may hold (e.g. `2GiB`, `512MB`).",
     "VKUMD_ZERO_MEMORY": "`1` zero-fills every allocation, as `Context(zero_memory=True)`.",
     "VKUMD_LOG": "Logging level of the `vkumd` logger (`debug`, `info`, `warning`).",

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 import vkumd
-from vkumd.runtime.caps import DeviceCaps
+from vkumd.vk.caps import DeviceCaps
 from vkumd.runtime.device import default_device_index, resolve_device
 from vkumd.vk import instance as instance_module
 

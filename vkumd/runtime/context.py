@@ -7,11 +7,16 @@ import threading
 from typing import Any
 
 from vkumd import settings
-from vkumd.runtime.caps import DeviceCaps
+from vkumd.vk.caps import DeviceCaps
 from vkumd.runtime.device import Device, default_device_index, enumerate_caps, resolve_device
 from vkumd.runtime.memory import DEFAULT_BLOCK_SIZE, Allocation, MemoryPool, MemoryUsage
+from vkumd.compiler import kernels as _shipped_kernels  # noqa: F401 - registers kernels
+from vkumd.compiler.pipeline_cache import PipelineCache
+from vkumd.compiler.registry import KernelRegistry
 from vkumd.runtime.transfer import Transfers
+from vkumd.submission.descriptors import BufferRange, DescriptorBinder
 from vkumd.submission.oneshot import OneShotQueue
+from vkumd.submission.recorder import record_dispatch
 from vkumd.vk.errors import ContextClosed
 from vkumd.vk.handle import Handle
 from vkumd.vk.instance import Instance
@@ -41,11 +46,14 @@ class RuntimeContext(Handle):
         zero_memory: zero-fill every allocation; ``None`` reads ``VKUMD_ZERO_MEMORY``.
         block_size: bytes per pooled ``VkDeviceMemory`` block.
         memory_limit: cap on pooled bytes; ``None`` reads ``VKUMD_MEMORY_LIMIT``.
+        push_descriptors: bind buffers with push descriptors where the device has them;
+            ``False`` forces descriptor pools; ``None`` reads ``VKUMD_DISABLE_PUSH_DESCRIPTORS``.
     """
 
     def __init__(self, device: int | str | None = None, *, validation: bool | None = None,
                  zero_memory: bool | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-                 memory_limit: int | None = None) -> None:
+                 memory_limit: int | None = None, push_descriptors: bool | None = None
+                 ) -> None:
         super().__init__()
         self._close_lock = threading.Lock()
         self.instance = Instance(validation=validation)
@@ -60,6 +68,14 @@ class RuntimeContext(Handle):
                                      limit=memory_limit)
             self._oneshot = OneShotQueue(self.device.handle, self.device.compute_queue)
             self.transfers = Transfers(self.memory, self._oneshot)
+            if push_descriptors is None:
+                push_descriptors = not settings.flag("VKUMD_DISABLE_PUSH_DESCRIPTORS")
+            use_push = push_descriptors and self.caps.push_descriptors
+            self.pipeline_cache = PipelineCache(self.device.handle, self.caps)
+            self.kernels = KernelRegistry(self.device.handle, self.caps,
+                                          push_descriptors=use_push,
+                                          pipeline_cache=self.pipeline_cache)
+            self.descriptors = DescriptorBinder(self.device.handle, use_push)
         except BaseException:
             self._teardown()
             raise
@@ -103,6 +119,26 @@ class RuntimeContext(Handle):
         """Return a released tensor's memory once no submitted work uses it."""
         self.free(allocation)
 
+    def dispatch(self, kernel: str, variant: dict, buffers: list[BufferRange], push: bytes,
+                 groups: tuple[int, int, int], writes: tuple[int, ...] = ()) -> None:
+        """Run one kernel now and wait for it (the eager path, until streams batch work).
+
+        Args:
+            kernel: a registered kernel name.
+            variant: its defines and specialization constants.
+            buffers: ``(VkBuffer, offset, range)`` for bindings 0..n-1.
+            push: the packed push-constant block.
+            groups: workgroup counts.
+            writes: indices into ``buffers`` that the kernel writes (the rest it only reads);
+                hazard tracking orders work by them.
+        """
+        self.check_open(f"dispatching {kernel}")
+        program = self.kernels.program(kernel, variant)
+        self._oneshot.run(lambda cmd: record_dispatch(cmd, program, self.descriptors, buffers,
+                                                      push, groups))
+        if not self.descriptors.push_descriptors:
+            self.descriptors.reset()
+
     def synchronize(self) -> None:
         """Wait until the device has finished all work submitted from this context."""
         self.check_open("synchronize")
@@ -120,7 +156,11 @@ class RuntimeContext(Handle):
             device = getattr(self, "device", None)
             if device is not None and not device.released:
                 device.wait_idle()
-            for name in ("transfers", "_oneshot", "memory"):
+            cache = getattr(self, "pipeline_cache", None)
+            if cache is not None and not cache.released:
+                cache.save()
+            for name in ("kernels", "descriptors", "pipeline_cache", "transfers", "_oneshot",
+                         "memory"):
                 part: Any = getattr(self, name, None)
                 if part is not None:
                     part.release()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vkumd import settings
-from vkumd.runtime.caps import DeviceCaps, MemoryType
+from vkumd.vk.caps import DeviceCaps, MemoryType
 from vkumd.runtime.suballoc import RangeAllocator
 from vkumd.vk.binding import (
     BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT,

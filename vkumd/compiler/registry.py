@@ -1,0 +1,212 @@
+"""The kernel registry: what each shipped kernel accepts, and its variants per device.
+
+A :class:`Kernel` names a GLSL source in ``shaders/``, the defines it accepts (any other is
+an error), its specialization constants and the size of its push-constant block, so one
+pipeline serves every shape. :class:`KernelRegistry` turns a kernel plus a variant into a
+memoised :class:`~vkumd.compiler.program.Program` for one device.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vkumd import settings
+from vkumd.compiler.pipeline_cache import PipelineCache
+from vkumd.compiler.program import LayoutCache, LayoutSignature, Program
+from vkumd.compiler.shader_source import shaders_dir
+from vkumd.compiler.spirv_cache import SpirvCache, default_cache
+from vkumd.vk.caps import DeviceCaps
+from vkumd.vk.binding import NULL
+from vkumd.vk.errors import CapabilityMissing, VkumdValueError
+
+Variant = dict[str, Any]  # define name -> value, plus spec-constant name -> value
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A kernel family shipped with vkumd.
+
+    Attributes:
+        name: registry key.
+        source: file name under ``shaders/``.
+        buffers: storage buffers bound at 0..n-1 of set 0.
+        push_bytes: size of the push-constant block.
+        defines: accepted define names mapped to their allowed values (empty: any value).
+        spec_constants: specialization-constant names mapped to their ``constant_id``.
+        requires: capabilities every variant needs: ``float16``, ``storage16``, ``int8``,
+            ``storage8``, ``coopmat``, ``subgroup_arithmetic``.
+        variants: the variants worth building on a device (for ``vkumd compile --all``).
+    """
+
+    name: str
+    source: str
+    buffers: int
+    push_bytes: int
+    defines: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    spec_constants: Mapping[str, int] = field(default_factory=dict)
+    requires: frozenset[str] = frozenset()
+    variants: Callable[[DeviceCaps], list[Variant]] = lambda caps: [{}]
+
+    def source_text(self) -> str:
+        """The GLSL source."""
+        return (shaders_dir() / self.source).read_text()
+
+
+KERNELS: dict[str, Kernel] = {}
+
+
+def register(kernel: Kernel) -> Kernel:
+    """Add a kernel to :data:`KERNELS`."""
+    if kernel.name in KERNELS:
+        raise VkumdValueError(f"kernel {kernel.name!r} is registered twice")
+    KERNELS[kernel.name] = kernel
+    return kernel
+
+
+def effective_caps(caps: DeviceCaps) -> set[str]:
+    """Capabilities a variant may use on ``caps``, after the ``VKUMD_DISABLE_*`` opt-outs."""
+    have = set()
+    if caps.shader_float16 and not settings.flag("VKUMD_DISABLE_FP16"):
+        have.add("float16")
+    if caps.storage_16bit:
+        have.add("storage16")
+    if caps.shader_int8:
+        have.add("int8")
+    if caps.storage_8bit:
+        have.add("storage8")
+    if caps.cooperative_matrix and not settings.flag("VKUMD_DISABLE_COOPMAT"):
+        have.add("coopmat")
+    if "arithmetic" in caps.subgroup_operations:
+        have.add("subgroup_arithmetic")
+    return have
+
+
+@dataclass
+class CompileSummary:
+    """What :meth:`KernelRegistry.compile_all` did."""
+
+    programs: int = 0
+    seconds: float = 0.0
+    spirv_hits: int = 0
+    spirv_misses: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+class KernelRegistry:
+    """Builds and memoises pipelines for one device.
+
+    Args:
+        device: the ``VkDevice``.
+        caps: its capabilities.
+        push_descriptors: whether layouts are made for push descriptors.
+        spirv_cache: defaults to the process-wide cache.
+        pipeline_cache: the device's :class:`PipelineCache`.
+    """
+
+    def __init__(self, device: Any, caps: DeviceCaps, *, push_descriptors: bool,
+                 spirv_cache: SpirvCache | None = None,
+                 pipeline_cache: PipelineCache | None = None) -> None:
+        self.device = device
+        self.caps = caps
+        self.push_descriptors = push_descriptors
+        self.spirv_cache = spirv_cache or default_cache()
+        self.pipeline_cache = pipeline_cache
+        self.layouts = LayoutCache(device)
+        self._programs: dict[tuple[str, tuple[tuple[str, str], ...]], Program] = {}
+        self._lock = threading.Lock()
+        self.on_compile: Callable[[str, float], None] | None = None
+
+    def supports(self, kernel: Kernel) -> bool:
+        """Whether every capability ``kernel`` requires is available."""
+        return kernel.requires <= effective_caps(self.caps)
+
+    def program(self, name: str, variant: Variant | None = None) -> Program:
+        """The pipeline for kernel ``name`` and ``variant`` (defines and spec constants).
+
+        Raises:
+            VkumdValueError: unknown kernel, unknown define, or a value it does not allow.
+            CapabilityMissing: the device lacks what the kernel requires.
+        """
+        kernel = KERNELS.get(name)
+        if kernel is None:
+            raise VkumdValueError(f"no kernel named {name!r}; known: {', '.join(sorted(KERNELS))}")
+        variant = dict(variant or {})
+        key = (name, tuple(sorted((k, str(v)) for k, v in variant.items())))
+        program = self._programs.get(key)
+        if program is not None:
+            return program
+        missing = kernel.requires - effective_caps(self.caps)
+        if missing:
+            raise CapabilityMissing(
+                f"kernel {name!r} needs {', '.join(sorted(missing))}, which {self.caps.name} "
+                "lacks (or which a VKUMD_DISABLE_* variable turned off)")
+        defines: dict[str, Any] = {}
+        specialization: dict[int, int] = {}
+        for key_name, value in variant.items():
+            if key_name in kernel.spec_constants:
+                specialization[kernel.spec_constants[key_name]] = int(value)
+            elif key_name in kernel.defines:
+                allowed = kernel.defines[key_name]
+                if allowed and value not in allowed:
+                    raise VkumdValueError(f"kernel {name!r}: {key_name}={value!r} is not one of "
+                                          f"{list(allowed)}")
+                defines[key_name] = value
+            else:
+                known = sorted(set(kernel.defines) | set(kernel.spec_constants))
+                raise VkumdValueError(f"kernel {name!r} has no define or constant {key_name!r}; "
+                                      f"it accepts: {', '.join(known) or 'none'}")
+        with self._lock:
+            program = self._programs.get(key)
+            if program is None:
+                start = time.perf_counter()
+                spirv = self.spirv_cache.get_or_compile(kernel.source_text(), name=kernel.source,
+                                                        defines=defines)
+                layout = self.layouts.get(LayoutSignature(kernel.buffers, kernel.push_bytes,
+                                                          self.push_descriptors))
+                cache = self.pipeline_cache.handle if self.pipeline_cache else None
+                program = Program(self.device, spirv, layout,
+                                  pipeline_cache=cache if cache is not None else NULL,
+                                  specialization=specialization, name=name)
+                self._programs[key] = program
+                if self.on_compile is not None:
+                    self.on_compile(name, time.perf_counter() - start)
+        return program
+
+    def compile_all(self, progress: Callable[[int, int, str], None] | None = None
+                    ) -> CompileSummary:
+        """Build every variant of every kernel this device can use."""
+        summary = CompileSummary()
+        before = self.spirv_cache.stats()
+        jobs = []
+        for kernel in KERNELS.values():
+            if not self.supports(kernel):
+                summary.skipped.append(kernel.name)
+                continue
+            jobs.extend((kernel.name, v) for v in kernel.variants(self.caps))
+        start = time.perf_counter()
+        for done, (name, variant) in enumerate(jobs, 1):
+            self.program(name, variant)
+            if progress is not None:
+                progress(done, len(jobs), name)
+        after = self.spirv_cache.stats()
+        summary.programs = len(jobs)
+        summary.seconds = time.perf_counter() - start
+        summary.spirv_hits = (after.hits_memory + after.hits_disk
+                              - before.hits_memory - before.hits_disk)
+        summary.spirv_misses = after.misses - before.misses
+        return summary
+
+    def __len__(self) -> int:
+        return len(self._programs)
+
+    def release(self) -> None:
+        """Destroy every pipeline, then the layouts."""
+        with self._lock:
+            for program in self._programs.values():
+                program.release()
+            self._programs.clear()
+            self.layouts.release()
