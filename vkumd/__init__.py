@@ -6,8 +6,8 @@ Start with :class:`Context`; list devices with :func:`devices`.
 from vkumd.framework.context import Context, from_dlpack
 from vkumd.framework.dtypes import DType, bfloat16, float16, float32, int8, int32, uint8
 from vkumd.framework.tensor import Tensor
-from vkumd.vk.caps import CoopMatShape, DeviceCaps
 from vkumd.runtime.context import devices
+from vkumd.vk.caps import CoopMatShape, DeviceCaps
 from vkumd.vk.errors import (
     CapabilityMissing,
     ContextClosed,

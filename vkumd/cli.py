@@ -6,9 +6,9 @@ import argparse
 import dataclasses
 import sys
 
-from vkumd.vk.caps import DeviceCaps
 from vkumd.runtime.context import devices
 from vkumd.runtime.device import default_device_index
+from vkumd.vk.caps import DeviceCaps
 from vkumd.vk.errors import VkumdError
 
 _SKIP = {"index", "name", "extensions", "memory_heaps", "memory_types", "queue_families",

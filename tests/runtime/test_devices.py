@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 import vkumd
-from vkumd.vk.caps import DeviceCaps
 from vkumd.runtime.device import default_device_index, resolve_device
 from vkumd.vk import instance as instance_module
+from vkumd.vk.caps import DeviceCaps
 
 
 def test_devices_lists_lavapipe_with_caps() -> None:

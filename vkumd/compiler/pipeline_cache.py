@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from vkumd import settings
-from vkumd.vk.caps import DeviceCaps
 from vkumd.vk.binding import NULL, ffi, lib, new, vk
+from vkumd.vk.caps import DeviceCaps
 from vkumd.vk.errors import check
 from vkumd.vk.handle import Handle
 

@@ -7,16 +7,16 @@ import threading
 from typing import Any
 
 from vkumd import settings
-from vkumd.vk.caps import DeviceCaps
-from vkumd.runtime.device import Device, default_device_index, enumerate_caps, resolve_device
-from vkumd.runtime.memory import DEFAULT_BLOCK_SIZE, Allocation, MemoryPool, MemoryUsage
 from vkumd.compiler import kernels as _shipped_kernels  # noqa: F401 - registers kernels
 from vkumd.compiler.pipeline_cache import PipelineCache
 from vkumd.compiler.registry import KernelRegistry
+from vkumd.runtime.device import Device, default_device_index, enumerate_caps, resolve_device
+from vkumd.runtime.memory import DEFAULT_BLOCK_SIZE, Allocation, MemoryPool, MemoryUsage
 from vkumd.runtime.transfer import Transfers
 from vkumd.submission.descriptors import BufferRange, DescriptorBinder
 from vkumd.submission.oneshot import OneShotQueue
 from vkumd.submission.recorder import record_dispatch
+from vkumd.vk.caps import DeviceCaps
 from vkumd.vk.errors import ContextClosed
 from vkumd.vk.handle import Handle
 from vkumd.vk.instance import Instance

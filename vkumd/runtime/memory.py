@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vkumd import settings
-from vkumd.vk.caps import DeviceCaps, MemoryType
 from vkumd.runtime.suballoc import RangeAllocator
 from vkumd.vk.binding import (
     BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT,
@@ -26,6 +25,7 @@ from vkumd.vk.binding import (
     new,
     vk,
 )
+from vkumd.vk.caps import DeviceCaps, MemoryType
 from vkumd.vk.errors import OutOfDeviceMemory, VkumdValueError, VulkanError, check
 from vkumd.vk.handle import Handle
 
