@@ -31,6 +31,30 @@ from vkumd.vk.handle import live_objects
 
 __version__ = "0.1.0"
 
+
+def _configure_logging() -> None:
+    """Honour ``VKUMD_LOG``: give the ``vkumd`` logger that level and a stderr handler."""
+    import logging
+
+    from vkumd import settings
+
+    level_name = settings.text("VKUMD_LOG")
+    if level_name is None:
+        return
+    level = logging.getLevelName(level_name.upper())
+    if not isinstance(level, int):
+        raise VkumdValueError(f"VKUMD_LOG={level_name!r} is not a logging level; use debug, "
+                              "info, warning or error")
+    logger = logging.getLogger("vkumd")
+    logger.setLevel(level)
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
+        logger.addHandler(handler)
+
+
+_configure_logging()
+
 __all__ = [
     "CapabilityMissing", "Context", "ContextClosed", "CoopMatShape", "DType", "DeviceCaps",
     "DeviceLost", "DeviceUnavailable", "ExtensionNotPresent", "FeatureNotPresent",

@@ -35,6 +35,8 @@ class DescriptorPool(Handle):
         out = ffi.new("VkDescriptorPool*")
         check("vkCreateDescriptorPool", lib.vkCreateDescriptorPool(device, info, NULL, out))
         self.handle = out[0]
+        self.capacity = SETS_PER_POOL
+        self.sets = 0
 
     def _release(self) -> None:
         lib.vkDestroyDescriptorPool(self.device, self.handle, NULL)
@@ -93,15 +95,21 @@ class DescriptorBinder:
         while True:
             if self._current == len(self._pools):
                 self._pools.append(DescriptorPool(self.device))
+            pool = self._pools[self._current]
+            # Some drivers hand out sets past maxSets; counting keeps us within the spec.
+            if pool.sets >= pool.capacity:
+                self._current += 1
+                continue
             info = new("VkDescriptorSetAllocateInfo",
                        vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                       descriptorPool=self._pools[self._current].handle, descriptorSetCount=1,
+                       descriptorPool=pool.handle, descriptorSetCount=1,
                        pSetLayouts=layout.set_layouts)
             result = lib.vkAllocateDescriptorSets(self.device, info, out)
             if result in (ERROR_OUT_OF_POOL_MEMORY, ERROR_FRAGMENTED_POOL):
                 self._current += 1  # this pool is full until the next reset
                 continue
             check("vkAllocateDescriptorSets", result)
+            pool.sets += 1
             self.sets_allocated += 1
             return out[0]
 
@@ -109,6 +117,7 @@ class DescriptorBinder:
         """Recycle every pooled set; only call once no pending work uses them."""
         for pool in self._pools:
             check("vkResetDescriptorPool", lib.vkResetDescriptorPool(self.device, pool.handle, 0))
+            pool.sets = 0
         self._current = 0
 
     def release(self) -> None:
