@@ -45,8 +45,10 @@ def test_pooled_descriptors_grow_a_new_pool_when_one_is_full(monkeypatch) -> Non
     monkeypatch.setattr(descriptors, "SETS_PER_POOL", 2)
     monkeypatch.setattr(descriptors, "BUFFERS_PER_POOL", 6)
     with vkumd.Context(push_descriptors=False) as ctx:
-        program = ctx.kernels.program("elementwise_binary",
-                                      {"ELEM": "float", "OP": 0, "WORKGROUP_SIZE": 64})
+        from vkumd.compiler.registry import KERNELS
+
+        kernel = KERNELS["elementwise_binary"]
+        program = ctx.kernels.program(kernel.name, kernel.variants(ctx.caps)[0])
         t = ctx.zeros((4,))
         buffers = [(t.allocation.buffer, t.allocation.offset, t.nbytes)] * 3
 
