@@ -53,10 +53,11 @@ def main() -> None:
             view = memoryview(host)
             out = memoryview(dst)
             ctx.transfers.upload(allocation, view)  # touch the pages once before timing
-            t_up = median_seconds(lambda: ctx.transfers.upload(allocation, view), args.repeats)
-            t_down = median_seconds(lambda: ctx.transfers.download(allocation, out),
+            t_up = median_seconds(lambda a=allocation, v=view: ctx.transfers.upload(a, v),
+                                  args.repeats)
+            t_down = median_seconds(lambda a=allocation, o=out: ctx.transfers.download(a, o),
                                     args.repeats)
-            t_np = median_seconds(lambda: np.copyto(dst, host), args.repeats)
+            t_np = median_seconds(lambda d=dst, h=host: np.copyto(d, h), args.repeats)
             assert np.array_equal(dst, host), "read-back differs from what was uploaded"
             ctx.memory.free(allocation)
             row = {"mib": mib, "upload_gbs": nbytes / t_up / 1e9,

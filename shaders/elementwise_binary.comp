@@ -2,16 +2,45 @@
 // out = a OP b with numpy broadcasting: strides of 0 repeat a dimension.
 // One pipeline serves every shape (shape and strides are push constants); OP is a
 // specialization constant so each operator gets its own straight-line code.
+// DTYPE (F32, F16, BF16, I32; see elementwise_types.glsl) picks the element type. Floats are
+// computed in float32 and rounded once to the storage type; int32 wraps on overflow.
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 #extension GL_EXT_shader_16bit_storage : require
 #include "common.glsl"
+#include "elementwise_types.glsl"
 
-#ifndef ELEM
+#ifndef DTYPE
+#define DTYPE F32
+#endif
+
+#if DTYPE == F32
 #define ELEM float
+#define VALUE float
+#define LOAD(x) (x)
+#define STORE(v) (v)
+#elif DTYPE == F16
+#define ELEM float16_t
+#define VALUE float
+#define LOAD(x) float(x)
+#define STORE(v) float16_t(v)
+#elif DTYPE == BF16
+#define ELEM uint16_t
+#define VALUE float
+#define LOAD(x) bf16_to_float(uint(x))
+#define STORE(v) uint16_t(float_to_bf16(v))
+#elif DTYPE == I32
+#define ELEM int
+#define VALUE int
+#define LOAD(x) (x)
+#define STORE(v) (v)
+#else
+#error "DTYPE must be F32, F16, BF16 or I32"
 #endif
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const uint OP = 0u;  // 0 add, 1 sub, 2 mul, 3 div
+// 0 add, 1 sub, 2 mul, 3 divide, 4 divide rounding down, 5 divide rounding toward zero.
+// Integer division by zero gives 0 (as numpy's floor_divide); INT_MIN / -1 gives INT_MIN.
+layout(constant_id = 1) const uint OP = 0u;
 
 layout(std430, binding = 0) readonly buffer A { ELEM a[]; };
 layout(std430, binding = 1) readonly buffer B { ELEM b[]; };
@@ -24,6 +53,30 @@ layout(push_constant) uniform Shape {
     uint a_stride[6];
     uint b_stride[6];
 } pc;
+
+VALUE divide(VALUE x, VALUE y) {
+#if DTYPE == I32
+    if (y == 0) {
+        return 0;
+    }
+    if (y == -1) {
+        return int(0u - uint(x));  // wraps INT_MIN to itself instead of overflowing
+    }
+    int q = x / y;  // truncates toward zero
+    if (OP == 4u && q * y != x && ((x < 0) != (y < 0))) {
+        q -= 1;
+    }
+    return q;
+#else
+    float q = x / y;
+    if (OP == 4u) {
+        q = floor(q);
+    } else if (OP == 5u) {
+        q = trunc(q);
+    }
+    return q;
+#endif
+}
 
 void main() {
     uint row_width = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
@@ -40,9 +93,9 @@ void main() {
         ia += coord * pc.a_stride[d];
         ib += coord * pc.b_stride[d];
     }
-    float x = float(a[ia]);
-    float y = float(b[ib]);
-    float r;
+    VALUE x = LOAD(a[ia]);
+    VALUE y = LOAD(b[ib]);
+    VALUE r;
     if (OP == 0u) {
         r = x + y;
     } else if (OP == 1u) {
@@ -50,7 +103,7 @@ void main() {
     } else if (OP == 2u) {
         r = x * y;
     } else {
-        r = x / y;
+        r = divide(x, y);
     }
-    result[index] = ELEM(r);
+    result[index] = STORE(r);
 }

@@ -1,10 +1,12 @@
-"""The ``vkumd`` command: ``vkumd info`` lists devices; ``vkumd demo`` runs the demo."""
+"""The ``vkumd`` command: ``vkumd info`` lists devices; ``vkumd demo`` runs the demo;
+``vkumd compile --all`` builds every kernel variant the device can use."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import sys
+import time
 
 from vkumd.runtime.context import devices
 from vkumd.runtime.device import default_device_index
@@ -86,6 +88,46 @@ def cmd_demo(_args: argparse.Namespace) -> int:
     return demo_main()
 
 
+def _progress(done: int, total: int, name: str) -> None:
+    """One self-overwriting status line on stderr: ``[12/40] name``."""
+    width = len(str(total))
+    end = "\n" if done == total else ""
+    sys.stderr.write(f"\r[{done:>{width}}/{total}] {name:<40}{end}")
+    sys.stderr.flush()
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    """Build every kernel variant the chosen device can use, filling the on-disk caches."""
+    if not args.all:
+        print("vkumd compile: say what to build; --all builds every kernel variant",
+              file=sys.stderr)
+        return 2
+    from vkumd.compiler.registry import KERNELS, effective_caps
+    from vkumd.runtime.context import RuntimeContext
+
+    start = time.perf_counter()
+    with RuntimeContext(device=args.device) as context:
+        registry = context.kernels
+        print(f"compiling for device {context.caps.index}: {context.caps.name}",
+              file=sys.stderr)
+        built: set[str] = set()
+
+        def progress(done: int, total: int, name: str) -> None:
+            built.add(name)
+            _progress(done, total, name)
+
+        summary = registry.compile_all(progress=progress)
+        have = effective_caps(context.caps)
+        reasons = [f"{name} (needs {', '.join(sorted(KERNELS[name].requires - have))})"
+                   for name in summary.skipped if name in KERNELS]
+    seconds = time.perf_counter() - start
+    print(f"compiled {len(built)} kernels, {summary.programs} programs in {seconds:.2f} s "
+          f"(pipelines {summary.seconds:.2f} s); SPIR-V cache: {summary.spirv_hits} hits, "
+          f"{summary.spirv_misses} misses; skipped {len(reasons)}"
+          + (f": {'; '.join(reasons)}" if reasons else ""))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``vkumd`` command."""
     parser = argparse.ArgumentParser(prog="vkumd", description=__doc__)
@@ -93,6 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("info", help="list devices and their capabilities").set_defaults(func=cmd_info)
     sub.add_parser("demo", help="run work on the default device and check it against numpy"
                    ).set_defaults(func=cmd_demo)
+    compile_parser = sub.add_parser("compile", help="build kernel variants ahead of time")
+    compile_parser.add_argument("--all", action="store_true",
+                                help="every variant of every kernel the device can use")
+    compile_parser.add_argument("--device", type=int, default=None, metavar="N",
+                                help="device index (see vkumd info); default: VKUMD_DEVICE or "
+                                "the best device")
+    compile_parser.set_defaults(func=cmd_compile)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

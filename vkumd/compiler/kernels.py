@@ -6,13 +6,20 @@ from vkumd.compiler.registry import Kernel, register
 from vkumd.vk.caps import DeviceCaps
 
 WORKGROUP = "WORKGROUP_SIZE"
-ELEMENTWISE_OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3}
+ELEMENTWISE_OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3, "div_floor": 4, "div_trunc": 5}
+# Element-type codes of the elementwise kernels (shaders/include/elementwise_types.glsl).
+ELEMENTWISE_TYPES = ("F32", "F16", "BF16", "I32")
+
+
+def _elementwise_types(caps: DeviceCaps) -> list[str]:
+    """The element types usable on ``caps``: float16 and bfloat16 need 16-bit storage."""
+    return [t for t in ELEMENTWISE_TYPES if caps.storage_16bit or t not in ("F16", "BF16")]
 
 
 def _elementwise_variants(caps: DeviceCaps) -> list[dict]:
-    elems = ["float"] + (["float16_t"] if caps.storage_16bit else [])
-    return [{"ELEM": elem, "OP": op, WORKGROUP: 64} for elem in elems
-            for op in ELEMENTWISE_OPS.values()]
+    # int32 has no true division (ops refuse it); it divides rounding down or toward zero.
+    return [{"DTYPE": dtype, "OP": op, WORKGROUP: 64} for dtype in _elementwise_types(caps)
+            for name, op in ELEMENTWISE_OPS.items() if not (dtype == "I32" and name == "div")]
 
 
 ELEMENTWISE_BINARY = register(Kernel(
@@ -20,7 +27,63 @@ ELEMENTWISE_BINARY = register(Kernel(
     source="elementwise_binary.comp",
     buffers=3,
     push_bytes=4 * 20,
-    defines={"ELEM": ("float", "float16_t", "int")},
+    defines={"DTYPE": ELEMENTWISE_TYPES},
     spec_constants={WORKGROUP: 0, "OP": 1},
     variants=_elementwise_variants,
+))
+
+
+def _coopmat_tile_variants(caps: DeviceCaps) -> list[dict]:
+    # One variant per float16 x float16 + float32 subgroup shape the driver lists; the
+    # workgroup is exactly one subgroup.
+    return [{WORKGROUP: caps.subgroup_size, "TM": s.m, "TN": s.n, "TK": s.k}
+            for s in caps.coopmat_shapes("float16", "float32")]
+
+
+GEMM_COOPMAT_TILE = register(Kernel(
+    name="gemm_coopmat_tile",
+    source="gemm_coopmat_tile.comp",
+    buffers=3,
+    push_bytes=4 * 6,
+    spec_constants={WORKGROUP: 0, "TM": 1, "TN": 2, "TK": 3},
+    requires=frozenset({"coopmat", "storage16", "float16"}),
+    variants=_coopmat_tile_variants,
+))
+
+
+# -- elementwise unary and fill (appended) -------------------------------------------------
+ELEMENTWISE_UNARY_OPS = {"convert": 0, "scale": 1}
+
+
+def _elementwise_unary_variants(caps: DeviceCaps) -> list[dict]:
+    types = _elementwise_types(caps)
+    converts = [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64} for src in types for dst in types]
+    scales = [{"SRC": t, "DST": t, "OP": 1, WORKGROUP: 64} for t in types]
+    return converts + scales
+
+
+ELEMENTWISE_UNARY = register(Kernel(
+    name="elementwise_unary",
+    source="elementwise_unary.comp",
+    buffers=2,
+    push_bytes=4 * 15,
+    defines={"SRC": ELEMENTWISE_TYPES, "DST": ELEMENTWISE_TYPES},
+    spec_constants={WORKGROUP: 0, "OP": 1},
+    variants=_elementwise_unary_variants,
+))
+
+
+def _elementwise_fill_variants(caps: DeviceCaps) -> list[dict]:
+    widths = [32] + ([16] if caps.storage_16bit else [])
+    return [{"WIDTH": width, WORKGROUP: 64} for width in widths]
+
+
+ELEMENTWISE_FILL = register(Kernel(
+    name="elementwise_fill",
+    source="elementwise_fill.comp",
+    buffers=1,
+    push_bytes=4 * 2,
+    defines={"WIDTH": (32, 16)},
+    spec_constants={WORKGROUP: 0},
+    variants=_elementwise_fill_variants,
 ))

@@ -74,16 +74,18 @@ class PipelineCache(Handle):
         initial = b""
         if path is not None and path.exists():
             try:
-                data = path.read_bytes()
+                data: bytes | None = path.read_bytes()
             except OSError as exc:
                 log.warning("cannot read pipeline cache %s (%s); starting empty", path, exc)
-                data = b""
-            problem = check_payload(data, caps) if data else "empty file"
-            if problem is None:
-                initial = data[len(MAGIC) + 32:]
-                self.loaded_bytes = len(initial)
-            else:
-                log.warning("ignoring pipeline cache %s: %s; it will be replaced", path, problem)
+                data = None
+            if data is not None:
+                problem = check_payload(data, caps) if data else "empty file"
+                if problem is None:
+                    initial = data[len(MAGIC) + 32:]
+                    self.loaded_bytes = len(initial)
+                else:
+                    log.warning("ignoring pipeline cache %s: %s; it will be replaced", path,
+                                problem)
         self._initial = ffi.from_buffer(initial) if initial else NULL
         info = new("VkPipelineCacheCreateInfo", vk.VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO,
                    initialDataSize=len(initial), pInitialData=self._initial)
@@ -107,16 +109,24 @@ class PipelineCache(Handle):
             return False
         payload = self.data()
         blob = MAGIC + hashlib.sha256(payload).digest() + payload
+        tmp: str | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".pc-")
             with os.fdopen(fd, "wb") as f:
                 f.write(blob)
             os.replace(tmp, self.path)
+            tmp = None
         except OSError as exc:
             log.warning("cannot save pipeline cache to %s (%s); continuing without", self.path,
                         exc)
             return False
+        finally:
+            if tmp is not None:  # the write or the rename failed: do not leave it behind
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
         return True
 
     def _release(self) -> None:

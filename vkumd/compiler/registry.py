@@ -78,7 +78,8 @@ def effective_caps(caps: DeviceCaps) -> set[str]:
         have.add("int8")
     if caps.storage_8bit:
         have.add("storage8")
-    if caps.cooperative_matrix and not settings.flag("VKUMD_DISABLE_COOPMAT"):
+    if (caps.cooperative_matrix and caps.vulkan_memory_model
+            and not settings.flag("VKUMD_DISABLE_COOPMAT")):
         have.add("coopmat")
     if "arithmetic" in caps.subgroup_operations:
         have.add("subgroup_arithmetic")

@@ -132,6 +132,7 @@ class Device(Handle):
         f12.storageBuffer8BitAccess = caps.storage_8bit
         f12.timelineSemaphore = caps.timeline_semaphores
         f12.bufferDeviceAddress = caps.buffer_device_address
+        f12.vulkanMemoryModel = caps.vulkan_memory_model
         f13.subgroupSizeControl = caps.subgroup_size_control
         f13.computeFullSubgroups = caps.subgroup_size_control
         f13.synchronization2 = True

@@ -177,6 +177,9 @@ class DeviceCaps:
     every buffer is bound through a descriptor."""
     subgroup_size_control: bool
     """A pipeline may require a subgroup size (Vulkan 1.3 feature)."""
+    vulkan_memory_model: bool
+    """The Vulkan memory model (needed by shaders that use ``GL_KHR_memory_scope_semantics``,
+    as cooperative-matrix kernels do). Fallback: such kernels are not selected."""
     cooperative_matrix: bool
     """``VK_KHR_cooperative_matrix`` with the feature on. Fallback: tiled scalar kernels."""
     cooperative_matrix_shapes: tuple[CoopMatShape, ...]
@@ -353,6 +356,7 @@ def query_caps(instance: Any, physical: Any, index: int) -> DeviceCaps:
         timeline_semaphores=bool(f12.timelineSemaphore),
         buffer_device_address=bool(f12.bufferDeviceAddress),
         subgroup_size_control=bool(f13.subgroupSizeControl),
+        vulkan_memory_model=bool(f12.vulkanMemoryModel),
         cooperative_matrix=coopmat,
         cooperative_matrix_shapes=_coopmat_shapes(instance, physical) if coopmat else (),
         memory_heaps=heaps,

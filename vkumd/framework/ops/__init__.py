@@ -1,5 +1,5 @@
 """Operations on tensors."""
 
-from vkumd.framework.ops.elementwise import add, div, mul, sub
+from vkumd.framework.ops.elementwise import add, cast, copy, div, fill, mul, scale, sub
 
-__all__ = ["add", "div", "mul", "sub"]
+__all__ = ["add", "cast", "copy", "div", "fill", "mul", "scale", "sub"]

@@ -1,0 +1,94 @@
+#version 450
+// out = convert(src) or out = src * alpha, with src broadcast into out's shape (stride 0
+// repeats a dimension). One pipeline per SRC/DST/OP serves every shape: shape, strides and
+// alpha are push constants.
+//
+// SRC and DST (F32, F16, BF16, I32; see elementwise_types.glsl) are the element types. OP 0
+// converts: equal types copy the stored bits unchanged; float -> int32 truncates toward zero
+// (out-of-range values and NaN are undefined, as in GLSL); everything else goes through
+// float32, rounding to nearest even (int32 -> float16/bfloat16 rounds twice, once to float32:
+// exact up to 2^24). OP 1 scales (SRC == DST): floats multiply in float32 by alpha (float32
+// bits), int32 multiplies by alpha (an int) and wraps.
+#extension GL_EXT_shader_explicit_arithmetic_types : require
+#extension GL_EXT_shader_16bit_storage : require
+#include "common.glsl"
+#include "elementwise_types.glsl"
+
+#ifndef SRC
+#define SRC F32
+#endif
+#ifndef DST
+#define DST SRC
+#endif
+
+#if SRC == F32
+#define SRC_ELEM float
+#define SRC_FLOAT(x) (x)
+#elif SRC == F16
+#define SRC_ELEM float16_t
+#define SRC_FLOAT(x) float(x)
+#elif SRC == BF16
+#define SRC_ELEM uint16_t
+#define SRC_FLOAT(x) bf16_to_float(uint(x))
+#elif SRC == I32
+#define SRC_ELEM int
+#define SRC_FLOAT(x) float(x)
+#else
+#error "SRC must be F32, F16, BF16 or I32"
+#endif
+
+#if DST == F32
+#define DST_ELEM float
+#define FROM_FLOAT(v) (v)
+#elif DST == F16
+#define DST_ELEM float16_t
+#define FROM_FLOAT(v) float16_t(v)
+#elif DST == BF16
+#define DST_ELEM uint16_t
+#define FROM_FLOAT(v) uint16_t(float_to_bf16(v))
+#elif DST == I32
+#define DST_ELEM int
+#define FROM_FLOAT(v) int(v)
+#else
+#error "DST must be F32, F16, BF16 or I32"
+#endif
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint OP = 0u;  // 0 convert (or copy), 1 scale
+
+layout(std430, binding = 0) readonly buffer Src { SRC_ELEM src[]; };
+layout(std430, binding = 1) writeonly buffer Out { DST_ELEM result[]; };
+
+layout(push_constant) uniform Shape {
+    uint n;           // elements of the output
+    uint ndim;        // dimensions used (<= 6), innermost last
+    uint shape[6];    // output shape
+    uint stride[6];   // src element strides in the output's coordinates
+    uint alpha;       // OP 1: float32 bits, or an int for int32
+} pc;
+
+void main() {
+    uint row_width = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    uint index = gl_GlobalInvocationID.y * row_width + gl_GlobalInvocationID.x;
+    if (index >= pc.n) {
+        return;
+    }
+    uint rest = index;
+    uint is = 0u;
+    for (int d = int(pc.ndim) - 1; d >= 0; --d) {
+        uint coord = rest % pc.shape[d];
+        rest /= pc.shape[d];
+        is += coord * pc.stride[d];
+    }
+#if SRC == DST && SRC == I32
+    result[index] = OP == 1u ? src[is] * int(pc.alpha) : src[is];
+#elif SRC == DST
+    if (OP == 1u) {
+        result[index] = FROM_FLOAT(SRC_FLOAT(src[is]) * uintBitsToFloat(pc.alpha));
+    } else {
+        result[index] = src[is];
+    }
+#else
+    result[index] = FROM_FLOAT(SRC_FLOAT(src[is]));
+#endif
+}
