@@ -9,8 +9,12 @@
 # ICD json whose library_path is absolute, and starts the command through that root's own
 # dynamic loader:
 #     ROOT/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path LIBS python ...
-# with VK_DRIVER_FILES naming that json. LD_LIBRARY_PATH is not used: it would leak into
-# children (glslangValidator, compilers), which must keep running on the system's glibc.
+# with VK_DRIVER_FILES naming that json. Debian 13's vulkan-validationlayers (from trixie) is
+# part of the closure too: Debian 12's layer predates VK_KHR_cooperative_matrix. The lane
+# writes its own explicit-layer json (absolute library_path into the root) and sets
+# VK_LAYER_PATH to that directory only, so the system's layer is never picked up.
+# LD_LIBRARY_PATH is not used: it would leak into children (glslangValidator, compilers),
+# which must keep running on the system's glibc.
 # Nothing outside the lane directory is written; the system's apt state is untouched (apt
 # runs with its own source list, lists, cache and an empty dpkg status).
 #
@@ -31,7 +35,8 @@
 #   VKUMD_LANE_REFRESH  1: refresh the package lists and re-resolve even when cached
 #   VKUMD_LANE_KEYRING  keyring apt checks the trixie archive with
 #                       (default /usr/share/keyrings/debian-archive-keyring.gpg)
-# Exported into the command it runs (besides VK_DRIVER_FILES):
+# Exported into the command it runs (besides VK_DRIVER_FILES and VK_LAYER_PATH; a caller's
+# VK_ADD_LAYER_PATH is dropped, it could shadow the lane's validation layer):
 #   VKUMD_LANE_LDSO, VKUMD_LANE_LIBRARY_PATH  to start another process under the lane
 #                       ("$VKUMD_LANE_LDSO" --library-path "$VKUMD_LANE_LIBRARY_PATH" BIN ...)
 #
@@ -42,7 +47,7 @@
 set -euo pipefail
 
 # Bump when the layout or the way the lane is put together changes: invalidates the stamp.
-LANE_FORMAT=1
+LANE_FORMAT=2
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 lane="${VKUMD_LANE_DIR:-${HOME:-/root}/.cache/vkumd/mesa26-lane}"
@@ -58,6 +63,9 @@ aptdir="$lane/apt"
 debs="$lane/debs"
 root="$lane/root"
 icd="$lane/lvp_icd.x86_64.json"
+layerdir="$lane/explicit_layer.d"
+layer_json="$layerdir/VkLayer_khronos_validation.json"
+layer_lib="$root/usr/lib/$multiarch/libVkLayer_khronos_validation.so"
 stamp="$lane/stamp"
 libpath="$root/usr/lib/$multiarch:$root/lib/$multiarch"
 ldso="$root/usr/lib/$multiarch/ld-linux-x86-64.so.2"
@@ -70,6 +78,8 @@ wanted() {
   if [ -n "$pin" ]; then echo "mesa-vulkan-drivers=$pin"; else echo "mesa-vulkan-drivers/$suite"; fi
   # Named explicitly so that they come from the same release even if an old copy would do.
   echo libc6 libstdc++6 libgcc-s1 libvulkan1
+  # Khronos validation from the same release (Debian 12's 1.3.239 predates the extension).
+  echo vulkan-validationlayers
 }
 
 apt_opts() {
@@ -143,7 +153,7 @@ resolve() {
 
 lane_ok() {  # the unpacked lane is whole and matches the stamp
   [ -f "$stamp" ] && [ -x "$ldso" ] && [ -f "$icd" ] &&
-    [ -f "$root/usr/lib/$multiarch/libvulkan_lvp.so" ] &&
+    [ -f "$root/usr/lib/$multiarch/libvulkan_lvp.so" ] && [ -f "$layer_lib" ] &&
     [ "$(head -n1 "$stamp")" = "format=$LANE_FORMAT" ]
 }
 
@@ -164,6 +174,19 @@ EOF
   mv -f "$icd.new" "$icd"
 }
 
+# The lane's own explicit-layer directory: Debian 13's validation json with library_path
+# rewritten to the absolute path of the unpacked .so (Debian's names it without a path).
+write_layer() {
+  local src="$root/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json"
+  [ -f "$layer_lib" ] || die "the unpacked vulkan-validationlayers has no $layer_lib"
+  [ -f "$src" ] || die "the unpacked vulkan-validationlayers has no $src"
+  mkdir -p "$layerdir"
+  sed 's|"library_path" *: *"[^"]*"|"library_path": "'"$layer_lib"'"|' "$src" > "$layer_json.new"
+  grep -q "\"library_path\": \"$layer_lib\"" "$layer_json.new" ||
+    die "could not rewrite library_path in $src"
+  mv -f "$layer_json.new" "$layer_json"
+}
+
 provision_files() {
   check_host
   command -v dpkg-deb >/dev/null || die "dpkg-deb not found"
@@ -176,8 +199,9 @@ provision_files() {
   fi
   local refresh=${VKUMD_LANE_REFRESH:-0}
   if lane_ok && [ "$refresh" != 1 ]; then
-    say "cached lane in $lane ($(sed -n 's/^mesa-vulkan-drivers=//p' "$stamp")); VKUMD_LANE_REFRESH=1 re-resolves"
+    say "cached lane in $lane (mesa $(sed -n 's/^mesa-vulkan-drivers=//p' "$stamp"), validation layer $(sed -n 's/^vulkan-validationlayers=//p' "$stamp")); VKUMD_LANE_REFRESH=1 re-resolves"
     write_icd
+    write_layer
     return 0
   fi
   local t0=$SECONDS
@@ -186,6 +210,7 @@ provision_files() {
   closure=$(resolve)
   [ -n "$closure" ] || die "apt resolved nothing for $(wanted | tr '\n' ' ')"
   grep -q '^mesa-vulkan-drivers=' <<<"$closure" || die "apt resolved no mesa-vulkan-drivers"
+  grep -q '^vulkan-validationlayers=' <<<"$closure" || die "apt resolved no vulkan-validationlayers"
   local mesa_ver
   mesa_ver=$(sed -n 's/^mesa-vulkan-drivers=//p' <<<"$closure")
   case "$mesa_ver" in
@@ -198,6 +223,7 @@ provision_files() {
     say "lane in $lane is current (mesa-vulkan-drivers $mesa_ver)"
     rm -rf "$aptdir/lists"
     write_icd
+    write_layer
     return 0
   fi
   say "mesa-vulkan-drivers $mesa_ver: $(wc -l <<<"$closure") packages to download"
@@ -252,12 +278,13 @@ provision_files() {
 
   check_linkage
   write_icd
+  write_layer
   printf '%s\n' "$key" > "$stamp.new"; mv -f "$stamp.new" "$stamp"
   # The .debs are unpacked; keeping them would only double the cache.
   rm -rf "$debs"
   # So are the package lists (20 MB); a refresh fetches them again in seconds.
   rm -rf "$aptdir/lists"
-  say "lane provisioned in $((SECONDS - t0)) s: mesa-vulkan-drivers $mesa_ver in $root"
+  say "lane provisioned in $((SECONDS - t0)) s: mesa-vulkan-drivers $mesa_ver, vulkan-validationlayers $(sed -n 's/^vulkan-validationlayers=//p' <<<"$closure") in $root"
 }
 
 # Every library lavapipe needs must resolve inside the lane root (else it would silently pick
@@ -273,6 +300,10 @@ check_linkage() {
   say "libvulkan_lvp.so links ${llvm:-no libLLVM?}"
   outside=$(printf '%s\n' "$out" | awk -v r="$root" '$2=="=>" && index($3, r)!=1 {print $1}' | tr '\n' ' ')
   [ -z "$outside" ] || say "note: found outside the lane root: $outside"
+  out=$("$ldso" --library-path "$libpath" --list "$layer_lib" 2>&1) ||
+    { printf '%s\n' "$out" >&2; die "the lane's validation layer does not link under its own ld.so"; }
+  missing=$(printf '%s\n' "$out" | grep -E 'not found' || true)
+  [ -z "$missing" ] || { printf '%s\n' "$out" >&2; die "$layer_lib misses libraries: $missing"; }
 }
 
 # build_argv CMD ARGS...: fills the array `argv` with the command line that runs CMD under the lane.
@@ -310,6 +341,14 @@ lane_env() {
   export VK_DRIVER_FILES="$icd"
   # Older loaders read only the old name.
   export VK_ICD_FILENAMES="$icd"
+  # Explicit layers come from the lane only: VK_LAYER_PATH replaces the loader's default
+  # search (/usr/share/vulkan/explicit_layer.d holds Debian 12's 1.3.239 validation layer).
+  # VK_ADD_LAYER_PATH would be searched first, so a caller's value is dropped.
+  export VK_LAYER_PATH="$layerdir"
+  if [ -n "${VK_ADD_LAYER_PATH:-}" ]; then
+    say "note: ignoring VK_ADD_LAYER_PATH=$VK_ADD_LAYER_PATH under the lane"
+  fi
+  unset VK_ADD_LAYER_PATH
   export VKUMD_LANE_LDSO="$ldso"
   export VKUMD_LANE_LIBRARY_PATH="$libpath"
 }
@@ -346,12 +385,14 @@ VKUMD_LANE_SUITE=$suite
 VKUMD_LANE_MESA=$pin
 VKUMD_LANE_KEYRING=$keyring
 VK_DRIVER_FILES=$icd
+VK_LAYER_PATH=$layerdir
 VKUMD_LANE_LDSO=$ldso
 VKUMD_LANE_LIBRARY_PATH=$libpath
 lane_root=$root
 lane_stamp=$stamp
 lane_provisioned=$(lane_ok && echo yes || echo no)
 mesa_vulkan_drivers=$( [ -f "$stamp" ] && sed -n 's/^mesa-vulkan-drivers=//p' "$stamp")
+vulkan_validationlayers=$( [ -f "$stamp" ] && sed -n 's/^vulkan-validationlayers=//p' "$stamp")
 EOF
 }
 
