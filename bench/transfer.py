@@ -11,22 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import numpy as np
 
 import vkumd
 from vkumd.runtime.memory import MemoryUsage
-
-
-def median_seconds(run, repeats: int) -> float:
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+from vkumd.timing import median_seconds
 
 
 def main() -> None:

@@ -5,24 +5,14 @@ Run it as ``python -m vkumd.demo`` or ``vkumd demo``.
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
-from collections.abc import Callable
 
 import numpy as np
 
 import vkumd
 from vkumd.framework import ops
-
-
-def _median_seconds(run: Callable[[], object], repeats: int = 5) -> float:
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+from vkumd.timing import median_seconds
 
 
 def _relative_error(got: np.ndarray, want: np.ndarray) -> float:
@@ -64,8 +54,8 @@ def main() -> int:
         err = _relative_error(got, want)
         ok = err < 1e-6 and not np.isnan(got).any()
         failures += not ok
-        t_vk = _median_seconds(lambda: ops.add(ta, tbias, out=out))
-        t_np = _median_seconds(lambda: np.add(a, bias))
+        t_vk = median_seconds(lambda: ops.add(ta, tbias, out=out))
+        t_np = median_seconds(lambda: np.add(a, bias))
         print(f"add [{rows}x{cols}] + [{cols}]: relative error {err:.1e} "
               f"({'ok' if ok else 'MISMATCH'}); vkumd {t_vk * 1e3:.2f} ms, numpy "
               f"{t_np * 1e3:.2f} ms (ratio {t_np / t_vk:.2f} of numpy's speed)")
