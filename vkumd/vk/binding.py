@@ -79,11 +79,6 @@ def c_strings(names: list[str]) -> tuple[Any, list[Any]]:
     return array, keep
 
 
-def proc(instance: Any, name: str) -> Any:
-    """Return an instance-level extension function from the binding, wrapped for Python."""
-    return vk.vkGetInstanceProcAddr(instance, name)
-
-
 def raw_proc(instance: Any, name: str, signature: str) -> Any:
     """Return an instance-level extension function as a raw cffi function pointer."""
     address = lib.vkGetInstanceProcAddr(instance, name.encode())

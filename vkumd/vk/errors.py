@@ -159,9 +159,6 @@ for _name in dir(_vk):
         if isinstance(_value, int) and not _name.endswith(("_KHR", "_EXT", "_NV")):
             _NAMES.setdefault(_value, _name)
 
-# The binding raises its own classes for every non-success code; map them back to codes.
-_BINDING_CLASS_TO_RESULT: dict[type, int] = {cls: code for code, cls in _vk.exception_codes.items()}
-
 
 def result_name(result: int) -> str:
     """Return the ``VK_*`` name of a ``VkResult`` value, or ``"VkResult(n)"`` if unknown."""
@@ -182,8 +179,3 @@ def check(call: str, result: int, detail: str = "") -> int:
     if result < 0:
         raise error_for(call, result, detail)
     return result
-
-
-def result_of_binding_exception(exc: BaseException) -> int | None:
-    """Return the ``VkResult`` behind an exception raised by the ``vulkan`` binding."""
-    return _BINDING_CLASS_TO_RESULT.get(type(exc))
