@@ -3,6 +3,7 @@
 Start with :class:`Context`; list devices with :func:`devices`.
 """
 
+from vkumd import ops
 from vkumd.framework.context import Context, from_dlpack
 from vkumd.framework.dtypes import DType, bfloat16, float16, float32, int8, int32, uint8
 from vkumd.framework.tensor import Tensor
@@ -61,5 +62,5 @@ __all__ = [
     "InitializationFailed", "LayerNotPresent", "OutOfDeviceMemory", "OutOfHostMemory",
     "ShaderCompileError", "Tensor", "TimeoutError", "ValidationError", "VkumdError",
     "VkumdTypeError", "VkumdValueError", "VulkanError", "bfloat16", "devices", "float16",
-    "float32", "from_dlpack", "int8", "int32", "live_objects", "uint8",
+    "float32", "from_dlpack", "int8", "int32", "live_objects", "ops", "uint8",
 ]

@@ -24,6 +24,8 @@ from vkumd.vk.caps import DeviceCaps
 from vkumd.vk.errors import CapabilityMissing, VkumdValueError
 
 Variant = dict[str, Any]  # define name -> value, plus spec-constant name -> value
+# The specialization constant every kernel takes for its workgroup width (constant_id 0).
+WORKGROUP = "WORKGROUP_SIZE"
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,10 @@
-"""The kernels vkumd ships, registered with their defines, constants and variants."""
+"""Elementwise kernels: binary ops, conversions and scaling, and fill."""
 
 from __future__ import annotations
 
-from vkumd.compiler.registry import Kernel, register
+from vkumd.compiler.registry import WORKGROUP, Kernel, register
 from vkumd.vk.caps import DeviceCaps
 
-WORKGROUP = "WORKGROUP_SIZE"
 ELEMENTWISE_OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3, "div_floor": 4, "div_trunc": 5}
 # Element-type codes of the elementwise kernels (shaders/include/elementwise_types.glsl).
 ELEMENTWISE_TYPES = ("F32", "F16", "BF16", "I32")
@@ -33,25 +32,6 @@ ELEMENTWISE_BINARY = register(Kernel(
 ))
 
 
-def _coopmat_tile_variants(caps: DeviceCaps) -> list[dict]:
-    # One variant per float16 x float16 + float32 subgroup shape the driver lists; the
-    # workgroup is exactly one subgroup.
-    return [{WORKGROUP: caps.subgroup_size, "TM": s.m, "TN": s.n, "TK": s.k}
-            for s in caps.coopmat_shapes("float16", "float32")]
-
-
-GEMM_COOPMAT_TILE = register(Kernel(
-    name="gemm_coopmat_tile",
-    source="gemm_coopmat_tile.comp",
-    buffers=3,
-    push_bytes=4 * 6,
-    spec_constants={WORKGROUP: 0, "TM": 1, "TN": 2, "TK": 3},
-    requires=frozenset({"coopmat", "storage16", "float16"}),
-    variants=_coopmat_tile_variants,
-))
-
-
-# -- elementwise unary and fill (appended) -------------------------------------------------
 ELEMENTWISE_UNARY_OPS = {"convert": 0, "scale": 1}
 
 

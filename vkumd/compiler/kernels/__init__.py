@@ -1,0 +1,25 @@
+"""The kernels vkumd ships: importing this package registers every family in the registry.
+
+One module per kernel family; each registers its :class:`~vkumd.compiler.registry.Kernel`
+objects with their defines, specialization constants and variants.
+"""
+
+from vkumd.compiler.kernels.coopmat_tile import GEMM_COOPMAT_TILE
+from vkumd.compiler.kernels.elementwise import (
+    ELEMENTWISE_BINARY,
+    ELEMENTWISE_FILL,
+    ELEMENTWISE_OPS,
+    ELEMENTWISE_TYPES,
+    ELEMENTWISE_UNARY,
+    ELEMENTWISE_UNARY_OPS,
+)
+from vkumd.compiler.registry import WORKGROUP
+
+# Activation codes shared by every kernel that applies one (shaders/include/activation.glsl).
+ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
+
+__all__ = [
+    "ACTIVATIONS",
+    "ELEMENTWISE_BINARY", "ELEMENTWISE_FILL", "ELEMENTWISE_OPS", "ELEMENTWISE_TYPES",
+    "ELEMENTWISE_UNARY", "ELEMENTWISE_UNARY_OPS", "GEMM_COOPMAT_TILE", "WORKGROUP",
+]
