@@ -7,7 +7,10 @@ from vkumd import ops
 from vkumd.framework.context import Context, from_dlpack
 from vkumd.framework.dtypes import DType, bfloat16, float16, float32, int8, int32, uint8
 from vkumd.framework.tensor import Tensor
+from vkumd.runtime.capture import CaptureError, Graph
 from vkumd.runtime.context import devices
+from vkumd.runtime.profiler import Profiler, profile
+from vkumd.runtime.stream import Event, Stream
 from vkumd.vk.caps import CoopMatShape, DeviceCaps
 from vkumd.vk.errors import (
     CapabilityMissing,
@@ -57,10 +60,11 @@ def _configure_logging() -> None:
 _configure_logging()
 
 __all__ = [
-    "CapabilityMissing", "Context", "ContextClosed", "CoopMatShape", "DType", "DeviceCaps",
-    "DeviceLost", "DeviceUnavailable", "ExtensionNotPresent", "FeatureNotPresent",
-    "InitializationFailed", "LayerNotPresent", "OutOfDeviceMemory", "OutOfHostMemory",
-    "ShaderCompileError", "Tensor", "TimeoutError", "ValidationError", "VkumdError",
+    "CapabilityMissing", "CaptureError", "Context", "ContextClosed", "CoopMatShape", "DType",
+    "DeviceCaps", "DeviceLost", "DeviceUnavailable", "Event", "ExtensionNotPresent",
+    "FeatureNotPresent", "Graph", "InitializationFailed", "LayerNotPresent",
+    "OutOfDeviceMemory", "OutOfHostMemory", "Profiler", "ShaderCompileError", "Stream",
+    "Tensor", "TimeoutError", "ValidationError", "VkumdError",
     "VkumdTypeError", "VkumdValueError", "VulkanError", "bfloat16", "devices", "float16",
-    "float32", "from_dlpack", "int8", "int32", "live_objects", "ops", "uint8",
+    "float32", "from_dlpack", "int8", "int32", "live_objects", "ops", "profile", "uint8",
 ]

@@ -22,6 +22,9 @@ VARIABLES: dict[str, str] = {
     "VKUMD_DISABLE_FP16": "`1` never selects float16-arithmetic kernel variants.",
     "VKUMD_DISABLE_PUSH_DESCRIPTORS": "`1` binds buffers through descriptor pools even where "
     "VK_KHR_push_descriptor exists.",
+    "VKUMD_DISABLE_TIMELINE_SEMAPHORES": "`1` counts submissions with fences instead of "
+    "timeline semaphores (the fallback for drivers without them; cross-stream waits then "
+    "block the host).",
     "VKUMD_MEMORY_LIMIT": "Cap on device bytes the memory pool may hold (e.g. `2GiB`, `512MB`).",
     "VKUMD_ZERO_MEMORY": "`1` zero-fills every allocation, as `Context(zero_memory=True)`.",
     "VKUMD_LOG": "Logging level of the `vkumd` logger (`debug`, `info`, `warning`).",

@@ -121,7 +121,8 @@ class KernelRegistry:
         self.layouts = LayoutCache(device)
         self._programs: dict[tuple[str, tuple[tuple[str, str], ...]], Program] = {}
         self._lock = threading.Lock()
-        self.on_compile: Callable[[str, float], None] | None = None
+        # Called after each pipeline build with (kernel name, seconds, SPIR-V came from cache).
+        self.on_compile: Callable[[str, float, bool], None] | None = None
 
     def supports(self, kernel: Kernel) -> bool:
         """Whether every capability ``kernel`` requires is available."""
@@ -166,6 +167,7 @@ class KernelRegistry:
             program = self._programs.get(key)
             if program is None:
                 start = time.perf_counter()
+                misses = self.spirv_cache.stats().misses
                 spirv = self.spirv_cache.get_or_compile(kernel.source_text(), name=kernel.source,
                                                         defines=defines)
                 layout = self.layouts.get(LayoutSignature(kernel.buffers, kernel.push_bytes,
@@ -176,7 +178,8 @@ class KernelRegistry:
                                   specialization=specialization, name=name)
                 self._programs[key] = program
                 if self.on_compile is not None:
-                    self.on_compile(name, time.perf_counter() - start)
+                    self.on_compile(name, time.perf_counter() - start,
+                                    self.spirv_cache.stats().misses == misses)
         return program
 
     def compile_all(self, progress: Callable[[int, int, str], None] | None = None

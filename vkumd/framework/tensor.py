@@ -83,7 +83,7 @@ class Tensor(Handle):
     def numpy(self) -> np.ndarray:
         """Copy the tensor to a new numpy array (bfloat16 comes back as float32)."""
         allocation = self._live_allocation("Tensor.numpy()")
-        self.context.before_host_access(self)
+        self.context.before_host_access(self, "Tensor.numpy()")
         bits = np.empty(self.shape, dtype=self.dtype.storage)
         if allocation is not None:
             self.context.transfers.download(allocation, memoryview(bits).cast("B"))
@@ -93,8 +93,17 @@ class Tensor(Handle):
         array = self.numpy()
         return array if dtype is None else array.astype(dtype)
 
-    def write(self, array: Any) -> None:
-        """Overwrite the tensor's contents with ``array`` (same shape; converted to the dtype)."""
+    def write(self, array: Any, *, stream: Any = None) -> None:
+        """Overwrite the tensor's contents with ``array`` (same shape; converted to the dtype).
+
+        Args:
+            array: the new contents.
+            stream: for memory the host cannot map, copy through staging memory on this
+                stream (a transfer stream overlaps the copy with compute) and return without
+                waiting; order later work after it with ``stream.record()`` and
+                ``other.wait(event)``. Memory the host maps is written directly, after the
+                work that uses the tensor has finished.
+        """
         allocation = self._live_allocation("Tensor.write()")
         source = np.asarray(array)
         if source.shape != self.shape:
@@ -102,10 +111,15 @@ class Tensor(Handle):
                                   f"of shape {self.shape}")
         if source.dtype.kind in "cOSUVMm":
             raise VkumdTypeError(f"cannot write an array of {source.dtype} into a tensor")
-        self.context.before_host_access(self)
-        if allocation is not None:
-            bits = dtypes.to_storage(source, self.dtype)
-            self.context.transfers.upload(allocation, memoryview(bits).cast("B"))
+        if allocation is None:
+            return
+        bits = dtypes.to_storage(source, self.dtype)
+        if stream is not None and not allocation.host_visible:
+            self.context.refuse_during_capture("Tensor.write()")
+            stream.upload(allocation, memoryview(bits).cast("B"))
+            return
+        self.context.before_host_access(self, "Tensor.write()")
+        self.context.transfers.upload(allocation, memoryview(bits).cast("B"))
 
     # -- DLPack -------------------------------------------------------------------------
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -135,7 +149,7 @@ class Tensor(Handle):
         if not allocation.host_visible:
             raise VkumdValueError(f"{what}: this tensor is in device-only memory; copy it with "
                                   ".numpy() instead")
-        self.context.before_host_access(self)
+        self.context.before_host_access(self, what)
         allocation.invalidate()
         pointer = ffi.cast("uint8_t*", allocation.block.mapped + allocation.offset)
         # The destructor closure holds the tensor, so the memory outlives every view of it.

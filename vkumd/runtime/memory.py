@@ -83,6 +83,12 @@ class Block(Handle):
         buffer_info = new("VkBufferCreateInfo", vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                           size=size, usage=pool.buffer_usage,
                           sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE)
+        if pool.queue_families is not None:
+            # Compute and transfer queues of different families both touch every buffer;
+            # concurrent sharing spares an ownership transfer per copy.
+            buffer_info.sharingMode = vk.VK_SHARING_MODE_CONCURRENT
+            buffer_info.queueFamilyIndexCount = len(pool.queue_families)
+            buffer_info.pQueueFamilyIndices = pool.queue_families
         buffer = ffi.new("VkBuffer*")
         check("vkCreateBuffer", lib.vkCreateBuffer(device, buffer_info, NULL, buffer),
               f"{size} bytes")
@@ -193,15 +199,19 @@ class MemoryPool:
         block_size: size of each shared block.
         dedicated_threshold: requests at least this large get their own block.
         limit: most bytes of blocks the pool may hold; ``None`` reads ``VKUMD_MEMORY_LIMIT``.
+        queue_families: the queue families that use the buffers; more than one makes every
+            block's buffer ``VK_SHARING_MODE_CONCURRENT`` across them.
     """
 
     def __init__(self, device_handle: Any, caps: DeviceCaps, *,
                  block_size: int = DEFAULT_BLOCK_SIZE, dedicated_threshold: int | None = None,
-                 limit: int | None = None) -> None:
+                 limit: int | None = None, queue_families: tuple[int, ...] = ()) -> None:
         if block_size < MiB:
             raise VkumdValueError(f"block_size={block_size} is below the 1 MiB minimum")
         self.device_handle = device_handle
         self.caps = caps
+        families = sorted(set(queue_families))
+        self.queue_families = ffi.new("uint32_t[]", families) if len(families) > 1 else None
         self.block_size = block_size
         self.dedicated_threshold = dedicated_threshold or block_size // 2
         self.alignment = max(MIN_ALIGNMENT, caps.min_storage_buffer_offset_alignment,

@@ -2,8 +2,13 @@
 
 With ``VK_KHR_push_descriptor`` the buffers go straight into the command buffer. Without it
 sets are allocated from pools; a pool that runs out (``VK_ERROR_OUT_OF_POOL_MEMORY`` or
-``VK_ERROR_FRAGMENTED_POOL``) is joined by a new one, and :meth:`DescriptorBinder.reset`
-recycles them all once the submissions that used them have completed.
+``VK_ERROR_FRAGMENTED_POOL``) is joined by another. The pools a submission used are handed
+to it with :meth:`DescriptorBinder.take_pools` and come back through
+:meth:`DescriptorBinder.recycle` once that submission has completed, so no set is reset
+while the device may still read it.
+
+A binder belongs to one stream: its scratch structs are reused on every bind, which is safe
+because push descriptors and ``vkUpdateDescriptorSets`` copy them before returning.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from vkumd.vk.handle import Handle
 
 SETS_PER_POOL = 1024
 BUFFERS_PER_POOL = 8 * SETS_PER_POOL
+# Most kernels bind a handful of buffers; the scratch structs grow if one binds more.
+_SCRATCH_BINDINGS = 8
 
 BufferRange = tuple[Any, int, int]  # (VkBuffer, offset, range)
 
@@ -38,6 +45,11 @@ class DescriptorPool(Handle):
         self.capacity = SETS_PER_POOL
         self.sets = 0
 
+    def reset(self) -> None:
+        """Free every set of the pool at once."""
+        check("vkResetDescriptorPool", lib.vkResetDescriptorPool(self.device, self.handle, 0))
+        self.sets = 0
+
     def _release(self) -> None:
         lib.vkDestroyDescriptorPool(self.device, self.handle, NULL)
 
@@ -56,73 +68,112 @@ class DescriptorBinder:
         self._push = (raw_device_proc(device, "vkCmdPushDescriptorSetKHR",
                                       "PFN_vkCmdPushDescriptorSetKHR")
                       if push_descriptors else None)
-        self._pools: list[DescriptorPool] = []
-        self._current = 0
+        self._pools: list[DescriptorPool] = []   # every pool this binder created
+        self._free: list[DescriptorPool] = []    # reset, ready for a new submission
+        self._active: list[DescriptorPool] = []  # in use by the work being recorded
         self.sets_allocated = 0
+        self._set_out = ffi.new("VkDescriptorSet[1]")
+        self._alloc_info = new("VkDescriptorSetAllocateInfo",
+                               vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                               descriptorSetCount=1)
+        self._grow_scratch(_SCRATCH_BINDINGS)
+
+    def _grow_scratch(self, n: int) -> None:
+        self._infos = ffi.new("VkDescriptorBufferInfo[]", n)
+        self._writes = ffi.new("VkWriteDescriptorSet[]", n)
+        for i in range(n):
+            write = self._writes[i]
+            write.sType = vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
+            write.dstBinding = i
+            write.descriptorCount = 1
+            write.descriptorType = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+            write.pBufferInfo = self._infos + i
+        self._capacity = n
 
     @property
     def pool_count(self) -> int:
         """How many descriptor pools the pooled path has created."""
         return len(self._pools)
 
-    def bind(self, cmd: Any, layout: Any, buffers: Sequence[BufferRange]) -> None:
-        """Bind ``buffers`` to bindings 0..n-1 of set 0 of ``layout`` (a compiler Layout)."""
+    def prepare(self, layout: Any, buffers: Sequence[BufferRange]) -> Any:
+        """Write ``buffers`` into the scratch structs (and a pooled set); return the set or None.
+
+        Everything that can fail happens here, before the caller records any command.
+        """
         n = len(buffers)
-        infos = ffi.new("VkDescriptorBufferInfo[]", n)
-        writes = ffi.new("VkWriteDescriptorSet[]", n)
+        if n > self._capacity:
+            self._grow_scratch(n)
+        infos = self._infos
         for i, (buffer, offset, size) in enumerate(buffers):
-            infos[i].buffer = buffer
-            infos[i].offset = offset
-            infos[i].range = size
-            writes[i].sType = vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
-            writes[i].dstBinding = i
-            writes[i].descriptorCount = 1
-            writes[i].descriptorType = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
-            writes[i].pBufferInfo = infos + i
+            info = infos[i]
+            info.buffer = buffer
+            info.offset = offset
+            info.range = size
         if self._push is not None:
-            self._push(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, layout.handle, 0, n, writes)
-            return
+            return None
         descriptor_set = self._allocate(layout)
+        writes = self._writes
         for i in range(n):
             writes[i].dstSet = descriptor_set
         lib.vkUpdateDescriptorSets(self.device, n, writes, 0, NULL)
-        sets = ffi.new("VkDescriptorSet[]", [descriptor_set])
+        return descriptor_set
+
+    def record(self, cmd: Any, layout: Any, n: int, descriptor_set: Any) -> None:
+        """Record the binding that :meth:`prepare` made ready (``n`` buffers)."""
+        if self._push is not None:
+            self._push(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, layout.handle, 0, n, self._writes)
+            return
+        self._set_out[0] = descriptor_set
         lib.vkCmdBindDescriptorSets(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, layout.handle, 0, 1,
-                                    sets, 0, NULL)
+                                    self._set_out, 0, NULL)
+
+    def bind(self, cmd: Any, layout: Any, buffers: Sequence[BufferRange]) -> None:
+        """Bind ``buffers`` to bindings 0..n-1 of set 0 of ``layout`` (a compiler Layout)."""
+        self.record(cmd, layout, len(buffers), self.prepare(layout, buffers))
 
     def _allocate(self, layout: Any) -> Any:
-        out = ffi.new("VkDescriptorSet*")
+        info = self._alloc_info
+        info.pSetLayouts = layout.set_layouts
         while True:
-            if self._current == len(self._pools):
-                self._pools.append(DescriptorPool(self.device))
-            pool = self._pools[self._current]
-            # Some drivers hand out sets past maxSets; counting keeps us within the spec.
-            if pool.sets >= pool.capacity:
-                self._current += 1
-                continue
-            info = new("VkDescriptorSetAllocateInfo",
-                       vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                       descriptorPool=pool.handle, descriptorSetCount=1,
-                       pSetLayouts=layout.set_layouts)
-            result = lib.vkAllocateDescriptorSets(self.device, info, out)
+            if not self._active or self._active[-1].sets >= self._active[-1].capacity:
+                self._active.append(self._free.pop() if self._free else self._new_pool())
+            pool = self._active[-1]
+            info.descriptorPool = pool.handle
+            result = lib.vkAllocateDescriptorSets(self.device, info, self._set_out)
             if result in (ERROR_OUT_OF_POOL_MEMORY, ERROR_FRAGMENTED_POOL):
-                self._current += 1  # this pool is full until the next reset
+                pool.sets = pool.capacity  # full until it is recycled
                 continue
             check("vkAllocateDescriptorSets", result)
+            # Some drivers hand out sets past maxSets; counting keeps us within the spec.
             pool.sets += 1
             self.sets_allocated += 1
-            return out[0]
+            return self._set_out[0]
+
+    def _new_pool(self) -> DescriptorPool:
+        pool = DescriptorPool(self.device)
+        self._pools.append(pool)
+        return pool
+
+    def take_pools(self) -> list[DescriptorPool]:
+        """The pools used since the last call; pass them to :meth:`recycle` when done."""
+        taken, self._active = self._active, []
+        return taken
+
+    def recycle(self, pools: list[DescriptorPool]) -> None:
+        """Reset ``pools`` (whose submission has completed) and keep them for reuse."""
+        for pool in pools:
+            if not pool.released:
+                pool.reset()
+                self._free.append(pool)
 
     def reset(self) -> None:
-        """Recycle every pooled set; only call once no pending work uses them."""
-        for pool in self._pools:
-            check("vkResetDescriptorPool", lib.vkResetDescriptorPool(self.device, pool.handle, 0))
-            pool.sets = 0
-        self._current = 0
+        """Recycle every pool; only call once no pending work uses any of them."""
+        self.recycle(self.take_pools())
 
     def release(self) -> None:
         """Destroy the pools."""
         for pool in self._pools:
             pool.release()
         self._pools.clear()
-        self._current = 0
+        self._free.clear()
+        self._active.clear()

@@ -1,0 +1,146 @@
+"""One command buffer being recorded: dispatches, copies and timestamps, barriers as needed.
+
+A :class:`Batch` prepares everything that can fail (descriptor sets, push-constant bytes)
+before it records the first command of a dispatch, so an error leaves nothing half-recorded.
+If recording is interrupted anyway (say by ``KeyboardInterrupt`` between two commands), the
+batch is marked broken and its owner discards it instead of submitting it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from vkumd.submission.descriptors import BufferRange, DescriptorBinder
+from vkumd.submission.hazards import HazardTracker
+from vkumd.vk.binding import NULL, ffi, lib, new, vk
+from vkumd.vk.errors import check
+
+_COMPUTE = vk.VK_PIPELINE_BIND_POINT_COMPUTE
+_SHADER_STAGE = vk.VK_SHADER_STAGE_COMPUTE_BIT
+
+
+def _memory_barrier(src_access: int, dst_access: int) -> Any:
+    return new("VkMemoryBarrier", vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+               srcAccessMask=src_access, dstAccessMask=dst_access)
+
+
+class BarrierKind:
+    """Prebuilt barrier structs for a queue that runs compute work, or only copies."""
+
+    def __init__(self, compute: bool) -> None:
+        transfer_write = vk.VK_ACCESS_TRANSFER_WRITE_BIT
+        transfer_all = vk.VK_ACCESS_TRANSFER_READ_BIT | transfer_write
+        if compute:
+            self.stages = (vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+                           | vk.VK_PIPELINE_STAGE_TRANSFER_BIT)
+            writes = vk.VK_ACCESS_SHADER_WRITE_BIT | transfer_write
+            everything = (vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
+                          | transfer_all)
+        else:
+            self.stages = vk.VK_PIPELINE_STAGE_TRANSFER_BIT
+            writes = transfer_write
+            everything = transfer_all
+        self.between = _memory_barrier(writes, everything)
+        # Device writes must be made available to the host before it maps and reads them.
+        self.to_host = _memory_barrier(writes, vk.VK_ACCESS_HOST_READ_BIT)
+
+
+class Batch:
+    """Commands for one submission, with the resources that submission will own.
+
+    Args:
+        cmd: a command buffer in the recording state.
+        binder: the stream's descriptor binder.
+        barriers: the queue's :class:`BarrierKind`.
+        after_earlier_work: begin with a barrier against earlier submissions on the queue
+            (needed unless they have all completed).
+    """
+
+    def __init__(self, cmd: Any, binder: DescriptorBinder, barriers: BarrierKind,
+                 after_earlier_work: bool) -> None:
+        self.cmd = cmd
+        self.binder = binder
+        self.kind = barriers
+        self.hazards = HazardTracker()
+        self.dispatches = 0
+        self.copies = 0
+        self.timestamps = 0
+        self.bytes = 0
+        self.broken: BaseException | None = None
+        self.on_retire: list[Callable[[], None]] = []
+        self.last_kernel = ""
+        self._bound = None
+        if after_earlier_work:
+            self.barrier()
+
+    def barrier(self) -> None:
+        """Order every earlier command of the queue before every later one."""
+        lib.vkCmdPipelineBarrier(self.cmd, self.kind.stages, self.kind.stages, 0, 1,
+                                 self.kind.between, 0, NULL, 0, NULL)
+
+    def dispatch(self, program: Any, buffers: Sequence[BufferRange], push: bytes,
+                 groups: tuple[int, int, int], writes: Sequence[int]) -> None:
+        """Record ``program`` over ``buffers`` with ``push`` constants and ``groups``."""
+        layout = program.layout
+        descriptor_set = self.binder.prepare(layout, buffers)
+        push_data = ffi.from_buffer(push) if push else None
+        gx, gy, gz = groups
+        hazard = self.hazards.access(buffers, writes)
+        cmd = self.cmd
+        try:
+            if hazard:
+                self.barrier()
+            if self._bound is not program:
+                lib.vkCmdBindPipeline(cmd, _COMPUTE, program.handle)
+                self._bound = program
+            self.binder.record(cmd, layout, len(buffers), descriptor_set)
+            if push_data is not None:
+                lib.vkCmdPushConstants(cmd, layout.handle, _SHADER_STAGE, 0, len(push), push_data)
+            lib.vkCmdDispatch(cmd, gx, gy, gz)
+        except BaseException as exc:
+            self.broken = exc
+            raise
+        self.dispatches += 1
+        self.last_kernel = program.name
+        for _, _, size in buffers:
+            self.bytes += size
+
+    def copy(self, src: BufferRange, dst: BufferRange) -> None:
+        """Record a copy of ``src`` (its size) into the start of ``dst``."""
+        size = src[2]
+        region = ffi.new("VkBufferCopy*")
+        region.srcOffset = src[1]
+        region.dstOffset = dst[1]
+        region.size = size
+        hazard = self.hazards.access((src, dst), (1,))
+        try:
+            if hazard:
+                self.barrier()
+            lib.vkCmdCopyBuffer(self.cmd, src[0], dst[0], 1, region)
+        except BaseException as exc:
+            self.broken = exc
+            raise
+        self.copies += 1
+        self.bytes += size
+
+    def timestamp(self, pool: Any, index: int, stage: int) -> None:
+        """Reset query ``index`` of ``pool`` and write a timestamp after ``stage``."""
+        try:
+            lib.vkCmdResetQueryPool(self.cmd, pool, index, 1)
+            lib.vkCmdWriteTimestamp(self.cmd, stage, pool, index)
+        except BaseException as exc:
+            self.broken = exc
+            raise
+        self.timestamps += 1
+
+    @property
+    def empty(self) -> bool:
+        """Whether no command was recorded."""
+        return self.dispatches == 0 and self.copies == 0 and self.timestamps == 0
+
+    def finish(self) -> None:
+        """Make the batch's writes visible to the host and end the command buffer."""
+        lib.vkCmdPipelineBarrier(self.cmd, self.kind.stages, vk.VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
+                                 self.kind.to_host, 0, NULL, 0, NULL)
+        check("vkEndCommandBuffer", lib.vkEndCommandBuffer(self.cmd))
