@@ -56,23 +56,18 @@ class Tensor(Handle):
         self.shape = shape
         self.dtype = dtype
         self.allocation = allocation
+        # Shapes never change, so the sizes ops read on every call are worked out once.
+        self.size = math.prod(shape)
+        """Number of elements."""
+        self.nbytes = self.size * dtype.itemsize
+        """Bytes of storage."""
         # A zero-size tensor owns no memory; `handle` still marks it alive.
         self.handle = allocation if allocation is not None else False
-
-    @property
-    def size(self) -> int:
-        """Number of elements."""
-        return math.prod(self.shape)
 
     @property
     def ndim(self) -> int:
         """Number of dimensions."""
         return len(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of storage."""
-        return self.size * self.dtype.itemsize
 
     def _live_allocation(self, what: str) -> Allocation | None:
         self.context.check_open(what)

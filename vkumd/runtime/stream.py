@@ -121,15 +121,16 @@ class Stream:
             if prof is not None:
                 start = prof.begin_dispatch(self, batch)
             barriers = batch.hazards.barriers
-            batch.dispatch(program, buffers, push, groups, writes)
+            keys = [(range_[0], range_[1]) for range_ in buffers]
+            batch.dispatch(program, buffers, push, groups, writes, keys)
             if prof is not None:
                 prof.end_dispatch(self, batch, start, program.name, groups)
             self.barriers += batch.hazards.barriers - barriers
             self.dispatches += 1
             value = self.submitter.timeline.submitted + 1
             uses = self.uses
-            for buffer, offset, _ in buffers:
-                uses[(buffer, offset)] = value
+            for key in keys:
+                uses[key] = value
             if (batch.dispatches >= self.max_batch_dispatches
                     or batch.bytes >= self.max_batch_bytes):
                 self._submit()

@@ -80,13 +80,19 @@ class Batch:
                                  self.kind.between, 0, NULL, 0, NULL)
 
     def dispatch(self, program: Any, buffers: Sequence[BufferRange], push: bytes,
-                 groups: tuple[int, int, int], writes: Sequence[int]) -> None:
-        """Record ``program`` over ``buffers`` with ``push`` constants and ``groups``."""
+                 groups: tuple[int, int, int], writes: Sequence[int],
+                 keys: Sequence[tuple[Any, int]] | None = None) -> None:
+        """Record ``program`` over ``buffers`` with ``push`` constants and ``groups``.
+
+        ``keys`` are the buffers' ``(VkBuffer, offset)`` when the caller has them already.
+        """
         layout = program.layout
         descriptor_set = self.binder.prepare(layout, buffers)
         push_data = ffi.from_buffer(push) if push else None
         gx, gy, gz = groups
-        hazard = self.hazards.access(buffers, writes)
+        if keys is None:
+            keys = [(buffer, offset) for buffer, offset, _ in buffers]
+        hazard = self.hazards.access(keys, writes)
         cmd = self.cmd
         try:
             if hazard:
@@ -103,8 +109,8 @@ class Batch:
             raise
         self.dispatches += 1
         self.last_kernel = program.name
-        for _, _, size in buffers:
-            self.bytes += size
+        for range_ in buffers:
+            self.bytes += range_[2]
 
     def copy(self, src: BufferRange, dst: BufferRange) -> None:
         """Record a copy of ``src`` (its size) into the start of ``dst``."""
@@ -113,7 +119,7 @@ class Batch:
         region.srcOffset = src[1]
         region.dstOffset = dst[1]
         region.size = size
-        hazard = self.hazards.access((src, dst), (1,))
+        hazard = self.hazards.access(((src[0], src[1]), (dst[0], dst[1])), (1,))
         try:
             if hazard:
                 self.barrier()

@@ -31,26 +31,28 @@ class HazardTracker:
         self._writes: set[tuple[Any, int]] = set()
         self.barriers = 0
 
-    def access(self, buffers: Sequence[tuple[Any, int, int]], writes: Sequence[int]) -> bool:
+    def access(self, keys: Sequence[tuple[Any, int]], writes: Sequence[int]) -> bool:
         """Record one command's accesses; return whether a barrier must precede it.
 
         Args:
-            buffers: ``(VkBuffer, offset, size)`` ranges the command touches.
-            writes: indices into ``buffers`` that it writes (the rest it only reads).
+            keys: ``(VkBuffer, offset)`` of each range the command touches.
+            writes: indices into ``keys`` that it writes (the rest it only reads).
         """
         reads, written = self._reads, self._writes
         hazard = False
-        for i, (buffer, offset, _) in enumerate(buffers):
-            key = (buffer, offset)
-            if key in written or (i in writes and key in reads):
+        for i, key in enumerate(keys):
+            if key in written or (key in reads and i in writes):
                 hazard = True
                 break
         if hazard:
             reads.clear()
             written.clear()
             self.barriers += 1
-        for i, (buffer, offset, _) in enumerate(buffers):
-            (written if i in writes else reads).add((buffer, offset))
+        for i, key in enumerate(keys):
+            if i in writes:
+                written.add(key)
+            else:
+                reads.add(key)
         return hazard
 
     def reset(self) -> None:

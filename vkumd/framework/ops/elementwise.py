@@ -13,6 +13,7 @@ groups. Every op runs eagerly on the tensors' context and returns the output ten
 
 from __future__ import annotations
 
+import math
 import numbers
 import struct
 import warnings
@@ -234,6 +235,27 @@ def scale(t: Tensor, alpha: Any, out: Tensor | None = None) -> Tensor:
 # -- binary ------------------------------------------------------------------------------
 
 
+# Broadcast plans by operand shapes: (output shape, packed push constants, grid). Programs
+# repeat the same few shapes, and working a plan out costs more than recording the dispatch.
+_PLANS: dict[tuple, tuple[tuple[int, ...], bytes, tuple[int, int, int]]] = {}
+_MAX_PLANS = 4096
+
+
+def _binary_plan(op: str, context: Any, a_shape: tuple[int, ...], b_shape: tuple[int, ...]
+                 ) -> tuple[tuple[int, ...], bytes, tuple[int, int, int]]:
+    key = (a_shape, b_shape, context.caps.max_workgroup_count)
+    plan = _PLANS.get(key)
+    if plan is None:
+        out_shape = a_shape if a_shape == b_shape else _broadcast(op, a_shape, b_shape)
+        size = math.prod(out_shape)
+        push = _BINARY_PUSH.pack(size, *_shape_push(out_shape, a_shape, b_shape))
+        plan = (out_shape, push, _grid(context, size) if size else (0, 0, 0))
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
+
+
 def _binary(op: str, a: Tensor, b: Tensor, out: Tensor | None, kernel_op: str) -> Tensor:
     _check_tensor(op, a, "the first operand")
     _check_tensor(op, b, "the second operand")
@@ -244,15 +266,14 @@ def _binary(op: str, a: Tensor, b: Tensor, out: Tensor | None, kernel_op: str) -
                              "cast one first")
     context = a.context
     _check_dtype(op, a.dtype, context)
-    out_shape = _broadcast(op, a.shape, b.shape)
+    out_shape, push, groups = _binary_plan(op, context, a.shape, b.shape)
     out = _output(op, context, out, out_shape, a.dtype)
     if out.size == 0:
         return out
-    push = _BINARY_PUSH.pack(out.size, *_shape_push(out_shape, a.shape, b.shape))
     variant = {"DTYPE": _CODE[a.dtype.name], "OP": ELEMENTWISE_OPS[kernel_op],
                WORKGROUP: _WORKGROUP}
     context.dispatch("elementwise_binary", variant, [_buffer(a), _buffer(b), _buffer(out)],
-                     push, _grid(context, out.size), writes=(2,))
+                     push, groups, writes=(2,))
     return out
 
 

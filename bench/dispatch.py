@@ -1,0 +1,151 @@
+"""Host time per dispatch: eager ops, one big command buffer, graph replay, a round trip.
+
+Usage: python bench/dispatch.py [--count N] [--repeats R] [--json PATH] [--only-this-process]
+
+By default the script runs itself twice: with lavapipe's default worker threads and with
+``LP_NUM_THREADS=0`` (lavapipe then executes on the submitting thread, which isolates
+vkumd's own overhead from lavapipe's 50-90 us hand-off per dispatch). Each table puts
+numpy's cost for the same tiny op (``np.add(a, b, out=c)`` on 64 floats) beside every row.
+Goals with LP_NUM_THREADS=0: replay <= 1.5 us per dispatch, eager <= 15 us per op.
+
+Rows (host microseconds per dispatch, median of R runs of N dispatches):
+- eager op: ``vkumd.ops.add(a, b, out=c)``: argument checks, recording, batching.
+- recorded: N dispatches of one pipeline recorded into one command buffer through
+  ``Stream.dispatch`` (no op-level Python), then submitted.
+- replay: ``graph.replay()`` of a captured graph of N dispatches; the host cost only.
+- replay + wait: the same, waiting for the device to finish the N dispatches.
+- round trip: record one tiny dispatch, submit it and wait.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import vkumd
+from vkumd import ops
+
+
+def _per(run, count: int, repeats: int) -> float:
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        samples.append((time.perf_counter() - start) / count)
+    return statistics.median(samples) * 1e6
+
+
+def measure(count: int, repeats: int) -> dict:
+    rows: dict[str, float] = {}
+    with vkumd.Context(validation=False) as ctx:
+        host = np.random.default_rng().standard_normal((3, 64), dtype=np.float32)
+        a, b, c = (ctx.tensor(row) for row in host)
+        stream = ctx.stream(max_batch_dispatches=count + 1)
+        with stream:
+            ops.add(a, b, out=c)  # compile before timing
+        stream.synchronize()
+
+        def eager() -> None:
+            with stream:
+                for _ in range(count):
+                    ops.add(a, b, out=c)
+            stream.flush()
+
+        rows["eager op"] = _per(eager, count, repeats)
+        stream.synchronize()
+        rows["eager op + wait"] = _per(lambda: (eager(), stream.synchronize()), count, repeats)
+
+        # The same dispatch through the stream directly: what recording alone costs.
+        from vkumd.compiler.kernels import ELEMENTWISE_OPS, WORKGROUP
+        from vkumd.framework.ops.elementwise import _BINARY_PUSH, _shape_push
+
+        program = ctx.kernels.program("elementwise_binary",
+                                      {"DTYPE": "F32", "OP": ELEMENTWISE_OPS["add"],
+                                       WORKGROUP: 64})
+        buffers = [(t.allocation.buffer, t.allocation.offset, t.nbytes) for t in (a, b, c)]
+        push = _BINARY_PUSH.pack(64, *_shape_push((64,), (64,), (64,)))
+
+        def recorded() -> None:
+            for _ in range(count):
+                stream.dispatch(program, buffers, push, (1, 1, 1), (2,))
+            stream.flush()
+
+        rows["recorded"] = _per(recorded, count, repeats)
+        stream.synchronize()
+
+        with ctx.capture() as graph:
+            for _ in range(count):
+                ops.add(a, b, out=c)
+        graph.replay(stream)
+        stream.synchronize()
+        rows["replay"] = _per(lambda: graph.replay(stream), count, repeats)
+        stream.synchronize()
+        rows["replay + wait"] = _per(lambda: (graph.replay(stream), stream.synchronize()),
+                                     count, repeats)
+
+        def round_trip() -> None:
+            with stream:
+                ops.add(a, b, out=c)
+            stream.synchronize()
+
+        rows["round trip"] = _per(round_trip, 1, max(repeats * 20, 50))
+        assert np.allclose(c.numpy(), host[0] + host[1]), "the benchmark's add went wrong"
+        graph.release()
+        stream.release()
+
+    x, y, z = host
+    numpy_us = _per(lambda: [np.add(x, y, out=z) for _ in range(count)], count, repeats)
+    return {"lp_num_threads": os.environ.get("LP_NUM_THREADS", "default"), "count": count,
+            "numpy_add_us": numpy_us, "rows": rows}
+
+
+def print_table(result: dict) -> None:
+    numpy_us = result["numpy_add_us"]
+    print(f"\nLP_NUM_THREADS={result['lp_num_threads']}: host us per dispatch, median, "
+          f"N={result['count']}; numpy np.add on 64 floats: {numpy_us:.2f} us")
+    print(f"{'path':<18}{'us/dispatch':>13}{'x numpy':>10}")
+    for name, value in result["rows"].items():
+        print(f"{name:<18}{value:>13.2f}{value / numpy_us:>10.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--json", help="write the results as JSON here")
+    parser.add_argument("--only-this-process", action="store_true",
+                        help="measure once with the current environment and print JSON")
+    args = parser.parse_args()
+    if args.only_this_process:
+        print(json.dumps(measure(args.count, args.repeats)))
+        return
+    results = []
+    for threads in (None, "0"):
+        env = dict(os.environ)
+        if threads is None:
+            env.pop("LP_NUM_THREADS", None)
+        else:
+            env["LP_NUM_THREADS"] = threads
+        done = subprocess.run([sys.executable, __file__, "--only-this-process", "--count",
+                               str(args.count), "--repeats", str(args.repeats)], env=env,
+                              check=True, capture_output=True, text=True)
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        results.append(result)
+        print_table(result)
+    zero = results[-1]["rows"]
+    print(f"\ngoals at LP_NUM_THREADS=0: replay {zero['replay']:.2f} us (<= 1.5), eager "
+          f"{zero['eager op']:.2f} us (<= 15)")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()
