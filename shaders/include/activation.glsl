@@ -19,16 +19,26 @@ float vkumd_erf(float x) {
     return s * (1.0 - poly * exp(-ax * ax));
 }
 
-float vkumd_gelu(float x) {
-    return 0.5 * x * (1.0 + vkumd_erf(x * 0.70710678118654752));
+// erfc(a) for a >= 0 from the same approximation, without forming 1 - erf(a): for x < 0,
+// 1 + erf(x / sqrt 2) = erfc(|x| / sqrt 2), and the subtraction would cancel every digit.
+float vkumd_erfc_nonneg(float a) {
+    float t = 1.0 / (1.0 + 0.3275911 * a);
+    float poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741
+                 + t * (-1.453152027 + t * 1.061405429))));
+    return poly * exp(-a * a);
 }
 
-// tanh written through exp of a non-positive argument, so large |u| cannot overflow to NaN.
+float vkumd_gelu(float x) {
+    float z = x * 0.70710678118654752;
+    return x >= 0.0 ? 0.5 * x * (1.0 + vkumd_erf(z)) : 0.5 * x * vkumd_erfc_nonneg(-z);
+}
+
+// 0.5 (1 + tanh u) = sigmoid(2u), written with exp of a non-positive argument: large |u|
+// cannot overflow, and the negative tail does not cancel in 1 + tanh.
 float vkumd_gelu_tanh(float x) {
     float u = 0.79788456080286536 * (x + 0.044715 * x * x * x);
     float e = exp(-2.0 * abs(u));
-    float th = sign(u) * (1.0 - e) / (1.0 + e);
-    return 0.5 * x * (1.0 + th);
+    return u >= 0.0 ? x / (1.0 + e) : x * e / (1.0 + e);
 }
 
 float vkumd_silu(float x) {

@@ -1,0 +1,87 @@
+"""Helpers shared by the transformer-op tests (softmax, norms, activations, reductions, layout).
+
+References are float64 numpy computed from the values the tensors actually store; results
+are compared by relative Frobenius error, and NaN never passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import vkumd
+from vkumd.compiler.kernels import WORKGROUP, transformer
+from vkumd.framework import dtypes, ops
+
+FLOATS = ["float32", "float16", "bfloat16"]
+# Relative Frobenius error: float32 arithmetic, then one rounding to the stored type.
+TOL = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}
+# Row-kernel reduction paths every lane can run; "device" is what row_layout picks.
+PATHS = {
+    "device": None,
+    "one-subgroup": lambda caps: {"SUBGROUP_REDUCE": 1, WORKGROUP: caps.subgroup_size},
+    "subgroups+shared": lambda caps: {"SUBGROUP_REDUCE": 1,
+                                      WORKGROUP: min(256, caps.subgroup_size ** 2)},
+    "shared-tree": lambda caps: {"SUBGROUP_REDUCE": 0, WORKGROUP: 64},
+}
+
+
+def stored(values: np.ndarray, dtype: str) -> np.ndarray:
+    """The float64 values a tensor of ``dtype`` holds for ``values``."""
+    values = np.asarray(values, dtype=np.float64)
+    if dtype == "bfloat16":
+        bits = dtypes.float32_to_bfloat16_bits(values.astype(np.float32))
+        return dtypes.bfloat16_bits_to_float32(bits).reshape(values.shape).astype(np.float64)
+    with np.errstate(over="ignore"):
+        return values.astype(dtype).astype(np.float64)
+
+
+def sample(rng: np.random.Generator, dtype: str, shape: tuple[int, ...],
+           scale: float = 1.0, offset: float = 0.0) -> np.ndarray:
+    """Normal values exactly representable in ``dtype`` (as float64)."""
+    return stored(rng.standard_normal(shape) * scale + offset, dtype)
+
+
+def tensor(ctx, values: np.ndarray, dtype: str) -> vkumd.Tensor:
+    """A tensor of ``dtype`` holding ``values`` (already representable)."""
+    return ctx.tensor(np.asarray(values, dtype=np.float32), dtype=dtype)
+
+
+def poisoned(ctx, shape: tuple[int, ...], dtype: str) -> vkumd.Tensor:
+    """An ``out=`` tensor full of NaN (or a sentinel for int32) so skipped elements show."""
+    if dtype == "int32":
+        return ctx.tensor(np.full(shape, -123456789, np.int32))
+    return ctx.tensor(np.full(shape, np.nan, np.float32), dtype=dtype)
+
+
+def rel_error(got: np.ndarray, expected: np.ndarray) -> float:
+    """Relative Frobenius error; 0 when both are zero."""
+    got = np.asarray(got, dtype=np.float64)
+    diff = np.linalg.norm(got - expected)
+    norm = np.linalg.norm(expected)
+    return float(diff / norm) if norm else float(diff)
+
+
+def assert_close(got: np.ndarray, expected: np.ndarray, dtype: str, what: str = "") -> None:
+    """Same shape, no NaN, relative Frobenius error within ``TOL[dtype]``."""
+    assert got.shape == expected.shape, what
+    assert not np.isnan(got).any(), f"{what}: NaN in the output (an element was not written?)"
+    err = rel_error(got, expected)
+    assert err < TOL[dtype], f"{what}: relative error {err:.3g} >= {TOL[dtype]}"
+
+
+def assert_usable(ctx) -> None:
+    """The context still runs work after an error."""
+    t = ctx.tensor(np.arange(4, dtype=np.float32))
+    np.testing.assert_array_equal(ops.add(t, t).numpy(), [0, 2, 4, 6])
+
+
+@pytest.fixture(params=list(PATHS))
+def row_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run the test once per row-reduction path (subgroup, subgroups + shared, shared tree)."""
+    layout = PATHS[request.param]
+    if layout is not None:
+        monkeypatch.setattr(transformer, "row_layout", layout)
+    yield request.param

@@ -1,0 +1,74 @@
+"""Reductions over the last dimension: sum, mean and max.
+
+Accumulation is in float32 whatever the storage type; the result has the input's dtype and
+its shape without the last dimension (or with it as 1 when ``keepdims=True``).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from vkumd.compiler.kernels.transformer import REDUCE_OPS
+from vkumd.framework.ops import _rows
+from vkumd.framework.ops.elementwise import fill
+from vkumd.framework.tensor import Tensor
+from vkumd.vk.errors import VkumdTypeError, VkumdValueError
+
+_PUSH = struct.Struct("<2I")
+
+
+def _reduce(op: str, x: Tensor, keepdims: bool, out: Tensor | None) -> Tensor:
+    x = _rows.check_float(op, x)
+    rows, cols = _rows.leading_rows(op, x)
+    if not isinstance(keepdims, bool):
+        raise VkumdTypeError(f"{op}: keepdims must be True or False, not {keepdims!r}")
+    shape = x.shape[:-1] + ((1,) if keepdims else ())
+    if cols == 0 and rows > 0 and op != "sum":
+        raise VkumdValueError(f"{op}: x has shape {x.shape}; the {op} of an empty last "
+                              "dimension is undefined")
+    out = _rows.output(op, x, out, shape)
+    if out.size == 0:
+        return out
+    if cols == 0:
+        return fill(out, 0.0)  # an empty sum
+    variant = _rows.row_variant(x, cols, OP=REDUCE_OPS[op])
+    x.context.dispatch("reduce_rows", variant, [_rows.buffer(x), _rows.buffer(out)],
+                       _PUSH.pack(cols, rows), _rows.rows_grid(x.context, rows), writes=(1,))
+    return out
+
+
+def sum(x: Tensor, *, keepdims: bool = False, out: Tensor | None = None) -> Tensor:  # noqa: A001
+    """The sum of ``x`` over its last dimension (an empty one sums to 0).
+
+    Args:
+        x: float32, float16 or bfloat16, at least 1-D.
+        keepdims: keep the last dimension, as 1.
+        out: optional output of the result's shape and x's dtype.
+
+    Returns:
+        ``x.shape[:-1]`` (``+ (1,)`` with keepdims), x's dtype.
+
+    Raises:
+        VkumdTypeError: non-float x, out of another dtype, non-bool keepdims.
+        VkumdValueError: 0-d x, out of the wrong shape.
+    """
+    return _reduce("sum", x, keepdims, out)
+
+
+def mean(x: Tensor, *, keepdims: bool = False, out: Tensor | None = None) -> Tensor:
+    """The mean of ``x`` over its last dimension.
+
+    Args and errors as :func:`sum`; also VkumdValueError for an empty last dimension.
+    """
+    return _reduce("mean", x, keepdims, out)
+
+
+def max(x: Tensor, *, keepdims: bool = False, out: Tensor | None = None) -> Tensor:  # noqa: A001
+    """The maximum of ``x`` over its last dimension (NaN handling is the device's).
+
+    Args and errors as :func:`sum`; also VkumdValueError for an empty last dimension.
+    """
+    return _reduce("max", x, keepdims, out)
+
+
+__all__ = ["max", "mean", "sum"]

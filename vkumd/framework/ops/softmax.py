@@ -1,0 +1,86 @@
+"""Softmax over the last dimension, with an optional scale and additive mask."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from vkumd.framework.ops import _rows
+from vkumd.framework.tensor import Tensor
+from vkumd.vk.errors import VkumdValueError
+
+_PUSH = struct.Struct("<2If2I5I5I")
+_MAX_LEAD = 5  # leading dimensions the kernel's mask indexing takes
+
+
+def _mask_words(x: Tensor, mask: Tensor) -> tuple[int, list[int], list[int]]:
+    """``(mode, lead, mstride)`` for the kernel: how the mask's elements line up with x's."""
+    try:
+        broadcast = tuple(np.broadcast_shapes(mask.shape, x.shape))
+    except ValueError:
+        broadcast = None
+    if broadcast != x.shape:
+        raise VkumdValueError(f"softmax: a mask of shape {mask.shape} does not broadcast to x's "
+                              f"shape {x.shape}; it must broadcast without growing x")
+    if x.ndim - 1 > _MAX_LEAD:
+        raise VkumdValueError(f"softmax: with a mask, x may have at most {_MAX_LEAD + 1} "
+                              f"dimensions, not {x.ndim}; reshape the leading ones together")
+    padded = (1,) * (x.ndim - mask.ndim) + mask.shape
+    strides = [0] * x.ndim
+    step = 1
+    for d in range(x.ndim - 1, -1, -1):
+        strides[d] = step if padded[d] != 1 else 0
+        step *= padded[d]
+    mode = 2 if padded[-1] == 1 else 1
+    lead = list(x.shape[:-1])
+    return mode, lead, strides[:-1]
+
+
+def softmax(x: Tensor, *, scale: float | None = None, mask: Tensor | None = None,
+            out: Tensor | None = None) -> Tensor:
+    """``softmax(x * scale + mask)`` over the last dimension, in float32 arithmetic.
+
+    The maximum of each row is subtracted before exponentiating, so large inputs do not
+    overflow. ``-inf`` entries (in ``x`` or ``mask``) get probability 0; a row whose every
+    entry is ``-inf`` has no finite maximum and is written as zeros (not NaN). ``+inf`` or
+    NaN in a row make that row NaN, as in numpy.
+
+    Args:
+        x: float32, float16 or bfloat16, at least 1-D; rows of any length.
+        scale: multiplies ``x`` before the mask is added (default 1), e.g. ``1/sqrt(d)``.
+        mask: additive, x's dtype, broadcastable to ``x`` without growing it: e.g. ``[q, k]``
+            or ``[batch, 1, q, k]`` against ``[batch, heads, q, k]``, or a last dimension of 1.
+            With a mask, ``x`` has at most 6 dimensions.
+        out: optional output of ``x``'s shape and dtype.
+
+    Returns:
+        The probabilities, ``x``'s shape and dtype.
+
+    Raises:
+        VkumdTypeError: non-tensor or non-float ``x``; a mask or out of another dtype; a
+            non-numeric scale.
+        VkumdValueError: 0-d ``x``; a mask that does not broadcast; out of the wrong shape.
+    """
+    op = "softmax"
+    x = _rows.check_float(op, x)
+    rows, cols = _rows.leading_rows(op, x)
+    factor = 1.0 if scale is None else _rows.check_real(op, scale, "scale")
+    mode, lead, mstride = 0, [], []
+    if mask is not None:
+        mask = _rows.check_same(op, x, mask, "mask")
+        mode, lead, mstride = _mask_words(x, mask)
+    out = _rows.output(op, x, out, x.shape)
+    if out.size == 0:
+        return out
+    pad = [1] * (_MAX_LEAD - len(lead))
+    push = _PUSH.pack(cols, rows, factor, mode, len(lead), *(lead + pad),
+                      *(mstride + [0] * (_MAX_LEAD - len(mstride))))
+    variant = _rows.row_variant(x, cols)
+    mask_buffer = _rows.buffer(mask if mask is not None else x)
+    x.context.dispatch("softmax", variant, [_rows.buffer(x), mask_buffer, _rows.buffer(out)],
+                       push, _rows.rows_grid(x.context, rows), writes=(2,))
+    return out
+
+
+__all__ = ["softmax"]
