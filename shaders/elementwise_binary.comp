@@ -48,7 +48,7 @@ layout(std430, binding = 2) writeonly buffer Out { ELEM result[]; };
 
 layout(push_constant) uniform Shape {
     uint n;          // elements of the output
-    uint ndim;       // dimensions used (<= 6), innermost last
+    uint ndim;       // dimensions used (<= 6), innermost last; 0: operands all contiguous
     uint shape[6];   // output shape
     uint a_stride[6];
     uint b_stride[6];
@@ -78,32 +78,36 @@ VALUE divide(VALUE x, VALUE y) {
 #endif
 }
 
+VALUE apply(VALUE x, VALUE y) {
+    if (OP == 0u) {
+        return x + y;
+    } else if (OP == 1u) {
+        return x - y;
+    } else if (OP == 2u) {
+        return x * y;
+    }
+    return divide(x, y);
+}
+
 void main() {
-    uint row_width = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
-    uint index = gl_GlobalInvocationID.y * row_width + gl_GlobalInvocationID.x;
-    if (index >= pc.n) {
+    uint step = VKUMD_THREAD_COUNT;
+    if (pc.ndim == 0u) {
+        // Both operands have the output's shape: no index arithmetic at all.
+        for (uint index = VKUMD_FIRST_INDEX; index < pc.n; index += step) {
+            result[index] = STORE(apply(LOAD(a[index]), LOAD(b[index])));
+        }
         return;
     }
-    uint rest = index;
-    uint ia = 0u;
-    uint ib = 0u;
-    for (int d = int(pc.ndim) - 1; d >= 0; --d) {
-        uint coord = rest % pc.shape[d];
-        rest /= pc.shape[d];
-        ia += coord * pc.a_stride[d];
-        ib += coord * pc.b_stride[d];
+    for (uint index = VKUMD_FIRST_INDEX; index < pc.n; index += step) {
+        uint rest = index;
+        uint ia = 0u;
+        uint ib = 0u;
+        for (int d = int(pc.ndim) - 1; d >= 0; --d) {
+            uint coord = rest % pc.shape[d];
+            rest /= pc.shape[d];
+            ia += coord * pc.a_stride[d];
+            ib += coord * pc.b_stride[d];
+        }
+        result[index] = STORE(apply(LOAD(a[ia]), LOAD(b[ib])));
     }
-    VALUE x = LOAD(a[ia]);
-    VALUE y = LOAD(b[ib]);
-    VALUE r;
-    if (OP == 0u) {
-        r = x + y;
-    } else if (OP == 1u) {
-        r = x - y;
-    } else if (OP == 2u) {
-        r = x * y;
-    } else {
-        r = divide(x, y);
-    }
-    result[index] = STORE(r);
 }

@@ -27,9 +27,8 @@ layout(push_constant) uniform Fill {
 } pc;
 
 void main() {
-    uint row_width = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
-    uint index = gl_GlobalInvocationID.y * row_width + gl_GlobalInvocationID.x;
-    if (index < pc.n) {
+    uint step = VKUMD_THREAD_COUNT;
+    for (uint index = VKUMD_FIRST_INDEX; index < pc.n; index += step) {
         result[index] = ELEM(pc.bits);
     }
 }

@@ -61,25 +61,13 @@ layout(std430, binding = 1) writeonly buffer Out { DST_ELEM result[]; };
 
 layout(push_constant) uniform Shape {
     uint n;           // elements of the output
-    uint ndim;        // dimensions used (<= 6), innermost last
+    uint ndim;        // dimensions used (<= 6), innermost last; 0: source contiguous
     uint shape[6];    // output shape
     uint stride[6];   // src element strides in the output's coordinates
     uint alpha;       // OP 1: float32 bits, or an int for int32
 } pc;
 
-void main() {
-    uint row_width = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
-    uint index = gl_GlobalInvocationID.y * row_width + gl_GlobalInvocationID.x;
-    if (index >= pc.n) {
-        return;
-    }
-    uint rest = index;
-    uint is = 0u;
-    for (int d = int(pc.ndim) - 1; d >= 0; --d) {
-        uint coord = rest % pc.shape[d];
-        rest /= pc.shape[d];
-        is += coord * pc.stride[d];
-    }
+void convert_one(uint index, uint is) {
 #if SRC == DST && SRC == I32
     result[index] = OP == 1u ? src[is] * int(pc.alpha) : src[is];
 #elif SRC == DST
@@ -91,4 +79,25 @@ void main() {
 #else
     result[index] = FROM_FLOAT(SRC_FLOAT(src[is]));
 #endif
+}
+
+void main() {
+    uint step = VKUMD_THREAD_COUNT;
+    if (pc.ndim == 0u) {
+        // The source has the output's shape: no index arithmetic at all.
+        for (uint index = VKUMD_FIRST_INDEX; index < pc.n; index += step) {
+            convert_one(index, index);
+        }
+        return;
+    }
+    for (uint index = VKUMD_FIRST_INDEX; index < pc.n; index += step) {
+        uint rest = index;
+        uint is = 0u;
+        for (int d = int(pc.ndim) - 1; d >= 0; --d) {
+            uint coord = rest % pc.shape[d];
+            rest /= pc.shape[d];
+            is += coord * pc.stride[d];
+        }
+        convert_one(index, is);
+    }
 }

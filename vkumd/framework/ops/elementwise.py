@@ -24,7 +24,6 @@ import numpy as np
 from vkumd.compiler.kernels import ELEMENTWISE_OPS, ELEMENTWISE_UNARY_OPS, WORKGROUP
 from vkumd.framework import dtypes
 from vkumd.framework.tensor import Tensor
-from vkumd.submission.recorder import grid_for
 from vkumd.vk.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 
 MAX_DIMS = 6
@@ -102,20 +101,51 @@ def _buffer(t: Tensor) -> tuple[Any, int, int]:
     return (t.allocation.buffer, t.allocation.offset, t.nbytes)
 
 
+# Workgroups per dispatch on CPU drivers: lavapipe pays per workgroup, so a few large ones
+# looping over the elements beat one per 64 elements. GPUs get one group per 64 elements
+# up to the dispatch limit, then loop too.
+_CPU_GROUPS = 64
+
+
 def _grid(context: Any, n: int) -> tuple[int, int, int]:
-    groups = grid_for(n, _WORKGROUP, context.caps.max_workgroup_count[0])
-    if groups[1] > context.caps.max_workgroup_count[1]:
-        raise VkumdValueError(f"{n} elements need more workgroups than {context.caps.name} "
-                              "dispatches at once")
-    return groups
+    caps = context.caps
+    cap = _CPU_GROUPS if caps.device_type == "cpu" else caps.max_workgroup_count[0]
+    return (max(1, min(-(-n // _WORKGROUP), cap)), 1, 1)
+
+
+def _collapse(out_shape: tuple[int, ...], strides: list[list[int]]
+              ) -> tuple[list[int], list[list[int]]]:
+    """Merge neighbouring dimensions that every input steps through contiguously; drop 1s."""
+    dims: list[int] = []
+    merged: list[list[int]] = [[] for _ in strides]
+    for d, size in enumerate(out_shape):
+        if size == 1:
+            continue
+        if dims and all(s[d] * size == m[-1] for s, m in zip(strides, merged, strict=True)):
+            dims[-1] *= size
+            for s, m in zip(strides, merged, strict=True):
+                m[-1] = s[d]
+            continue
+        dims.append(size)
+        for s, m in zip(strides, merged, strict=True):
+            m.append(s[d])
+    return dims, merged
 
 
 def _shape_push(out_shape: tuple[int, ...], *inputs: tuple[int, ...]) -> list[int]:
-    """``ndim, shape[6]`` then each input's ``stride[6]``; a 0-d output counts as (1,)."""
-    dims = list(out_shape) or [1]
+    """``ndim, shape[6]`` then each input's ``stride[6]``.
+
+    Dimensions are collapsed first; ``ndim`` 0 tells the kernel that every input has the
+    output's shape, so it indexes them directly.
+    """
+    if all(shape == out_shape for shape in inputs):
+        return [0, *_padded([], 1)] + [0] * (MAX_DIMS * len(inputs))
+    dims, strides = _collapse(out_shape, [_strides_for(shape, out_shape) for shape in inputs])
+    if not dims:  # every dimension is 1
+        dims, strides = [1], [[0] for _ in inputs]
     words = [len(dims), *_padded(dims, 1)]
-    for shape in inputs:
-        words += _padded(_strides_for(shape, out_shape) or [0], 0)
+    for stride in strides:
+        words += _padded(stride, 0)
     return words
 
 
