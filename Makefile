@@ -39,6 +39,10 @@ test-coopmat: setup
 
 bench: setup
 	$(PY) bench/transfer.py
+	$(PY) bench/dispatch.py
+	$(PY) bench/gemm.py
+	$(PY) bench/transformer.py
+	$(PY) bench/attention.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
