@@ -4,7 +4,10 @@ One module per kernel family; each registers its :class:`~vkumd.compiler.registr
 objects with their defines, specialization constants and variants.
 """
 
-from vkumd.compiler.kernels import transformer  # noqa: F401  (importing registers them)
+from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their kernels)
+    attention,
+    transformer,
+)
 from vkumd.compiler.kernels.coopmat_tile import GEMM_COOPMAT_TILE
 from vkumd.compiler.kernels.elementwise import (
     ELEMENTWISE_BINARY,

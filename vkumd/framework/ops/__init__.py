@@ -1,6 +1,7 @@
 """Operations on tensors."""
 
 from vkumd.framework.ops.activation import gelu, gelu_tanh, relu, silu
+from vkumd.framework.ops.attention import attention
 from vkumd.framework.ops.elementwise import add, cast, copy, div, fill, mul, scale, sub
 from vkumd.framework.ops.layout import embedding, permute, transpose
 from vkumd.framework.ops.norm import layer_norm, rms_norm
@@ -10,3 +11,4 @@ from vkumd.framework.ops.softmax import softmax
 __all__ = ["add", "cast", "copy", "div", "fill", "mul", "scale", "sub"]
 __all__ += ["embedding", "gelu", "gelu_tanh", "layer_norm", "max", "mean", "permute", "relu",
             "rms_norm", "silu", "softmax", "sum", "transpose"]
+__all__ += ["attention"]
