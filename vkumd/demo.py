@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 import vkumd
-from vkumd.framework import ops
+from vkumd import demo_attention, demo_gemm, ops
 from vkumd.timing import median_seconds
 
 
@@ -54,11 +54,15 @@ def main() -> int:
         err = _relative_error(got, want)
         ok = err < 1e-6 and not np.isnan(got).any()
         failures += not ok
-        t_vk = median_seconds(lambda: ops.add(ta, tbias, out=out))
+        # Ops are asynchronous: time them through the wait for their result.
+        t_vk = median_seconds(lambda: (ops.add(ta, tbias, out=out), ctx.synchronize()))
         t_np = median_seconds(lambda: np.add(a, bias))
         print(f"add [{rows}x{cols}] + [{cols}]: relative error {err:.1e} "
               f"({'ok' if ok else 'MISMATCH'}); vkumd {t_vk * 1e3:.2f} ms, numpy "
               f"{t_np * 1e3:.2f} ms (ratio {t_np / t_vk:.2f} of numpy's speed)")
+
+        failures += demo_gemm.run(ctx, rng)
+        failures += demo_attention.run(ctx, rng)
 
         used = ctx.memory.used_bytes() / 2**20
         held = ctx.memory.total_bytes() / 2**20

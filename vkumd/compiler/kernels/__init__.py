@@ -17,6 +17,7 @@ from vkumd.compiler.kernels.elementwise import (
     ELEMENTWISE_UNARY,
     ELEMENTWISE_UNARY_OPS,
 )
+from vkumd.compiler.kernels.gemm import GEMM  # noqa: F401  (registers the GEMM family)
 from vkumd.compiler.registry import WORKGROUP
 
 # Activation codes shared by every kernel that applies one (shaders/include/activation.glsl).

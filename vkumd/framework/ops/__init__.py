@@ -4,6 +4,7 @@ from vkumd.framework.ops.activation import gelu, gelu_tanh, relu, silu
 from vkumd.framework.ops.attention import attention
 from vkumd.framework.ops.elementwise import add, cast, copy, div, fill, mul, scale, sub
 from vkumd.framework.ops.layout import embedding, permute, transpose
+from vkumd.framework.ops.matmul import matmul
 from vkumd.framework.ops.norm import layer_norm, rms_norm
 from vkumd.framework.ops.reduce import max, mean, sum  # noqa: A004
 from vkumd.framework.ops.softmax import softmax
@@ -12,3 +13,4 @@ __all__ = ["add", "cast", "copy", "div", "fill", "mul", "scale", "sub"]
 __all__ += ["embedding", "gelu", "gelu_tanh", "layer_norm", "max", "mean", "permute", "relu",
             "rms_norm", "silu", "softmax", "sum", "transpose"]
 __all__ += ["attention"]
+__all__ += ["matmul"]

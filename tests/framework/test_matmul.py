@@ -1,0 +1,461 @@
+"""``vkumd.ops.matmul`` against float64 numpy: every variant the lane runs, edge shapes, batches,
+transposes, the fused epilogue, float16/bfloat16/int8, and every bad input.
+
+Outputs start poisoned (NaN, or a sentinel for int32) so unwritten elements show. Data is fresh
+random every run; shapes are in the parameter ids. Tests marked ``coopmat`` run on the
+cooperative-matrix lane (``make test-coopmat``) and skip on the main lane.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+
+import numpy as np
+import pytest
+from conftest import require_coopmat
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import vkumd
+from vkumd import ops
+from vkumd.compiler.registry import effective_caps
+from vkumd.framework import dtypes
+from vkumd.framework.ops.matmul import (
+    GemmShape,
+    _check_dtype,
+    available_variants,
+    choose_variant,
+    coopmat_gemm_shapes,
+)
+from vkumd.vk.caps import CoopMatShape
+from vkumd.vk.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
+
+# Relative Frobenius error bounds against float64 on the stored (rounded) inputs. float32
+# accumulates exactly as numpy's float32 would; float16 and bfloat16 outputs are rounded to
+# 11 and 8 significant bits, which dominates their error (about 2e-4 and 1.6e-3).
+TOL = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 4e-3}
+FLOATS = ("float32", "float16", "bfloat16")
+
+SHAPES = [  # (M, N, K)
+    (1, 1, 1),
+    (7, 13, 5),        # primes: every tile is an edge tile
+    (8, 16, 4),        # exactly one lanes tile
+    (9, 17, 5),        # one past it in every direction
+    (129, 65, 257),    # one past powers of two
+    (3, 5, 4099),      # long K with a tail
+    (64, 64, 64),      # tile multiples for every variant
+    (1, 300, 33),      # a single row
+    (70, 1, 19),       # a single column
+]
+ACTIVATION_NAMES = (None, "relu", "gelu", "gelu_tanh", "silu")
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64)
+
+
+def activate(name: str | None, x: np.ndarray) -> np.ndarray:
+    """The float64 reference of each activation."""
+    if name is None:
+        return x
+    if name == "relu":
+        return np.maximum(x, 0.0)
+    if name == "gelu":
+        return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+    if name == "gelu_tanh":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    if name == "silu":
+        return x / (1.0 + np.exp(-x))
+    raise AssertionError(name)
+
+
+def rel_error(result: np.ndarray, reference: np.ndarray, floor: float = 0.0) -> float:
+    """Relative Frobenius error; ``floor`` bounds the denominator from below."""
+    assert not np.isnan(result).any(), "NaN in the result: an element was never written"
+    denom = max(float(np.linalg.norm(reference)), floor, 1e-30)
+    return float(np.linalg.norm(result.astype(np.float64) - reference)) / denom
+
+
+def stored(ctx: vkumd.Context, array: np.ndarray, dtype: str) -> tuple[vkumd.Tensor, np.ndarray]:
+    """A tensor of ``array`` in ``dtype``, and the float64 values it actually holds."""
+    t = ctx.tensor(array.astype(np.float32), dtype=dtype)
+    return t, t.numpy().astype(np.float64)
+
+
+def poisoned(ctx: vkumd.Context, shape: tuple[int, ...], dtype: str) -> vkumd.Tensor:
+    return ctx.tensor(np.full(shape, np.nan, dtype=np.float32), dtype=dtype)
+
+
+def run_case(ctx: vkumd.Context, m: int, n: int, k: int, *, dtype: str = "float32",
+             batch: tuple[int, ...] = (), b_batched: bool = False, trans_a: bool = False,
+             trans_b: bool = False, activation: str | None = None, with_bias: bool = False,
+             residual: str | None = None, alpha: float = 1.0, beta: float = 0.0,
+             variant: str | None = None) -> float:
+    """Run one matmul into a poisoned (or, with beta, random) out= and return its error."""
+    rng = np.random.default_rng()
+    a_shape = (*batch, k, m) if trans_a else (*batch, m, k)
+    b_core = (n, k) if trans_b else (k, n)
+    b_shape = (*batch, *b_core) if b_batched else b_core
+    a, a64 = stored(ctx, rng.standard_normal(a_shape), dtype)
+    b, b64 = stored(ctx, rng.standard_normal(b_shape), dtype)
+    op_a = np.swapaxes(a64, -1, -2) if trans_a else a64
+    op_b = np.swapaxes(b64, -1, -2) if trans_b else b64
+    expected = alpha * (op_a @ op_b)
+    out_shape = (*batch, m, n)
+    kwargs: dict = {}
+    if with_bias:
+        bias, bias64 = stored(ctx, rng.standard_normal(n), dtype)
+        expected = expected + bias64
+        kwargs["bias"] = bias
+    expected = activate(activation, expected)
+    if residual is not None:
+        r_shape = out_shape if residual == "full" else (m, n)
+        res, res64 = stored(ctx, rng.standard_normal(r_shape), dtype)
+        expected = expected + res64
+        kwargs["residual"] = res
+    if beta != 0.0:
+        out, out64 = stored(ctx, rng.standard_normal(out_shape), dtype)
+        expected = expected + beta * out64
+    else:
+        out = poisoned(ctx, out_shape, dtype)
+    result = ops.matmul(a, b, activation=activation, alpha=alpha, beta=beta, out=out,
+                        trans_a=trans_a, trans_b=trans_b, variant=variant, **kwargs)
+    assert result is out
+    # GELU's erf (activation.glsl) has an absolute error near 1.5e-7, not a relative one: on
+    # a few elements that are all near zero the relative error can pass 1e-5. Bound the
+    # denominator so an absolute error of 1e-6 per element passes there.
+    floor = 0.1 * math.sqrt(expected.size) if activation == "gelu" else 0.0
+    return rel_error(out.numpy(), expected, floor)
+
+
+def lane_variants(ctx: vkumd.Context, dtype: str) -> list[str]:
+    """The variants this lane runs for ``dtype`` (coopmat has its own marked tests)."""
+    return [v for v in available_variants(ctx.caps, dtype) if v != "coopmat"]
+
+
+# -- correctness -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_matches_float64_reference(ctx, dtype: str, m: int, n: int, k: int) -> None:
+    for variant in lane_variants(ctx, dtype):
+        err = run_case(ctx, m, n, k, dtype=dtype, variant=variant)
+        assert err < TOL[dtype], f"{variant} {dtype} {m}x{n}x{k}: rel error {err:.2e}"
+
+
+def test_default_choice_matches(ctx) -> None:
+    assert run_case(ctx, 33, 47, 29, with_bias=True, activation="gelu") < TOL["float32"]
+
+
+@pytest.mark.parametrize(("trans_a", "trans_b"), [(False, True), (True, False), (True, True)])
+def test_transposes(ctx, trans_a: bool, trans_b: bool) -> None:
+    for variant in lane_variants(ctx, "float32"):
+        for m, n, k in [(7, 13, 5), (40, 24, 37)]:
+            err = run_case(ctx, m, n, k, trans_a=trans_a, trans_b=trans_b, variant=variant)
+            assert err < TOL["float32"], f"{variant} {m}x{n}x{k}: {err:.2e}"
+
+
+@pytest.mark.parametrize("activation", ACTIVATION_NAMES)
+def test_activation_with_bias(ctx, activation: str | None) -> None:
+    for variant in lane_variants(ctx, "float32"):
+        err = run_case(ctx, 19, 37, 23, activation=activation, with_bias=True, variant=variant)
+        assert err < TOL["float32"], f"{variant} {activation}: {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_full_epilogue(ctx, dtype: str) -> None:
+    # act(alpha * A @ B + bias) + residual + beta * out_before, with everything on.
+    for variant in lane_variants(ctx, dtype):
+        err = run_case(ctx, 21, 34, 17, dtype=dtype, activation="gelu_tanh", with_bias=True,
+                       residual="full", alpha=0.5, beta=-1.5, variant=variant)
+        assert err < TOL[dtype], f"{variant} {dtype}: {err:.2e}"
+
+
+def test_residual_added_after_activation(ctx) -> None:
+    # relu(A @ B) + r differs from relu(A @ B + r) wherever the product is negative.
+    a = ctx.tensor(np.array([[-2.0]], dtype=np.float32))
+    b = ctx.tensor(np.array([[1.0]], dtype=np.float32))
+    r = ctx.tensor(np.array([[3.0]], dtype=np.float32))
+    assert ops.matmul(a, b, activation="relu", residual=r).numpy()[0, 0] == 3.0
+
+
+@pytest.mark.parametrize("case", ["shared_b", "batch_x_batch", "shared_a", "residual_shared"])
+def test_batched(ctx, case: str) -> None:
+    for variant in lane_variants(ctx, "float32"):
+        if case == "shared_b":
+            err = run_case(ctx, 9, 13, 11, batch=(2, 3), variant=variant, with_bias=True,
+                           activation="silu")
+        elif case == "batch_x_batch":
+            err = run_case(ctx, 9, 13, 11, batch=(4,), b_batched=True, trans_b=True,
+                           variant=variant)
+        elif case == "residual_shared":
+            err = run_case(ctx, 5, 7, 3, batch=(3,), residual="shared", variant=variant)
+        else:
+            rng = np.random.default_rng()
+            a, a64 = stored(ctx, rng.standard_normal((6, 5)), "float32")
+            b, b64 = stored(ctx, rng.standard_normal((3, 5, 7)), "float32")
+            out = poisoned(ctx, (3, 6, 7), "float32")
+            ops.matmul(a, b, out=out, variant=variant)
+            err = rel_error(out.numpy(), a64 @ b64)
+        assert err < TOL["float32"], f"{variant} {case}: {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [*FLOATS, "int8"])
+def test_lanes_load_variants(ctx, dtype: str) -> None:
+    # Word-wide loads along K for A, along N or K for B, or element by element: every
+    # combination is chosen by some layout below, and each matches numpy on edge tiles.
+    if dtype == "int8" and not {"int8", "storage8"} <= effective_caps(ctx.caps):
+        pytest.skip("no 8-bit storage")
+    vw = 8 // dtypes.dtype(dtype).itemsize
+    seen = set()
+    for trans_a, trans_b, n, k in [
+        (False, False, 3 * vw * 8 + vw, 5 * vw),     # wide A, wide B along N
+        (False, False, 3 * vw * 8 + 1, 5 * vw),      # wide A only
+        (False, False, 2 * vw, 5 * vw + 1),          # wide B along N only
+        (False, True, 21, 7 * vw),                   # wide A, wide B along K
+        (True, True, 21, 7 * vw),                    # wide B along K only
+        (True, True, 21, 7 * vw + 3),                # element loads
+    ]:
+        m = 13
+        plan = choose_variant(ctx.caps, dtype, GemmShape(m, n, k, trans_a, trans_b),
+                              force="lanes")
+        seen.add((plan.variant["WIDE_A"], plan.variant["WIDE_B"]))
+        if dtype == "int8":
+            rng = np.random.default_rng()
+            a = rng.integers(-128, 128, (k, m) if trans_a else (m, k), dtype=np.int8)
+            b = rng.integers(-128, 128, (n, k) if trans_b else (k, n), dtype=np.int8)
+            out = ctx.tensor(np.full((m, n), -7, dtype=np.int32))
+            ops.matmul(ctx.tensor(a), ctx.tensor(b), out=out, trans_a=trans_a, trans_b=trans_b,
+                       variant="lanes")
+            expected = ((a.T if trans_a else a).astype(np.int64)
+                        @ (b.T if trans_b else b).astype(np.int64))
+            np.testing.assert_array_equal(out.numpy(), expected)
+        else:
+            err = run_case(ctx, m, n, k, dtype=dtype, trans_a=trans_a, trans_b=trans_b,
+                           with_bias=True, activation="relu", variant="lanes")
+            assert err < TOL[dtype], f"{plan.variant} {m}x{n}x{k}: {err:.2e}"
+    assert seen == {(1, 1), (1, 0), (0, 1), (1, 2), (0, 2), (0, 0)}, seen
+
+
+def test_split_k(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lower the thresholds so that small problems take split-K: float32 partial sums per K
+    # slice, then the sum and the whole epilogue in a second pass.
+    module = sys.modules["vkumd.framework.ops.matmul"]
+    monkeypatch.setattr(module, "SPLIT_K_MIN_K", 16)
+    monkeypatch.setattr(module, "SPLIT_K_MIN_SLICE", 8)
+    monkeypatch.setattr(module, "SPLIT_K_UNDERFILL", 1)
+    split_any = False
+    for variant in lane_variants(ctx, "float32"):
+        for m, n, k in [(3, 5, 4099), (1, 1, 100), (5, 3, 33)]:
+            plan = choose_variant(ctx.caps, "float32", GemmShape(m, n, k), force=variant)
+            split_any |= module._split_k(ctx.caps, plan, m, n, k, 1, dtypes.float32) > 1
+            err = run_case(ctx, m, n, k, activation="silu", with_bias=True, residual="full",
+                           alpha=0.5, beta=2.0, variant=variant)
+            assert err < TOL["float32"], f"{variant} {m}x{n}x{k}: {err:.2e}"
+    assert split_any, "no case took split-K"
+
+
+def test_batches_past_the_grid_limit(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pretend the device dispatches at most 2 workgroups along z: 5 batch entries then go in
+    # 3 launches, each with its operands' addresses moved on.
+    caps = dataclasses.replace(ctx.caps, max_workgroup_count=(65535, 65535, 2))
+    monkeypatch.setattr(ctx, "caps", caps)
+    for variant in lane_variants(ctx, "float32"):
+        err = run_case(ctx, 9, 20, 12, batch=(5,), b_batched=True, residual="full",
+                       with_bias=True, variant=variant)
+        assert err < TOL["float32"], f"{variant}: {err:.2e}"
+        err = run_case(ctx, 9, 20, 12, batch=(5,), variant=variant)
+        assert err < TOL["float32"], f"{variant} shared B: {err:.2e}"
+
+
+def test_zero_sized(ctx) -> None:
+    a = ctx.tensor(np.zeros((0, 3), dtype=np.float32))
+    b = ctx.tensor(np.zeros((3, 4), dtype=np.float32))
+    assert ops.matmul(a, b).shape == (0, 4)
+    # K = 0: the product is zero, the epilogue still applies.
+    a0 = ctx.empty((2, 0))
+    b0 = ctx.empty((0, 3))
+    bias = ctx.tensor(np.array([1.0, -1.0, 2.0], dtype=np.float32))
+    out = ops.matmul(a0, b0, bias=bias, activation="relu").numpy()
+    np.testing.assert_array_equal(out, [[1.0, 0.0, 2.0]] * 2)
+
+
+def test_int8(ctx) -> None:
+    if not {"int8", "storage8"} <= effective_caps(ctx.caps):
+        with pytest.raises(CapabilityMissing):
+            ops.matmul(ctx.tensor(np.ones((2, 2), np.int8)), ctx.tensor(np.ones((2, 2), np.int8)))
+        return
+    rng = np.random.default_rng()
+    for variant in lane_variants(ctx, "int8"):
+        for m, n, k in [(1, 1, 1), (7, 13, 300), (17, 9, 4099)]:
+            a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+            b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+            out = ctx.tensor(np.full((m, n), -12345, dtype=np.int32))
+            ops.matmul(ctx.tensor(a), ctx.tensor(b), out=out, variant=variant)
+            np.testing.assert_array_equal(out.numpy(), a.astype(np.int64) @ b.astype(np.int64),
+                                          err_msg=f"{variant} {m}x{n}x{k}")
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(m=st.integers(1, 70), n=st.integers(1, 70), k=st.integers(1, 90),
+       batch=st.sampled_from([(), (2,)]), trans_a=st.booleans(), trans_b=st.booleans(),
+       variant=st.sampled_from(["lanes", "lanes_packed", "shared"]), dtype=st.sampled_from(FLOATS))
+def test_shape_search(ctx, m: int, n: int, k: int, batch: tuple[int, ...], trans_a: bool,
+                      trans_b: bool, variant: str, dtype: str) -> None:
+    err = run_case(ctx, m, n, k, dtype=dtype, batch=batch, trans_a=trans_a, trans_b=trans_b,
+                   with_bias=True, activation="gelu", variant=variant)
+    assert err < TOL[dtype], f"{variant} {dtype} batch={batch} {m}x{n}x{k}: {err:.2e}"
+
+
+# -- variant choice ----------------------------------------------------------------------
+
+
+def test_choice_by_device(ctx) -> None:
+    caps = ctx.caps
+    cpu = dataclasses.replace(caps, device_type="cpu", cooperative_matrix=False)
+    assert choose_variant(cpu, "float32").name == "lanes"
+    assert choose_variant(cpu, "float32", GemmShape(64, 64, 64)).name == "lanes"
+    # Large problems pack B first; aligned layouts read 64-bit words.
+    big = choose_variant(cpu, "float32", GemmShape(2048, 2048, 2048))
+    assert big.name == "lanes_packed" and big.pack is not None
+    assert (big.variant["WIDE_A"], big.variant["WIDE_B"]) == (1, 1)
+    gpu = dataclasses.replace(caps, device_type="discrete", cooperative_matrix=False,
+                              cooperative_matrix_shapes=())
+    assert choose_variant(gpu, "float32").name == "shared"
+    assert choose_variant(gpu, "float16").name == "shared"
+    shape = CoopMatShape(m=16, n=16, k=16, a_type="float16", b_type="float16",
+                         c_type="float32", result_type="float32", scope="subgroup")
+    with_coopmat = dataclasses.replace(gpu, cooperative_matrix=True, vulkan_memory_model=True,
+                                       cooperative_matrix_shapes=(shape,))
+    plan = choose_variant(with_coopmat, "float16")
+    assert plan.name == "coopmat"
+    assert (plan.variant["CM_M"], plan.variant["CM_N"], plan.variant["CM_K"]) == (16, 16, 16)
+    assert choose_variant(with_coopmat, "float32").name == "shared"
+
+
+# -- the cooperative-matrix lane ---------------------------------------------------------
+
+
+@pytest.mark.coopmat
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES])
+def test_coopmat_variant_is_chosen_and_matches(ctx, monkeypatch: pytest.MonkeyPatch, m: int,
+                                               n: int, k: int) -> None:
+    require_coopmat(ctx)
+    assert coopmat_gemm_shapes(ctx.caps), "the lane lists no float16 -> float32 shape"
+    # lavapipe is a CPU driver, where the lanes path is the default (coopmat is emulated and
+    # slower there); a GPU with the same shapes would choose coopmat, and so does this lane
+    # with COOPMAT_ON_CPU.
+    gpu = dataclasses.replace(ctx.caps, device_type="discrete")
+    assert choose_variant(gpu, "float16", GemmShape(m, n, k)).name == "coopmat"
+    monkeypatch.setattr(sys.modules["vkumd.framework.ops.matmul"], "COOPMAT_ON_CPU", True)
+    assert choose_variant(ctx.caps, "float16", GemmShape(m, n, k)).name == "coopmat"
+    err = run_case(ctx, m, n, k, dtype="float16")  # the default choice, now coopmat
+    assert err < TOL["float16"], f"coopmat {m}x{n}x{k}: {err:.2e}"
+
+
+@pytest.mark.coopmat
+def test_coopmat_epilogue_batches_and_transposes(ctx) -> None:
+    require_coopmat(ctx)
+    err = run_case(ctx, 21, 34, 17, dtype="float16", batch=(2,), trans_a=True, trans_b=True,
+                   activation="gelu", with_bias=True, residual="full", alpha=0.5, beta=2.0,
+                   variant="coopmat")
+    assert err < TOL["float16"], f"{err:.2e}"
+
+
+@pytest.mark.coopmat
+def test_lane_variants_on_the_coopmat_lane(ctx) -> None:
+    # The other variants keep working on Mesa 26 (its newer LLVM compiles them afresh).
+    require_coopmat(ctx)
+    for variant in ("lanes", "shared"):
+        err = run_case(ctx, 37, 29, 41, dtype="float16", with_bias=True, activation="silu",
+                       variant=variant)
+        assert err < TOL["float16"], f"{variant}: {err:.2e}"
+
+
+# -- bad input ---------------------------------------------------------------------------
+
+
+def _f32(ctx: vkumd.Context, *shape: int) -> vkumd.Tensor:
+    return ctx.tensor(np.ones(shape, dtype=np.float32))
+
+
+BAD_CASES = {
+    "inner dims": (lambda c: dict(a=_f32(c, 3, 4), b=_f32(c, 5, 6)), VkumdValueError,
+                   "inner dimensions differ"),
+    "trans inner dims": (lambda c: dict(a=_f32(c, 3, 4), b=_f32(c, 3, 6), trans_b=True),
+                         VkumdValueError, "inner dimensions differ"),
+    "dtype mismatch": (lambda c: dict(a=_f32(c, 3, 4), b=c.tensor(np.ones((4, 2), np.float16))),
+                       VkumdTypeError, "cast one"),
+    "unsupported dtype": (lambda c: dict(a=c.tensor(np.ones((2, 2), np.int32)),
+                                         b=c.tensor(np.ones((2, 2), np.int32))),
+                          VkumdTypeError, "not supported"),
+    "unknown activation": (lambda c: dict(a=_f32(c, 3, 4), b=_f32(c, 4, 2), activation="tanh"),
+                           VkumdValueError, "activation='tanh' is unknown"),
+    "bias length": (lambda c: dict(a=_f32(c, 3, 4), b=_f32(c, 4, 2), bias=_f32(c, 3)),
+                    VkumdValueError, "one value per output column"),
+    "bias 2-D": (lambda c: dict(a=_f32(c, 3, 4), b=_f32(c, 4, 2), bias=_f32(c, 1, 2)),
+                 VkumdValueError, "bias has shape"),
+    "bias dtype": (lambda c: dict(a=_f32(c, 3, 4), b=_f32(c, 4, 2),
+                                  bias=c.tensor(np.ones(2, np.float16))),
+                   VkumdTypeError, "bias is float16"),
+    "residual shape": (lambda c: dict(a=_f32(c, 3, 4), b=_f32(c, 4, 2), residual=_f32(c, 2, 3)),
+                       VkumdValueError, "residual has shape"),
+    "out shape": (lambda c: dict(a=_f32(c, 3, 4), b=_f32(c, 4, 2), out=_f32(c, 2, 3)),
+                  VkumdValueError, "out= has shape"),
+    "out dtype": (lambda c: dict(a=_f32(c, 3, 4), b=_f32(c, 4, 2),
+                                 out=c.tensor(np.ones((3, 2), np.float16))),
+                  VkumdTypeError, "out= is float16"),
+    "out is a": (lambda c: (lambda t: dict(a=t, b=_f32(c, 4, 4), out=t))(_f32(c, 4, 4)),
+                 VkumdValueError, "same tensor as a"),
+    "beta without out": (lambda c: dict(a=_f32(c, 3, 4), b=_f32(c, 4, 2), beta=1.0),
+                         VkumdValueError, "needs out="),
+    "alpha not a number": (lambda c: dict(a=_f32(c, 3, 4), b=_f32(c, 4, 2), alpha="2"),
+                           VkumdTypeError, "alpha must be a real number"),
+    "1-D operand": (lambda c: dict(a=_f32(c, 4), b=_f32(c, 4, 2)), VkumdValueError,
+                    "at least 2 dimensions"),
+    "batch mismatch": (lambda c: dict(a=_f32(c, 2, 3, 4), b=_f32(c, 3, 4, 2)), VkumdValueError,
+                       "batch dimensions"),
+    "not a tensor": (lambda c: dict(a=np.ones((3, 4), np.float32), b=_f32(c, 4, 2)),
+                     VkumdTypeError, "must be a vkumd Tensor"),
+    "unknown variant": (lambda c: dict(a=_f32(c, 3, 4), b=_f32(c, 4, 2), variant="fast"),
+                        VkumdValueError, "variant='fast' is unknown"),
+    "int8 epilogue": (lambda c: dict(a=c.tensor(np.ones((2, 2), np.int8)),
+                                     b=c.tensor(np.ones((2, 2), np.int8)), activation="relu"),
+                      (VkumdValueError, CapabilityMissing), "int8"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CASES))
+def test_bad_input_raises_clearly(ctx, case: str) -> None:
+    build, error, text = BAD_CASES[case]
+    kwargs = build(ctx)
+    a = kwargs.pop("a")
+    b = kwargs.pop("b")
+    with pytest.raises(error, match=text):
+        ops.matmul(a, b, **kwargs)
+    # The context stays usable.
+    assert run_case(ctx, 3, 5, 7) < TOL["float32"]
+
+
+def test_coopmat_variant_refused_without_coopmat(ctx) -> None:
+    if coopmat_gemm_shapes(ctx.caps):
+        pytest.skip("this device has cooperative matrices")
+    with pytest.raises(VkumdValueError, match="not available"):
+        ops.matmul(_f32(ctx, 2, 2), _f32(ctx, 2, 2), variant="coopmat")
+
+
+def test_int8_without_capability(ctx) -> None:
+    caps = dataclasses.replace(ctx.caps, shader_int8=False, storage_8bit=False)
+
+    class NoInt8:
+        """A context stand-in whose caps lack 8-bit support (the check reads only caps)."""
+
+        def __init__(self) -> None:
+            self.caps = caps
+
+    with pytest.raises(CapabilityMissing, match="int8 needs"):
+        _check_dtype(NoInt8(), dtypes.int8)
