@@ -17,9 +17,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from vkumd.vk.binding import vk
+from vkumd.vk.errors import VkumdError
+
 # The active profiler, read on every dispatch: a module global keeps that check one load.
 current: Profiler | None = None
 _activation = threading.Lock()
+_TOP_OF_PIPE = vk.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT
+_BOTTOM_OF_PIPE = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
 
 
 @dataclass
@@ -112,8 +117,6 @@ class Profiler:
         global current
         with _activation:
             if current is not None:
-                from vkumd.vk.errors import VkumdError
-
                 raise VkumdError("a vkumd profiler is already active; profiles do not nest")
             self.started_ns = time.perf_counter_ns()
             current = self
@@ -229,6 +232,3 @@ def profile() -> Profiler:
     """
     return Profiler()
 
-
-_TOP_OF_PIPE = 0x00000001     # VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT
-_BOTTOM_OF_PIPE = 0x00002000  # VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT

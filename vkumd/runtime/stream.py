@@ -19,11 +19,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from vkumd.runtime import profiler
+from vkumd.runtime.memory import MemoryUsage
 from vkumd.submission.batch import Batch
 from vkumd.submission.descriptors import BufferRange
 from vkumd.submission.submitter import Submitter
 from vkumd.submission.timeline import FOREVER_NS
-from vkumd.vk.binding import vk
+from vkumd.vk.binding import ffi, vk
 from vkumd.vk.errors import VkumdError, VkumdTypeError, VkumdValueError
 
 if TYPE_CHECKING:
@@ -156,9 +157,6 @@ class Stream:
         The staging area is taken from the memory pool and returned to it once the copy's
         submission has completed. The host bytes are copied before this returns.
         """
-        from vkumd.runtime.memory import MemoryUsage
-        from vkumd.vk.binding import ffi
-
         n = data.nbytes
         if n > allocation.size:
             raise VkumdValueError(f"upload of {n} bytes into an allocation of "

@@ -17,6 +17,25 @@ from vkumd.vk.handle import Handle
 DEFAULT_TIMEOUT_NS = 60 * 1_000_000_000
 
 
+def create_command_pool(device: Any, family: int) -> Any:
+    """A ``VkCommandPool`` for ``family`` whose command buffers can be reset one by one."""
+    info = new("VkCommandPoolCreateInfo", vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+               flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+               queueFamilyIndex=family)
+    out = ffi.new("VkCommandPool*")
+    check("vkCreateCommandPool", lib.vkCreateCommandPool(device, info, NULL, out))
+    return out[0]
+
+
+def allocate_command_buffer(device: Any, pool: Any) -> Any:
+    """One primary command buffer from ``pool``."""
+    info = new("VkCommandBufferAllocateInfo", vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+               commandPool=pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1)
+    out = ffi.new("VkCommandBuffer*")
+    check("vkAllocateCommandBuffers", lib.vkAllocateCommandBuffers(device, info, out))
+    return out[0]
+
+
 class OneShotQueue(Handle):
     """A command pool and fence for blocking submissions to one queue.
 
@@ -31,18 +50,8 @@ class OneShotQueue(Handle):
         self.device = device
         self.queue = queue
         self._lock = threading.Lock()
-        info = new("VkCommandPoolCreateInfo", vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
-                   flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
-                   queueFamilyIndex=queue.family)
-        pool = ffi.new("VkCommandPool*")
-        check("vkCreateCommandPool", lib.vkCreateCommandPool(device, info, NULL, pool))
-        self.handle = pool[0]
-        alloc = new("VkCommandBufferAllocateInfo",
-                    vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, commandPool=self.handle,
-                    level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1)
-        cmd = ffi.new("VkCommandBuffer*")
-        check("vkAllocateCommandBuffers", lib.vkAllocateCommandBuffers(device, alloc, cmd))
-        self._cmd = cmd[0]
+        self.handle = create_command_pool(device, queue.family)
+        self._cmd = allocate_command_buffer(device, self.handle)
         fence_info = new("VkFenceCreateInfo", vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO)
         fence = ffi.new("VkFence*")
         check("vkCreateFence", lib.vkCreateFence(device, fence_info, NULL, fence))

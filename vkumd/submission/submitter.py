@@ -15,6 +15,7 @@ from typing import Any
 
 from vkumd.submission.batch import BarrierKind, Batch
 from vkumd.submission.descriptors import DescriptorBinder, DescriptorPool
+from vkumd.submission.oneshot import allocate_command_buffer, create_command_pool
 from vkumd.submission.timeline import FOREVER_NS, Timeline
 from vkumd.vk.binding import NULL, ffi, lib, new, vk
 from vkumd.vk.errors import DeviceLost, VkumdError, check, error_for
@@ -50,12 +51,7 @@ class Submitter:
         self.binder = DescriptorBinder(device, push_descriptors)
         self.barriers = BarrierKind(compute)
         self.timeline = Timeline(device, semaphore=timeline_semaphore, name=name)
-        info = new("VkCommandPoolCreateInfo", vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
-                   flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
-                   queueFamilyIndex=queue.family)
-        out = ffi.new("VkCommandPool*")
-        check("vkCreateCommandPool", lib.vkCreateCommandPool(device, info, NULL, out))
-        self.pool = out[0]
+        self.pool = create_command_pool(device, queue.family)
         self._free_commands: list[Any] = []
         self._in_flight: deque[_InFlight] = deque()
         self.last_work = "nothing yet"
@@ -83,13 +79,7 @@ class Submitter:
             cmd = self._free_commands.pop()
             check("vkResetCommandBuffer", lib.vkResetCommandBuffer(cmd, 0))
         else:
-            alloc = new("VkCommandBufferAllocateInfo",
-                        vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, commandPool=self.pool,
-                        level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1)
-            out = ffi.new("VkCommandBuffer*")
-            check("vkAllocateCommandBuffers", lib.vkAllocateCommandBuffers(self.device, alloc,
-                                                                            out))
-            cmd = out[0]
+            cmd = allocate_command_buffer(self.device, self.pool)
         begin = self._reusable_begin if reusable else self._begin_info
         check("vkBeginCommandBuffer", lib.vkBeginCommandBuffer(cmd, begin))
         return cmd
