@@ -66,7 +66,7 @@ def test_profiles_do_not_nest() -> None:
 
 def test_host_timestamps_when_the_device_has_no_queries(monkeypatch) -> None:
     with vkumd.Context() as ctx:
-        monkeypatch.setattr(ctx, "timestamps", None)
+        monkeypatch.setattr(ctx.default_stream, "timestamps", None)
         with vkumd.profile() as prof:
             ops.fill(ctx.empty(7), 1.0)
             ctx.synchronize()

@@ -82,7 +82,7 @@ class Profiler:
 
     # -- hooks the runtime calls -------------------------------------------------------------
     def begin_dispatch(self, stream: Any, batch: Any) -> DispatchRecord:
-        slots = stream.context.timestamps
+        slots = stream.timestamps
         record = DispatchRecord("", stream.name, (0, 0, 0), stream.context, None, None,
                                 time.perf_counter_ns())
         if slots is None:
@@ -97,7 +97,7 @@ class Profiler:
                      groups: tuple[int, int, int]) -> None:
         record.kernel = kernel
         record.groups = tuple(groups)  # type: ignore[assignment]
-        slots = stream.context.timestamps
+        slots = stream.timestamps
         if slots is not None:
             record.end_slot = slots.allocate()
             pool, index = slots.location(record.end_slot)

@@ -80,6 +80,10 @@ class Stream:
             device.handle, chosen or device.compute_queue, compute=self.compute,
             push_descriptors=context.kernels.push_descriptors,
             timeline_semaphore=context.uses_timeline_semaphores, name=self.name)
+        family = (chosen or device.compute_queue).family
+        # Timestamps need a queue family that counts them (transfer-only ones may not).
+        self.timestamps = (context.timestamps
+                           if context.caps.queue_families[family].timestamp_valid_bits else None)
         self._lock = threading.RLock()
         self._batch: Batch | None = None
         self._waits: list[tuple[Any, int]] = []
@@ -275,7 +279,7 @@ class Stream:
             event = Event(self.context)
         with self._lock:
             batch = self._batch or self._open()
-            slots = self.context.timestamps
+            slots = self.timestamps
             if slots is not None and event._slot is not None:
                 pool, index = slots.location(event._slot)
                 batch.timestamp(pool, index, _BOTTOM)
@@ -352,6 +356,7 @@ class Event:
         self.stream: Stream | None = None
         self.value = 0
         self.host_ns = 0
+        self._timed = False
         slots = context.timestamps if timing else None
         self._slot = slots.allocate() if slots is not None else None
         if self._slot is not None:
@@ -361,6 +366,7 @@ class Event:
         self.stream = stream
         self.value = value
         self.host_ns = time.perf_counter_ns()
+        self._timed = stream.timestamps is not None
 
     @property
     def done(self) -> bool:
@@ -389,7 +395,7 @@ class Event:
             raise VkumdValueError("the event was never recorded; call stream.record(event)")
         self.synchronize()
         slots = self.context.timestamps
-        if slots is None or self._slot is None:
+        if slots is None or self._slot is None or not self._timed:
             return self.host_ns
         stamp = slots.read(self._slot)
         if stamp is None:
