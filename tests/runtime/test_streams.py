@@ -342,3 +342,15 @@ def test_an_interrupted_recording_is_discarded_not_submitted(ctx, monkeypatch) -
         ops.fill(t, 3.0)
     assert np.all(t.numpy() == 3.0)
     stream.release()
+
+
+def test_events_fall_back_to_host_time_without_timestamp_queries(ctx, monkeypatch) -> None:
+    stream = ctx.stream()
+    monkeypatch.setattr(stream, "timestamps", None)
+    start = stream.record()
+    with stream:
+        ops.fill(ctx.empty(1000), 1.0)
+    end = stream.record()
+    assert end.elapsed_time(start) <= 0.0 <= start.elapsed_time(end)
+    assert start.timestamp_ns() == start.host_ns
+    stream.release()
