@@ -261,11 +261,6 @@ ACC unpack_word(uint64_t w, uint c) {
 #endif
 }
 
-// The word holding elements [index, index + VW) of an operand (index % VW == 0).
-uint64_t load_word(uint64_t base, uint index) {
-    return Words(base).v[index / VW];
-}
-
 uint lane_col(uint n0, uint lane, uint j, uint c) {
 #if WIDE_B == 1
     return n0 + VW * (S * j + lane) + c;
@@ -292,12 +287,18 @@ uint lane_col(uint n0, uint lane, uint j, uint c) {
                 }                                                                         \
             }                                                                             \
         }                                                                                 \
+        [[unroll]] for (uint i = 0u; i < RI; ++i) {                                       \
+            ap[i] += uint64_t(STEPS * ELEM_BYTES) * uint64_t(pc.sak);                       \
+        }                                                                                 \
+        [[unroll]] for (uint j = 0u; j < NJ; ++j) {                                       \
+            bp[j] += uint64_t(STEPS * ELEM_BYTES) * uint64_t(B_K_STRIDE);                 \
+        }                                                                                 \
     }
 
 #if WIDE_A
 #define LOAD_A_ROW(i, STEPS)                                                              \
     [[unroll]] for (uint kw = 0u; kw < STEPS; kw += VW) {                                 \
-        uint64_t w = load_word(a, arow[i] + k + kw);                                      \
+        uint64_t w = Words(ap[i]).v[kw / VW];                                             \
         [[unroll]] for (uint c = 0u; c < VW; ++c) {                                       \
             av[i * STEPS + kw + c] = unpack_word(w, c);                                   \
         }                                                                                 \
@@ -305,8 +306,15 @@ uint lane_col(uint n0, uint lane, uint j, uint c) {
 #else
 #define LOAD_A_ROW(i, STEPS)                                                              \
     [[unroll]] for (uint kk = 0u; kk < STEPS; ++kk) {                                     \
-        av[i * STEPS + kk] = load_at(a, arow[i] + (k + kk) * pc.sak);                     \
+        av[i * STEPS + kk] = load_at(ap[i], kk * pc.sak);                                 \
     }
+#endif
+
+// Elements between consecutive K of one column of op(B) as the B loads walk it.
+#if WIDE_B == 2
+#define B_K_STRIDE 1u
+#else
+#define B_K_STRIDE pc.sbk
 #endif
 
 #if WIDE_B == 2
@@ -315,7 +323,7 @@ uint lane_col(uint n0, uint lane, uint j, uint c) {
     ACC bk[NJ * STEPS];                                                                   \
     [[unroll]] for (uint j = 0u; j < NJ; ++j) {                                           \
         [[unroll]] for (uint kw = 0u; kw < STEPS; kw += VW) {                             \
-            uint64_t w = load_word(b, bcol[j] + k + kw);                                  \
+            uint64_t w = Words(bp[j]).v[kw / VW];                                         \
             [[unroll]] for (uint c = 0u; c < VW; ++c) {                                   \
                 bk[j * STEPS + kw + c] = unpack_word(w, c);                               \
             }                                                                             \
@@ -329,7 +337,7 @@ uint lane_col(uint n0, uint lane, uint j, uint c) {
 #define LOAD_B_K(STEPS)
 #define LOAD_B_N(kk, STEPS)                                                               \
     [[unroll]] for (uint j = 0u; j < NJ; ++j) {                                           \
-        uint64_t w = load_word(b, (k + kk) * pc.sbk + bcol[j]);                           \
+        uint64_t w = Words(bp[j] + uint64_t(kk * ELEM_BYTES) * uint64_t(pc.sbk)).v[0];    \
         [[unroll]] for (uint c = 0u; c < VW; ++c) {                                       \
             bv[j * VW + c] = unpack_word(w, c);                                           \
         }                                                                                 \
@@ -338,7 +346,7 @@ uint lane_col(uint n0, uint lane, uint j, uint c) {
 #define LOAD_B_K(STEPS)
 #define LOAD_B_N(kk, STEPS)                                                               \
     [[unroll]] for (uint j = 0u; j < NJ; ++j) {                                           \
-        bv[j] = load_at(b, (k + kk) * pc.sbk + bcol[j]);                                  \
+        bv[j] = load_at(bp[j], kk * pc.sbk);                                              \
     }
 #endif
 
@@ -371,6 +379,17 @@ void main() {
 #else
         bcol[j] = (min(lane_col(n0, lane, j, 0u), pc.b_cols - 1u) - b_n0) * pc.sbn;
 #endif
+    }
+    // Each lane walks its rows of A and columns of B with 64-bit pointers advanced by a
+    // constant per step: lavapipe computes every index as a vector, and an index rebuilt
+    // from k each step costed a vector multiply, shift and widening per load.
+    uint64_t ap[RI];
+    [[unroll]] for (uint i = 0u; i < RI; ++i) {
+        ap[i] = a + uint64_t(arow[i]) * uint64_t(ELEM_BYTES);
+    }
+    uint64_t bp[NJ];
+    [[unroll]] for (uint j = 0u; j < NJ; ++j) {
+        bp[j] = b + uint64_t(bcol[j]) * uint64_t(ELEM_BYTES);
     }
     ACC acc[TM * NC];
     [[unroll]] for (uint i = 0u; i < TM * NC; ++i) {
