@@ -144,6 +144,25 @@ def test_float16_mask_with_causal_and_lengths(ctx) -> None:
           attn_mask=ctx.tensor(mask), np_mask=mask.astype(np.float64))
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_tiled_rows_cross_heads_small_head_dim(ctx, causal) -> None:
+    # Group 3 x q_len 11: a workgroup's rows (lanes x rows per lane) span query heads, which the
+    # causal key range must allow for; head_dim 12 has fewer vec4 chunks than lanes.
+    check(ctx, "tiled", "float32", (2, 3, 1, 11, 45, 12), causal)
+
+
+def test_keys_past_key_lengths_are_never_read(ctx) -> None:
+    # A padded key/value cache: what lies past each length (here NaN) must not leak in.
+    rng = np.random.default_rng()
+    q, k, v = make(rng, (2, 2, 7, 64), (2, 2, 30, 64), "float32")
+    lengths = [30, 13]
+    k_bad, v_bad = k.copy(), v.copy()
+    k_bad[1, :, 13:] = np.nan
+    v_bad[1, :, 13:] = np.nan
+    result = run(ctx, "tiled", q, k_bad, v_bad, key_lengths=lengths)
+    assert rel_error(result, reference(q, k, v, key_lengths=lengths)) < 1e-5
+
+
 def test_fully_masked_rows_are_zero_not_nan(ctx) -> None:
     rng = np.random.default_rng()
     q, k, v = make(rng, (1, 2, 6, 32), (1, 2, 6, 32), "float32")

@@ -13,11 +13,16 @@ from vkumd.vk.caps import DeviceCaps
 ATTENTION_HEAD_DIMS = (32, 64, 80, 96, 128)
 ATTENTION_MAX_HEAD_DIM = 256
 ATTENTION_TYPES = ("F32", "F16")
-# Rows per workgroup of the tiled kernel: the default, and the smaller ones the op picks when
-# a key/value head has fewer rows (decoding one token has one).
+# Rows per workgroup of the split (flash-decoding) tiled kernel: the default, and the smaller
+# ones the op picks when a key/value head has fewer rows (decoding one token has one).
 ATTENTION_ROWS = (1, 2, 4, 8)
 ATTENTION_DEFAULT_ROWS = 8
 ATTENTION_KEYS_PER_LANE = 2
+# The non-split tiled kernel (LANE_ROWS = 1): query rows per lane and keys per tile. 2 x 4
+# measured best on lavapipe 25 of 1..4 x 2..16 (seq 1024, head_dim 64); more of either spills
+# and compiles slower (4 x 8: 14 s cold, 2 x 4: 5 s).
+ATTENTION_ROWS_PER_LANE = 2
+ATTENTION_KEY_TILE = 4
 
 
 def _types(caps: DeviceCaps) -> list[str]:
@@ -31,8 +36,11 @@ def _tiled_variants(caps: DeviceCaps) -> list[dict]:
         for hd in ATTENTION_HEAD_DIMS:
             base = {"DTYPE": dtype, WORKGROUP: sg, "HD": hd, "KPL": ATTENTION_KEYS_PER_LANE,
                     "ADDRESSES": int(caps.buffer_device_address)}
-            variants.append({**base, "ROWS": ATTENTION_DEFAULT_ROWS, "SPLIT": 0})
-            variants.extend({**base, "ROWS": rows, "SPLIT": 1} for rows in ATTENTION_ROWS)
+            variants.extend({**base, "LANE_ROWS": 1, "RPL": ATTENTION_ROWS_PER_LANE,
+                             "KT1": ATTENTION_KEY_TILE, "MASKED": masked, "ROWS": 1, "SPLIT": 0}
+                            for masked in (0, 1))
+            variants.extend({**base, "LANE_ROWS": 0, "RPL": 1, "KT1": 1, "MASKED": 0,
+                             "ROWS": rows, "SPLIT": 1} for rows in ATTENTION_ROWS)
     return variants
 
 
@@ -41,8 +49,9 @@ ATTENTION_TILED = register(Kernel(
     source="attention_tiled.comp",
     buffers=7,
     push_bytes=4 * 20,
-    defines={"DTYPE": ATTENTION_TYPES, "ADDRESSES": (0, 1)},
-    spec_constants={WORKGROUP: 0, "HD": 1, "ROWS": 2, "KPL": 3, "SPLIT": 4},
+    defines={"DTYPE": ATTENTION_TYPES, "ADDRESSES": (0, 1), "LANE_ROWS": (0, 1)},
+    spec_constants={WORKGROUP: 0, "HD": 1, "ROWS": 2, "KPL": 3, "SPLIT": 4, "RPL": 5, "KT1": 6,
+                    "MASKED": 7},
     requires=frozenset({"subgroup_arithmetic"}),
     variants=_tiled_variants,
 ))

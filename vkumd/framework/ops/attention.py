@@ -48,9 +48,11 @@ import numpy as np
 from vkumd.compiler.kernels import WORKGROUP
 from vkumd.compiler.kernels.attention import (
     ATTENTION_DEFAULT_ROWS,
+    ATTENTION_KEY_TILE,
     ATTENTION_KEYS_PER_LANE,
     ATTENTION_MAX_HEAD_DIM,
     ATTENTION_ROWS,
+    ATTENTION_ROWS_PER_LANE,
     coopmat_tile_sizes,
 )
 from vkumd.compiler.registry import effective_caps
@@ -323,21 +325,22 @@ def _rows_for(p: _Problem) -> int:
 
 
 def _run_tiled(ctx: Any, p: _Problem, tensors: list[Tensor], push: bytes, splits: int,
-               out: Tensor) -> None:
+               out: Tensor, masked: bool) -> None:
     q, k, v, lengths, mask = tensors
     sg = ctx.caps.subgroup_size
     variant = {"DTYPE": _CODE[p.dtype.name], WORKGROUP: sg, "HD": p.head_dim,
                "KPL": ATTENTION_KEYS_PER_LANE,
                "ADDRESSES": int(ctx.caps.buffer_device_address)}
     if splits == 1:
-        rows = ATTENTION_DEFAULT_ROWS
-        variant.update(ROWS=rows, SPLIT=0)
+        rows = sg * ATTENTION_ROWS_PER_LANE
+        variant.update(LANE_ROWS=1, RPL=ATTENTION_ROWS_PER_LANE,
+                       KT1=ATTENTION_KEY_TILE, MASKED=int(masked), ROWS=1, SPLIT=0)
         buffers = [_buffer(t) for t in (q, k, v, out, lengths, mask, out)]
         groups = _grid(ctx, -(-p.rows // rows), p.batch * p.kv_heads, 1)
         ctx.dispatch("attention_tiled", variant, buffers, push, groups, writes=(3,))
         return
     rows = _rows_for(p)
-    variant.update(ROWS=rows, SPLIT=1)
+    variant.update(LANE_ROWS=0, RPL=1, KT1=1, MASKED=0, ROWS=rows, SPLIT=1)
     chunks = p.head_dim // 4
     out_rows = p.batch * p.q_heads * p.q_len
     scratch = ctx.empty((out_rows, splits, chunks + 1, 4), dtypes.float32)
@@ -445,7 +448,7 @@ def attention_path(path: str, q: Tensor, k: Tensor, v: Tensor, *, causal: bool =
         if chosen == "coopmat":
             _run_coopmat(ctx, p, tensors, push, out)
         else:
-            _run_tiled(ctx, p, tensors, push, n_splits, out)
+            _run_tiled(ctx, p, tensors, push, n_splits, out, attn_mask is not None)
     finally:
         for t in made:
             t.release()
