@@ -36,21 +36,24 @@ layout(push_constant) uniform Shape {
 } pc;
 
 void main() {
-    uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-    uint row = group / pc.chunks;
-    if (row >= pc.rows) {
-        return;
-    }
-    uint first = (group % pc.chunks) * CHUNK;
-    uint last = min(first + CHUNK, pc.cols);
-    uint rest = row;
-    uint base = 0u;
-    for (int d = int(pc.nouter) - 1; d >= 0; --d) {
-        base += (rest % pc.outer[d]) * pc.outer_stride[d];
-        rest /= pc.outer[d];
-    }
-    uint dst = row * pc.cols;
-    for (uint c = first + gl_LocalInvocationID.x; c < last; c += gl_WorkGroupSize.x) {
-        result[dst + c] = src[base + c * pc.inner_stride];
+    // Workgroups loop over (row, chunk) pairs: the host caps the grid on CPU drivers, whose
+    // cost is per workgroup.
+    uint pairs = pc.rows * pc.chunks;
+    uint step = gl_NumWorkGroups.x * gl_NumWorkGroups.y;
+    for (uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x; group < pairs;
+         group += step) {
+        uint row = group / pc.chunks;
+        uint first = (group % pc.chunks) * CHUNK;
+        uint last = min(first + CHUNK, pc.cols);
+        uint rest = row;
+        uint base = 0u;
+        for (int d = int(pc.nouter) - 1; d >= 0; --d) {
+            base += (rest % pc.outer[d]) * pc.outer_stride[d];
+            rest /= pc.outer[d];
+        }
+        uint dst = row * pc.cols;
+        for (uint c = first + gl_LocalInvocationID.x; c < last; c += gl_WorkGroupSize.x) {
+            result[dst + c] = src[base + c * pc.inner_stride];
+        }
     }
 }

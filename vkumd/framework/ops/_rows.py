@@ -12,7 +12,7 @@ from typing import Any
 
 from vkumd.compiler.kernels import WORKGROUP, transformer
 from vkumd.framework import dtypes
-from vkumd.framework.ops.elementwise import _check_tensor, _output
+from vkumd.framework.ops.elementwise import CPU_WORKGROUPS, _check_tensor, _output
 from vkumd.framework.tensor import Tensor
 from vkumd.submission.recorder import grid_for
 from vkumd.vk.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
@@ -92,6 +92,14 @@ def grid(context: Any, count: int, workgroup: int) -> tuple[int, int, int]:
 def rows_grid(context: Any, rows: int) -> tuple[int, int, int]:
     """One workgroup per row."""
     return grid(context, rows, 1)
+
+
+def looped_grid(context: Any, groups: int) -> tuple[int, int, int]:
+    """A grid for a kernel whose workgroups loop over ``groups`` pieces of work: capped at
+    :data:`~vkumd.framework.ops.elementwise.CPU_WORKGROUPS` on CPU drivers."""
+    if context.caps.device_type == "cpu":
+        groups = min(groups, CPU_WORKGROUPS)
+    return grid(context, groups, 1)
 
 
 def workgroup_of(variant: dict) -> int:

@@ -104,12 +104,12 @@ def _buffer(t: Tensor) -> tuple[Any, int, int]:
 # Workgroups per dispatch on CPU drivers: lavapipe pays per workgroup, so a few large ones
 # looping over the elements beat one per 64 elements. GPUs get one group per 64 elements
 # up to the dispatch limit, then loop too.
-_CPU_GROUPS = 64
+CPU_WORKGROUPS = 64
 
 
 def _grid(context: Any, n: int) -> tuple[int, int, int]:
     caps = context.caps
-    cap = _CPU_GROUPS if caps.device_type == "cpu" else caps.max_workgroup_count[0]
+    cap = CPU_WORKGROUPS if caps.device_type == "cpu" else caps.max_workgroup_count[0]
     return (max(1, min(-(-n // _WORKGROUP), cap)), 1, 1)
 
 

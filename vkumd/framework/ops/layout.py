@@ -188,7 +188,7 @@ def _permute(op: str, x: Tensor, order: list[int], out: Tensor | None) -> Tensor
     variant = {"WIDTH": 8 * x.dtype.itemsize,
                WORKGROUP: transformer.permute_workgroup(x.context.caps, cols)}
     x.context.dispatch("permute", variant, [_rows.buffer(x), _rows.buffer(out)], push,
-                       _rows.rows_grid(x.context, rows * chunks), writes=(1,))
+                       _rows.looped_grid(x.context, rows * chunks), writes=(1,))
     return out
 
 
