@@ -98,6 +98,32 @@ void main() {
         }
         return;
     }
+    if (pc.ndim <= 2u) {
+        // Up to two dimensions (most broadcasts after the host merged dimensions): split the
+        // first index and the loop step into (row, column) once, then carry instead of
+        // dividing -- CPU drivers have no vector integer division and scalarise it.
+        uint cols = pc.shape[pc.ndim - 1u];
+        uint as0 = pc.ndim == 2u ? pc.a_stride[0] : 0u;
+        uint bs0 = pc.ndim == 2u ? pc.b_stride[0] : 0u;
+        uint as1 = pc.a_stride[pc.ndim - 1u];
+        uint bs1 = pc.b_stride[pc.ndim - 1u];
+        uint first = VKUMD_FIRST_INDEX;
+        uint row = first / cols;
+        uint col = first - row * cols;
+        uint step_rows = step / cols;
+        uint step_cols = step - step_rows * cols;
+        for (uint index = first; index < pc.n; index += step) {
+            result[index] = STORE(apply(LOAD(a[row * as0 + col * as1]),
+                                        LOAD(b[row * bs0 + col * bs1])));
+            col += step_cols;
+            row += step_rows;
+            if (col >= cols) {
+                col -= cols;
+                row += 1u;
+            }
+        }
+        return;
+    }
     for (uint index = VKUMD_FIRST_INDEX; index < pc.n; index += step) {
         uint rest = index;
         uint ia = 0u;

@@ -90,6 +90,27 @@ void main() {
         }
         return;
     }
+    if (pc.ndim <= 2u) {
+        // As in elementwise_binary.comp: (row, column) split once, then carried.
+        uint cols = pc.shape[pc.ndim - 1u];
+        uint s0 = pc.ndim == 2u ? pc.stride[0] : 0u;
+        uint s1 = pc.stride[pc.ndim - 1u];
+        uint first = VKUMD_FIRST_INDEX;
+        uint row = first / cols;
+        uint col = first - row * cols;
+        uint step_rows = step / cols;
+        uint step_cols = step - step_rows * cols;
+        for (uint index = first; index < pc.n; index += step) {
+            convert_one(index, row * s0 + col * s1);
+            col += step_cols;
+            row += step_rows;
+            if (col >= cols) {
+                col -= cols;
+                row += 1u;
+            }
+        }
+        return;
+    }
     for (uint index = VKUMD_FIRST_INDEX; index < pc.n; index += step) {
         uint rest = index;
         uint is = 0u;

@@ -416,3 +416,21 @@ def test_sixteen_bit_types_need_16bit_storage(ctx, monkeypatch, dtype: str) -> N
             call()
     monkeypatch.undo()
     assert_usable(ctx)
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), [((3001, 7), (7,)), ((7, 3001), (7, 1)),
+                                                  ((5, 997, 3), (997, 1)), ((4099,), (1,))])
+def test_broadcasts_longer_than_one_pass_of_the_grid(ctx, a_shape, b_shape) -> None:
+    # More elements than invocations, so every invocation carries its (row, column) across
+    # several loop steps; column counts that do not divide the step.
+    rng = np.random.default_rng()
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    shape = np.broadcast_shapes(a_shape, b_shape)
+    out = poisoned(ctx, shape, "float32")
+    ops.mul(ctx.tensor(a), ctx.tensor(b), out=out)
+    np.testing.assert_array_equal(out.numpy(), a * b)
+    cast_out = poisoned(ctx, shape, "float16")
+    ops.cast(ctx.tensor(b), "float16", out=cast_out)
+    np.testing.assert_array_equal(cast_out.numpy(),
+                                  np.broadcast_to(b.astype(np.float16), shape).astype(np.float32))
