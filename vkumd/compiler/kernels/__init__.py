@@ -8,7 +8,6 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     attention,
     transformer,
 )
-from vkumd.compiler.kernels.coopmat_tile import GEMM_COOPMAT_TILE
 from vkumd.compiler.kernels.elementwise import (
     ELEMENTWISE_BINARY,
     ELEMENTWISE_FILL,
@@ -26,5 +25,5 @@ ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 __all__ = [
     "ACTIVATIONS",
     "ELEMENTWISE_BINARY", "ELEMENTWISE_FILL", "ELEMENTWISE_OPS", "ELEMENTWISE_TYPES",
-    "ELEMENTWISE_UNARY", "ELEMENTWISE_UNARY_OPS", "GEMM_COOPMAT_TILE", "WORKGROUP",
+    "ELEMENTWISE_UNARY", "ELEMENTWISE_UNARY_OPS", "WORKGROUP",
 ]
