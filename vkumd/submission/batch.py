@@ -8,6 +8,7 @@ batch is marked broken and its owner discards it instead of submitting it.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from vkumd.vk.errors import check
 
 _COMPUTE = vk.VK_PIPELINE_BIND_POINT_COMPUTE
 _SHADER_STAGE = vk.VK_SHADER_STAGE_COMPUTE_BIT
+_SIZE = operator.itemgetter(2)
 
 
 def _memory_barrier(src_access: int, dst_access: int) -> Any:
@@ -88,7 +90,6 @@ class Batch:
         """
         layout = program.layout
         descriptor_set = self.binder.prepare(layout, buffers)
-        push_data = ffi.from_buffer(push) if push else None
         gx, gy, gz = groups
         if keys is None:
             keys = [(buffer, offset) for buffer, offset, _ in buffers]
@@ -101,16 +102,15 @@ class Batch:
                 lib.vkCmdBindPipeline(cmd, _COMPUTE, program.handle)
                 self._bound = program
             self.binder.record(cmd, layout, len(buffers), descriptor_set)
-            if push_data is not None:
-                lib.vkCmdPushConstants(cmd, layout.handle, _SHADER_STAGE, 0, len(push), push_data)
+            if push:
+                lib.vkCmdPushConstants(cmd, layout.handle, _SHADER_STAGE, 0, len(push), push)
             lib.vkCmdDispatch(cmd, gx, gy, gz)
         except BaseException as exc:
             self.broken = exc
             raise
         self.dispatches += 1
         self.last_kernel = program.name
-        for range_ in buffers:
-            self.bytes += range_[2]
+        self.bytes += sum(map(_SIZE, buffers))
 
     def copy(self, src: BufferRange, dst: BufferRange) -> None:
         """Record a copy of ``src`` (its size) into the start of ``dst``."""

@@ -39,20 +39,22 @@ class HazardTracker:
             writes: indices into ``keys`` that it writes (the rest it only reads).
         """
         reads, written = self._reads, self._writes
-        hazard = False
-        for i, key in enumerate(keys):
-            if key in written or (key in reads and i in writes):
-                hazard = True
-                break
+        # Set operations run in C; only the (usually one) written range loops in Python.
+        hazard = not written.isdisjoint(keys)
+        if not hazard:
+            for i in writes:
+                if keys[i] in reads:
+                    hazard = True
+                    break
         if hazard:
             reads.clear()
             written.clear()
             self.barriers += 1
-        for i, key in enumerate(keys):
-            if i in writes:
-                written.add(key)
-            else:
-                reads.add(key)
+        # A range both read and written lands in both sets; any later access of it then
+        # finds it written, which is the hazard it is.
+        reads.update(keys)
+        for i in writes:
+            written.add(keys[i])
         return hazard
 
     def reset(self) -> None:
