@@ -209,3 +209,25 @@ def test_cli_compile_needs_a_selection(capsys: pytest.CaptureFixture[str]) -> No
 def test_cli_compile_bad_device(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compile", "--all", "--device", "99"]) == 2
     assert "99" in capsys.readouterr().err
+
+
+def test_one_subgroup_kernels_pin_the_subgroup_size(ctx) -> None:
+    import dataclasses
+
+    from vkumd.compiler.kernels import attention, gemm
+    from vkumd.compiler.registry import WORKGROUP, KernelRegistry
+
+    caps = ctx.caps
+    tiled = attention.ATTENTION_TILED
+    variant = tiled.variants(caps)[0]
+    pinned = ctx.kernels._pinned_subgroup(tiled, variant)
+    if caps.subgroup_size_control:
+        assert pinned == variant[WORKGROUP] == caps.subgroup_size
+    else:
+        assert pinned is None
+    shared = gemm.shared_variant(caps, "F32")
+    assert ctx.kernels._pinned_subgroup(gemm.GEMM, shared) is None  # talks through shared memory
+    no_control = dataclasses.replace(caps, subgroup_size_control=False)
+    registry = KernelRegistry(ctx.handle, no_control, push_descriptors=False)
+    assert registry._pinned_subgroup(tiled, variant) is None
+    registry.release()

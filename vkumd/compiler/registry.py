@@ -42,6 +42,9 @@ class Kernel:
         requires: capabilities every variant needs: ``float16``, ``storage16``, ``int8``,
             ``storage8``, ``coopmat``, ``subgroup_arithmetic``.
         variants: the variants worth building on a device (for ``vkumd compile --all``).
+        one_subgroup: whether a variant's workgroup must be exactly one subgroup (its lanes
+            talk through subgroup operations only). Such pipelines require the subgroup size
+            ``WORKGROUP`` and full subgroups where the device has subgroup-size control.
     """
 
     name: str
@@ -52,6 +55,7 @@ class Kernel:
     spec_constants: Mapping[str, int] = field(default_factory=dict)
     requires: frozenset[str] = frozenset()
     variants: Callable[[DeviceCaps], list[Variant]] = lambda caps: [{}]
+    one_subgroup: Callable[[Variant], bool] = lambda variant: False
 
     def source_text(self) -> str:
         """The GLSL source."""
@@ -175,12 +179,23 @@ class KernelRegistry:
                 cache = self.pipeline_cache.handle if self.pipeline_cache else None
                 program = Program(self.device, spirv, layout,
                                   pipeline_cache=cache if cache is not None else NULL,
-                                  specialization=specialization, name=name)
+                                  specialization=specialization, name=name,
+                                  required_subgroup_size=self._pinned_subgroup(kernel, variant))
                 self._programs[key] = program
                 if self.on_compile is not None:
                     self.on_compile(name, time.perf_counter() - start,
                                     self.spirv_cache.stats().misses == misses)
         return program
+
+    def _pinned_subgroup(self, kernel: Kernel, variant: Variant) -> int | None:
+        """The subgroup size to require of a one-subgroup variant, where the device lets us."""
+        if not kernel.one_subgroup(variant) or WORKGROUP not in variant:
+            return None
+        width = int(variant[WORKGROUP])
+        caps = self.caps
+        if caps.subgroup_size_control and caps.min_subgroup_size <= width <= caps.max_subgroup_size:
+            return width
+        return None
 
     def compile_all(self, progress: Callable[[int, int, str], None] | None = None
                     ) -> CompileSummary:

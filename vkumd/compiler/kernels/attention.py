@@ -54,6 +54,7 @@ ATTENTION_TILED = register(Kernel(
                     "MASKED": 7},
     requires=frozenset({"subgroup_arithmetic"}),
     variants=_tiled_variants,
+    one_subgroup=lambda variant: True,
 ))
 
 
@@ -95,5 +96,6 @@ ATTENTION_COOPMAT = register(Kernel(
     spec_constants={WORKGROUP: 0, "TM": 1, "TN": 2, "TK": 3, "HD": 4, "HDP": 5, "BC": 6},
     requires=frozenset({"coopmat", "storage16", "float16"}),
     variants=_coopmat_variants,
+    one_subgroup=lambda variant: True,
 ))
 

@@ -117,4 +117,7 @@ GEMM = register(Kernel(
     spec_constants={WORKGROUP: 0, "TM": 1, "NJ": 2, "KU": 3, "TN": 4, "TK": 5, "RM": 6,
                     "RN": 7},
     variants=gemm_variants,
+    # The lanes and coopmat paths hand values between lanes with subgroup operations.
+    one_subgroup=lambda variant: variant.get("PATH") in (GEMM_PATHS["lanes"],
+                                                         GEMM_PATHS["coopmat"]),
 ))
