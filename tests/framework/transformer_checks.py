@@ -79,6 +79,17 @@ def assert_close(got: np.ndarray, expected: np.ndarray, dtype: str, what: str = 
     assert err < TOL[dtype], f"{what}: relative error {err:.3g} >= {TOL[dtype]}"
 
 
+def assert_each_raises(ctx, cases, names: str = "") -> None:
+    """Each ``(error class, call)`` raises that vkumd error (whose text names ``names`` when
+    given), and the context still runs work afterwards."""
+    for error, call in cases:
+        with pytest.raises(error) as info:
+            call()
+        assert isinstance(info.value, vkumd.VkumdError)
+        assert names in str(info.value)
+    assert_usable(ctx)
+
+
 def assert_usable(ctx) -> None:
     """The context still runs work after an error."""
     t = ctx.tensor(np.arange(4, dtype=np.float32))
