@@ -74,13 +74,13 @@ def measure(count: int, repeats: int) -> dict:
 
         # The same dispatch through the stream directly: what recording alone costs.
         from vkumd.compiler.kernels import ELEMENTWISE_OPS, WORKGROUP
-        from vkumd.framework.ops.elementwise import _BINARY_PUSH, _shape_push
+        from vkumd.framework.ops.elementwise import _plan
 
         program = ctx.kernels.program("elementwise_binary",
                                       {"DTYPE": "F32", "OP": ELEMENTWISE_OPS["add"],
                                        WORKGROUP: 64})
         buffers = [(t.allocation.buffer, t.allocation.offset, t.nbytes) for t in (a, b, c)]
-        push = _BINARY_PUSH.pack(64, *_shape_push((64,), (64,), (64,)))
+        push = _plan("add", ctx, None, (64,), (64,))[1]
 
         def recorded() -> None:
             for _ in range(count):

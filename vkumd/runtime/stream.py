@@ -192,7 +192,7 @@ class Stream:
                 f"submitted, because recording was interrupted by "
                 f"{type(batch.broken).__name__}: {batch.broken}. Run those ops again") \
                 from batch.broken
-        waits, self._waits = self._waits, []
+        waits = self._take_waits()
         if batch.empty and not waits:
             self.submitter.discard(batch)
             return self.submitter.timeline.submitted
@@ -222,9 +222,7 @@ class Stream:
 
     def wait_value(self, value: int, timeout: float | None = None, what: str = "") -> None:
         """Block until this stream's submission ``value`` has completed (submitting it first)."""
-        with self._lock:
-            if value > self.submitter.timeline.submitted:
-                self._submit()
+        self.flush_to(value)
         prof = profiler.current
         started = time.perf_counter_ns() if prof is not None else 0
         self.submitter.wait(min(value, self.submitter.timeline.submitted), _timeout_ns(timeout))

@@ -56,8 +56,3 @@ class HazardTracker:
         for i in writes:
             written.add(keys[i])
         return hazard
-
-    def reset(self) -> None:
-        """Forget every access (after an unconditional barrier)."""
-        self._reads.clear()
-        self._writes.clear()

@@ -194,10 +194,6 @@ class Submitter:
                 return
         release()
 
-    def free_command_buffers(self, commands: Sequence[Any]) -> None:
-        """Return command buffers (a released graph's) to the ring."""
-        self._free_commands.extend(commands)
-
     def release(self) -> None:
         """Recycle and destroy everything; the device must be idle."""
         while self._in_flight:

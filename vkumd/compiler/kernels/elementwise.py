@@ -53,9 +53,13 @@ ELEMENTWISE_UNARY = register(Kernel(
 ))
 
 
+def storage_widths(caps: DeviceCaps) -> list[int]:
+    """Element widths in bits that bit-copying kernels (fill, gather, permute) can store."""
+    return [32] + ([16] if caps.storage_16bit else [])
+
+
 def _elementwise_fill_variants(caps: DeviceCaps) -> list[dict]:
-    widths = [32] + ([16] if caps.storage_16bit else [])
-    return [{"WIDTH": width, WORKGROUP: 64} for width in widths]
+    return [{"WIDTH": width, WORKGROUP: 64} for width in storage_widths(caps)]
 
 
 ELEMENTWISE_FILL = register(Kernel(

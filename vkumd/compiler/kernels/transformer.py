@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from vkumd.compiler.kernels.elementwise import storage_widths
 from vkumd.compiler.registry import WORKGROUP, Kernel, effective_caps, register
 from vkumd.vk.caps import DeviceCaps
 
@@ -112,7 +113,7 @@ ACTIVATION = register(Kernel(
 
 
 def _gather_variants(caps: DeviceCaps) -> list[dict]:
-    widths = [32] + ([16] if caps.storage_16bit else [])
+    widths = storage_widths(caps)
     width = row_layout(caps)[WORKGROUP]
     return [{"WIDTH": w, "VEC": vec, WORKGROUP: width} for w in widths for vec in (1, 4)]
 
@@ -137,7 +138,7 @@ def permute_workgroup(caps: DeviceCaps, cols: int) -> int:
 
 
 def _permute_variants(caps: DeviceCaps) -> list[dict]:
-    widths = [32] + ([16] if caps.storage_16bit else [])
+    widths = storage_widths(caps)
     lanes = sorted({permute_workgroup(caps, cols) for cols in (1, 8, 16, 32, 64)})
     return [{"WIDTH": w, WORKGROUP: n} for w in widths for n in lanes]
 

@@ -28,8 +28,7 @@ from vkumd.vk.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 
 MAX_DIMS = 6
 _WORKGROUP = 64
-_BINARY_PUSH = struct.Struct("<20I")
-_UNARY_PUSH = struct.Struct("<15I")
+_ALPHA = struct.Struct("<I")  # the last word of elementwise_unary's 15-word block
 _FILL_PUSH = struct.Struct("<2I")
 # vkumd dtype -> the type code the shaders take (shaders/include/elementwise_types.glsl).
 _CODE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int32": "I32"}
@@ -171,6 +170,42 @@ def _scalar_bits(op: str, value: Any, dtype: dtypes.DType, what: str) -> int:
     return int(bits.view(np.uint32 if dtype.itemsize == 4 else np.uint16)[0])
 
 
+# Broadcast plans: (output shape, push constants up to the last shape word, grid), by the
+# operand shapes and what the grid depends on. Programs repeat the same few shapes, and
+# working a plan out costs more than recording the dispatch.
+_PLANS: dict[tuple, tuple[tuple[int, ...], bytes, tuple[int, int, int]]] = {}
+_MAX_PLANS = 4096
+
+
+def _plan(op: str, context: Any, out_shape: tuple[int, ...] | None,
+          *inputs: tuple[int, ...]) -> tuple[tuple[int, ...], bytes, tuple[int, int, int]]:
+    """The plan for ``inputs`` broadcast to ``out_shape`` (``None``: to each other).
+
+    Raises:
+        VkumdValueError: the shapes do not broadcast, or not into ``out_shape``.
+    """
+    caps = context.caps
+    key = (out_shape, inputs, caps.device_type, caps.max_workgroup_count)
+    plan = _PLANS.get(key)
+    if plan is None:
+        if out_shape is None:
+            shape = inputs[0] if all(s == inputs[0] for s in inputs) else _broadcast(op, *inputs)
+        else:
+            shape = _broadcast(op, out_shape, *inputs)
+            if shape != out_shape:  # an input has more or larger dimensions
+                listed = " and ".join(str(s) for s in inputs)
+                raise VkumdValueError(f"{op}: shape {listed} does not broadcast into out= of "
+                                      f"shape {out_shape}")
+        size = math.prod(shape)
+        words = [size, *_shape_push(shape, *inputs)]
+        plan = (shape, struct.pack(f"<{len(words)}I", *words),
+                _grid(context, size) if size else (0, 0, 0))
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
+
+
 # -- fill, copy, cast, scale -------------------------------------------------------------
 
 
@@ -200,19 +235,15 @@ def _unary(op: str, src: Tensor, out: Tensor | None, dtype: dtypes.DType,
     context = src.context
     if out is not None:
         _check_tensor(op, out, "out=")
-    out_shape = src.shape if out is None else _broadcast(op, src.shape, out.shape)
-    if out is not None and out_shape != out.shape:  # src has more or larger dimensions
-        raise VkumdValueError(f"{op}: shape {src.shape} does not broadcast into out= of "
-                              f"shape {out.shape}")
+    out_shape, head, groups = _plan(op, context, None if out is None else out.shape, src.shape)
     out = _output(op, context, out, out_shape, dtype)
     if out.size == 0:
         return out
-    words = _shape_push(out_shape, src.shape)
-    push = _UNARY_PUSH.pack(out.size, *words, alpha_bits)
+    push = head + _ALPHA.pack(alpha_bits)
     variant = {"SRC": _CODE[src.dtype.name], "DST": _CODE[dtype.name],
                "OP": ELEMENTWISE_UNARY_OPS[kind], WORKGROUP: _WORKGROUP}
-    context.dispatch("elementwise_unary", variant, [_buffer(src), _buffer(out)], push,
-                     _grid(context, out.size), writes=(1,))
+    context.dispatch("elementwise_unary", variant, [_buffer(src), _buffer(out)], push, groups,
+                     writes=(1,))
     return out
 
 
@@ -265,27 +296,6 @@ def scale(t: Tensor, alpha: Any, out: Tensor | None = None) -> Tensor:
 # -- binary ------------------------------------------------------------------------------
 
 
-# Broadcast plans by operand shapes: (output shape, packed push constants, grid). Programs
-# repeat the same few shapes, and working a plan out costs more than recording the dispatch.
-_PLANS: dict[tuple, tuple[tuple[int, ...], bytes, tuple[int, int, int]]] = {}
-_MAX_PLANS = 4096
-
-
-def _binary_plan(op: str, context: Any, a_shape: tuple[int, ...], b_shape: tuple[int, ...]
-                 ) -> tuple[tuple[int, ...], bytes, tuple[int, int, int]]:
-    key = (a_shape, b_shape, context.caps.max_workgroup_count)
-    plan = _PLANS.get(key)
-    if plan is None:
-        out_shape = a_shape if a_shape == b_shape else _broadcast(op, a_shape, b_shape)
-        size = math.prod(out_shape)
-        push = _BINARY_PUSH.pack(size, *_shape_push(out_shape, a_shape, b_shape))
-        plan = (out_shape, push, _grid(context, size) if size else (0, 0, 0))
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan
-    return plan
-
-
 def _binary(op: str, a: Tensor, b: Tensor, out: Tensor | None, kernel_op: str) -> Tensor:
     _check_tensor(op, a, "the first operand")
     _check_tensor(op, b, "the second operand")
@@ -296,7 +306,7 @@ def _binary(op: str, a: Tensor, b: Tensor, out: Tensor | None, kernel_op: str) -
                              "cast one first")
     context = a.context
     _check_dtype(op, a.dtype, context)
-    out_shape, push, groups = _binary_plan(op, context, a.shape, b.shape)
+    out_shape, push, groups = _plan(op, context, None, a.shape, b.shape)
     out = _output(op, context, out, out_shape, a.dtype)
     if out.size == 0:
         return out
