@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-main test-coopmat lint bench clean
+.PHONY: setup demo test test-main test-device-only test-coopmat lint bench clean
 
 setup:
 	@bash ci/setup.sh
@@ -16,12 +16,19 @@ lint: setup
 	$(VENV)/bin/ruff check .
 
 # The main lane: the system lavapipe, validation layers on, every test (coopmat ones skip
-# there with the reason). Then the cooperative-matrix lane: Mesa 26's lavapipe, only the
-# tests marked coopmat, and a missing capability fails instead of skipping.
-test: lint test-main test-coopmat
+# there with the reason). Then the same with device-only memory (discrete-GPU transfers).
+# Then the cooperative-matrix lane: Mesa 26's lavapipe, only the tests marked coopmat, and a
+# missing capability fails instead of skipping.
+test: lint test-main test-device-only test-coopmat
 
 test-main: setup
 	VKUMD_VALIDATION=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The main lane again with tensors in memory the host never maps (VKUMD_DEVICE_ONLY_MEMORY=1),
+# so every upload and read-back goes through staging copies as on a discrete GPU; lavapipe
+# maps all of its memory and would otherwise never run those paths. About as long as test-main.
+test-device-only: setup
+	VKUMD_DEVICE_ONLY_MEMORY=1 VKUMD_VALIDATION=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The coopmat lane fails -- never passes quietly -- when the lane cannot be provisioned
 # (coopmat-lane.sh exits 1), when the device lacks VK_KHR_cooperative_matrix

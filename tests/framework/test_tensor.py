@@ -120,8 +120,10 @@ def test_array_protocol(ctx) -> None:
 
 
 def test_dlpack_export_shares_host_visible_memory(ctx) -> None:
-    if not ctx.caps.unified_memory:
-        pytest.skip("tensors are not host-visible on this device")
+    if not ctx.memory.tensors_mapped:
+        pytest.skip("tensors are not host-visible here (a discrete GPU, or "
+                    "VKUMD_DEVICE_ONLY_MEMORY=1); tests/runtime/test_device_only_memory.py "
+                    "checks that DLPack export is refused")
     data = np.random.default_rng().standard_normal((4, 5)).astype(np.float32)
     t = ctx.tensor(data)
     assert t.__dlpack_device__() == (1, 0)
@@ -132,8 +134,10 @@ def test_dlpack_export_shares_host_visible_memory(ctx) -> None:
 
 
 def test_dlpack_view_keeps_the_tensor_alive(ctx) -> None:
-    if not ctx.caps.unified_memory:
-        pytest.skip("tensors are not host-visible on this device")
+    if not ctx.memory.tensors_mapped:
+        pytest.skip("tensors are not host-visible here (a discrete GPU, or "
+                    "VKUMD_DEVICE_ONLY_MEMORY=1); tests/runtime/test_device_only_memory.py "
+                    "checks that DLPack export is refused")
     t = ctx.tensor(np.arange(8, dtype=np.int32))
     view = np.from_dlpack(t)
     del t

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -102,10 +104,33 @@ def test_memory_types_by_use(pool) -> None:
     readback = pool.allocate(64, MemoryUsage.READBACK)
     assert device.block.mem_type.device_local
     assert upload.host_visible and readback.host_visible
-    if pool.caps.unified_memory:
-        assert device.host_visible, "unified memory maps tensors directly"
+    # Unified memory maps tensors directly, unless VKUMD_DEVICE_ONLY_MEMORY=1 runs this.
+    assert device.host_visible == pool.tensors_mapped == pool.unified
+    assert pool.unified == (pool.caps.unified_memory and not pool.device_only)
     for a in (device, upload, readback):
         pool.free(a)
+
+
+@pytest.mark.parametrize("device_type", ["discrete", None])
+def test_device_only_and_discrete_gpus_never_map_tensors(ctx, device_type) -> None:
+    """A discrete GPU that maps its VRAM (resizable BAR) still keeps tensors unmapped: host
+    reads of that memory are uncached, far slower than a staging copy."""
+    caps = ctx.caps if device_type is None else replace(ctx.caps, device_type=device_type)
+    memory = MemoryPool(ctx.device.handle, caps, block_size=1 * MiB,
+                        device_only=device_type is None)
+    try:
+        assert not memory.unified and not memory.tensors_mapped
+        device = memory.allocate(100, MemoryUsage.DEVICE)
+        assert not device.host_visible and device.block.mapped is None
+        with pytest.raises(vkumd.VkumdValueError, match="staging"):
+            device.host_view()
+        for usage in (MemoryUsage.UPLOAD, MemoryUsage.READBACK):
+            staging = memory.allocate(100, usage)
+            assert staging.host_visible, f"{usage} staging memory stays mapped"
+            memory.free(staging)
+        memory.free(device)
+    finally:
+        memory.release()
 
 
 def test_zero_memory_context_never_shows_old_data() -> None:

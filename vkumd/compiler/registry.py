@@ -26,6 +26,8 @@ from vkumd.vk.errors import CapabilityMissing, VkumdValueError
 Variant = dict[str, Any]  # define name -> value, plus spec-constant name -> value
 # The specialization constant every kernel takes for its workgroup width (constant_id 0).
 WORKGROUP = "WORKGROUP_SIZE"
+# The define a variant whose workgroup spans several subgroups names their planned size with.
+SUBGROUP = "SG"
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,8 @@ class Kernel:
         variants: the variants worth building on a device (for ``vkumd compile --all``).
         one_subgroup: whether a variant's workgroup must be exactly one subgroup (its lanes
             talk through subgroup operations only). Such pipelines require the subgroup size
-            ``WORKGROUP`` and full subgroups where the device has subgroup-size control.
+            ``WORKGROUP`` (or the variant's ``SUBGROUP``, when it spans several subgroups) and
+            full subgroups where the device has subgroup-size control.
     """
 
     name: str
@@ -191,7 +194,7 @@ class KernelRegistry:
         """The subgroup size to require of a one-subgroup variant, where the device lets us."""
         if not kernel.one_subgroup(variant) or WORKGROUP not in variant:
             return None
-        width = int(variant[WORKGROUP])
+        width = int(variant.get(SUBGROUP, variant[WORKGROUP]))
         caps = self.caps
         if caps.subgroup_size_control and caps.min_subgroup_size <= width <= caps.max_subgroup_size:
             return width

@@ -23,6 +23,9 @@ class Context(RuntimeContext):
             data; ``None`` reads ``VKUMD_ZERO_MEMORY``.
         block_size: bytes per pooled memory block (default 64 MiB).
         memory_limit: cap on pooled bytes; ``None`` reads ``VKUMD_MEMORY_LIMIT``.
+        device_only_memory: keep tensors in memory the host never maps, as on a discrete GPU
+            (host reads and writes go through staging copies); ``None`` reads
+            ``VKUMD_DEVICE_ONLY_MEMORY``.
 
     Example::
 

@@ -109,6 +109,10 @@ class Tensor(Handle):
         if allocation is None:
             return
         bits = dtypes.to_storage(source, self.dtype)
+        if stream is not None and getattr(stream, "context", None) is not self.context:
+            raise VkumdValueError("Tensor.write(stream=...): the stream belongs to another "
+                                  "context (or is not a vkumd stream); pass a stream of the "
+                                  "tensor's context")
         if stream is not None and not allocation.host_visible:
             self.context.refuse_during_capture("Tensor.write()")
             stream.upload(allocation, memoryview(bits).cast("B"))
@@ -129,8 +133,8 @@ class Tensor(Handle):
         The consumer shares the bytes; this tensor stays alive until the consumer lets go.
 
         Raises:
-            VkumdValueError: the tensor lives in memory the host cannot map, or is bfloat16
-                (which numpy cannot read).
+            VkumdValueError: the tensor lives in memory the host cannot map (a discrete GPU,
+                or ``device_only_memory``), or is bfloat16 (which numpy cannot read).
         """
         return self._host_array("__dlpack__").__dlpack__(**kwargs)
 
@@ -142,8 +146,10 @@ class Tensor(Handle):
         if allocation is None:
             return np.empty(self.shape, dtype=self.dtype.storage)
         if not allocation.host_visible:
-            raise VkumdValueError(f"{what}: this tensor is in device-only memory; copy it with "
-                                  ".numpy() instead")
+            raise VkumdValueError(
+                f"{what}: this tensor is in device memory the host cannot map (a discrete GPU, "
+                "or device_only_memory / VKUMD_DEVICE_ONLY_MEMORY=1), so it cannot be shared "
+                "without a copy; copy it to the host with .numpy() instead")
         self.context.before_host_access(self, what)
         allocation.invalidate()
         pointer = ffi.cast("uint8_t*", allocation.block.mapped + allocation.offset)

@@ -55,12 +55,14 @@ class RuntimeContext(Handle):
         memory_limit: cap on pooled bytes; ``None`` reads ``VKUMD_MEMORY_LIMIT``.
         push_descriptors: bind buffers with push descriptors where the device has them;
             ``False`` forces descriptor pools; ``None`` reads ``VKUMD_DISABLE_PUSH_DESCRIPTORS``.
+        device_only_memory: never map tensor memory, so host access goes through staging as
+            on a discrete GPU; ``None`` reads ``VKUMD_DEVICE_ONLY_MEMORY``.
     """
 
     def __init__(self, device: int | str | None = None, *, validation: bool | None = None,
                  zero_memory: bool | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-                 memory_limit: int | None = None, push_descriptors: bool | None = None
-                 ) -> None:
+                 memory_limit: int | None = None, push_descriptors: bool | None = None,
+                 device_only_memory: bool | None = None) -> None:
         super().__init__()
         self._close_lock = threading.Lock()
         self.instance = Instance(validation=validation)
@@ -75,7 +77,8 @@ class RuntimeContext(Handle):
             if self.device.transfer_queue is not None:
                 families.append(self.device.transfer_queue.family)
             self.memory = MemoryPool(self.device.handle, self.caps, block_size=block_size,
-                                     limit=memory_limit, queue_families=tuple(families))
+                                     limit=memory_limit, queue_families=tuple(families),
+                                     device_only=device_only_memory)
             self._oneshot = OneShotQueue(self.device.handle, self.device.compute_queue)
             self.transfers = Transfers(self.memory, self._oneshot)
             if push_descriptors is None:

@@ -41,7 +41,8 @@ class MemoryUsage(enum.Enum):
     """What an allocation is for; decides the memory type."""
 
     DEVICE = "device"
-    """Tensors: device-local; on a unified-memory device also host-visible and mapped."""
+    """Tensors: device-local; on a unified-memory device also host-visible and mapped (never
+    on a discrete GPU, nor with ``device_only``: host access then goes through staging)."""
     UPLOAD = "upload"
     """Staging for host→device copies: host-visible, preferably not cached."""
     READBACK = "readback"
@@ -69,10 +70,14 @@ def _score(mem_type: MemoryType, usage: MemoryUsage, unified: bool) -> int | Non
 
 
 class Block(Handle):
-    """One ``VkDeviceMemory`` with a ``VkBuffer`` bound over all of it, mapped if host-visible."""
+    """One ``VkDeviceMemory`` with a ``VkBuffer`` bound over all of it.
+
+    It is mapped when its type is host-visible and ``map_memory`` is true; :attr:`mapped` is
+    then the host pointer, else ``None``.
+    """
 
     def __init__(self, pool: MemoryPool, mem_type: MemoryType, size: int,
-                 dedicated: bool) -> None:
+                 dedicated: bool, map_memory: bool = True) -> None:
         super().__init__()
         self.pool = pool
         self.mem_type = mem_type
@@ -112,7 +117,7 @@ class Block(Handle):
         self.handle = memory[0]
         check("vkBindBufferMemory", lib.vkBindBufferMemory(device, self.buffer, self.handle, 0))
         self.mapped: Any = None
-        if mem_type.host_visible:
+        if map_memory and mem_type.host_visible:
             pointer = ffi.new("void**")
             check("vkMapMemory", lib.vkMapMemory(device, self.handle, 0, size, 0, pointer))
             self.mapped = ffi.cast("uint8_t*", pointer[0])
@@ -201,11 +206,22 @@ class MemoryPool:
         limit: most bytes of blocks the pool may hold; ``None`` reads ``VKUMD_MEMORY_LIMIT``.
         queue_families: the queue families that use the buffers; more than one makes every
             block's buffer ``VK_SHARING_MODE_CONCURRENT`` across them.
+        device_only: never map tensor (``DEVICE``) memory, so every host access to a tensor
+            goes through staging memory as on a discrete GPU; ``None`` reads
+            ``VKUMD_DEVICE_ONLY_MEMORY``. Staging memory stays mapped.
+
+    Attributes:
+        device_only: the ``device_only`` setting in force.
+        unified: whether tensors are placed as on a unified-memory device (host-visible types
+            preferred). False on a discrete GPU even where it maps its VRAM (resizable BAR):
+            host reads of that memory are uncached and far slower than a staging copy.
+        tensors_mapped: whether ``DEVICE`` allocations are host-visible (mapped).
     """
 
     def __init__(self, device_handle: Any, caps: DeviceCaps, *,
                  block_size: int = DEFAULT_BLOCK_SIZE, dedicated_threshold: int | None = None,
-                 limit: int | None = None, queue_families: tuple[int, ...] = ()) -> None:
+                 limit: int | None = None, queue_families: tuple[int, ...] = (),
+                 device_only: bool | None = None) -> None:
         if block_size < MiB:
             raise VkumdValueError(f"block_size={block_size} is below the 1 MiB minimum")
         self.device_handle = device_handle
@@ -233,11 +249,16 @@ class MemoryPool:
                 self.set_limit(size=settings.parse_size(env_limit))
             except ValueError as exc:
                 raise VkumdValueError(f"VKUMD_MEMORY_LIMIT: {exc}") from None
+        self.device_only = (settings.flag("VKUMD_DEVICE_ONLY_MEMORY") if device_only is None
+                            else bool(device_only))
+        self.unified = (caps.unified_memory and caps.device_type != "discrete"
+                        and not self.device_only)
         self._types = {usage: self._choose_type(usage) for usage in MemoryUsage}
+        self.tensors_mapped = self.unified and self._types[MemoryUsage.DEVICE].host_visible
 
     def _choose_type(self, usage: MemoryUsage) -> MemoryType:
         scored = [(score, t.index, t) for t in self.caps.memory_types
-                  if (score := _score(t, usage, self.caps.unified_memory)) is not None]
+                  if (score := _score(t, usage, self.unified)) is not None]
         if not scored:
             raise VkumdValueError(f"device {self.caps.name} has no memory type for {usage.value}")
         return min(scored)[2]
@@ -332,7 +353,8 @@ class MemoryPool:
         if self._limit is not None and self.total_bytes() + block_bytes > self._limit:
             raise self._oom(requested, f"a {block_bytes}-byte block would pass the limit")
         try:
-            block = Block(self, self._types[usage], block_bytes, dedicated)
+            block = Block(self, self._types[usage], block_bytes, dedicated,
+                          map_memory=usage is not MemoryUsage.DEVICE or self.tensors_mapped)
         except VulkanError as exc:
             if exc.result in (vk.VK_ERROR_OUT_OF_DEVICE_MEMORY, vk.VK_ERROR_OUT_OF_HOST_MEMORY):
                 raise self._oom(requested, str(exc)) from exc

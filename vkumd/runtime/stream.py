@@ -81,9 +81,13 @@ class Stream:
             push_descriptors=context.kernels.push_descriptors,
             timeline_semaphore=context.uses_timeline_semaphores, name=self.name)
         family = (chosen or device.compute_queue).family
-        # Timestamps need a queue family that counts them (transfer-only ones may not).
+        # Timestamps need a queue family that counts them and that may reset queries
+        # (vkCmdResetQueryPool is for graphics and compute queues, not transfer-only ones);
+        # events on other streams fall back to the host clock.
+        fam = context.caps.queue_families[family]
         self.timestamps = (context.timestamps
-                           if context.caps.queue_families[family].timestamp_valid_bits else None)
+                           if fam.timestamp_valid_bits and (fam.compute or fam.graphics)
+                           else None)
         self._lock = threading.RLock()
         self._batch: Batch | None = None
         self._waits: list[tuple[Any, int]] = []

@@ -4,9 +4,12 @@ the cooperative-matrix kernel (float16 in, float32 accumulation)."""
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 
-from vkumd.compiler.registry import WORKGROUP, Kernel, register
-from vkumd.vk.caps import DeviceCaps
+from vkumd.compiler.registry import SUBGROUP, WORKGROUP, Kernel, Variant, register
+from vkumd.vk.caps import CoopMatShape, DeviceCaps
+from vkumd.vk.errors import VkumdValueError
 
 # head_dim values every variant list covers; any multiple of 4 up to ATTENTION_MAX_HEAD_DIM
 # works (it is a specialization constant), these are the ones worth building ahead.
@@ -69,22 +72,256 @@ ATTENTION_COMBINE = register(Kernel(
 ))
 
 
-def coopmat_tile_sizes(m: int, n: int, k: int, head_dim: int) -> tuple[int, int]:
-    """``(HDP, BC)`` of the coopmat kernel for shape ``m x n x k``: head_dim padded to a
-    multiple of ``k`` and ``n``, and the key tile (the least common multiple of ``n``, ``k``)."""
-    keys = math.lcm(n, k)
-    return -(-head_dim // keys) * keys, keys
+# -- the cooperative-matrix kernel ---------------------------------------------------------------
+#
+# A workgroup of `subgroups` subgroups; each owns `row_blocks` blocks of M query rows (M, N, K:
+# the matrix shape) and sweeps the keys in tiles of `keys`, staged once per workgroup into
+# shared memory (shaders/attention_coopmat.comp explains the algorithm). The variable below
+# forces one block config, for benchmarks that sweep them.
+COOPMAT_BLOCK_VARIABLE = "VKUMD_ATTENTION_COOPMAT_BLOCK"
+# Matrix shape preferred when the driver lists it (NVIDIA's tensor-core native f16 shape).
+COOPMAT_PREFERRED_SHAPE = (16, 16, 16)
+# Subgroups per workgroup, row blocks per subgroup and key-tile sizes the knob accepts.
+COOPMAT_SUBGROUPS = (1, 2, 4, 8)
+COOPMAT_ROW_BLOCKS = (1, 2, 4)
+COOPMAT_MAX_KEYS = 256
+# What the host picks by default, in order of preference: the most subgroups (each key tile
+# staged once serves more rows, so K and V are read from memory fewer times), then the widest
+# key tile (fewer barriers and softmax passes per key) that fits the shared memory.
+COOPMAT_DEFAULT_SUBGROUPS = 4
+COOPMAT_DEFAULT_KEYS = (64, 32, 16)
+_BLOCK_FORM = re.compile(r"^\s*(\d+)x(\d+)(?:x(\d+))?(?::(\d+)x(\d+)x(\d+))?\s*$")
+
+
+@dataclass(frozen=True)
+class CoopmatBlock:
+    """A block config of the cooperative-matrix attention kernel.
+
+    Attributes:
+        shape: the float16 x float16 + float32 matrix shape (M x N x K).
+        subgroups: subgroups per workgroup.
+        keys: keys per tile staged in shared memory (a multiple of N and K).
+        row_blocks: M-row blocks each subgroup owns.
+    """
+
+    shape: CoopMatShape
+    subgroups: int
+    keys: int
+    row_blocks: int = 1
+
+    @property
+    def rows(self) -> int:
+        """Query rows one workgroup covers."""
+        return self.subgroups * self.row_blocks * self.shape.m
+
+    def __str__(self) -> str:
+        s = self.shape
+        return f"{self.subgroups}x{self.keys}x{self.row_blocks}:{s.m}x{s.n}x{s.k}"
+
+
+@dataclass(frozen=True)
+class CoopmatBlockRequest:
+    """A parsed :data:`COOPMAT_BLOCK_VARIABLE` value; ``None`` fields are left to the host."""
+
+    subgroups: int
+    keys: int
+    row_blocks: int | None = None
+    shape: tuple[int, int, int] | None = None
+
+
+def parse_coopmat_block(text: str) -> CoopmatBlockRequest:
+    """Read a block config written ``SUBGROUPSxKEYS[xROW_BLOCKS][:MxNxK]``.
+
+    Args:
+        text: e.g. ``"4x64"``, ``"2x32x2"`` or ``"4x64x1:16x8x16"`` (the value of
+            ``VKUMD_ATTENTION_COOPMAT_BLOCK``).
+
+    Returns:
+        The request; the row blocks default to the host's choice, the shape to the preferred
+        listed one.
+
+    Raises:
+        VkumdValueError: the text is not of that form, or a number is outside what the kernel
+            takes.
+    """
+    match = _BLOCK_FORM.match(text)
+    if match is None:
+        raise VkumdValueError(
+            f"{COOPMAT_BLOCK_VARIABLE}={text!r} is not a block config; write "
+            "SUBGROUPSxKEYS[xROW_BLOCKS][:MxNxK] (subgroups per workgroup, keys per tile, "
+            "optionally row blocks of M rows per subgroup, optionally a listed float16 matrix "
+            "shape), e.g. 4x64, 2x32x2 or 4x64x1:16x8x16")
+    sub, keys, rb, m, n, k = (int(g) if g is not None else None for g in match.groups())
+    if sub not in COOPMAT_SUBGROUPS:
+        raise VkumdValueError(f"{COOPMAT_BLOCK_VARIABLE}={text!r}: subgroups per workgroup "
+                              f"must be one of {list(COOPMAT_SUBGROUPS)}, not {sub}")
+    if not 1 <= keys <= COOPMAT_MAX_KEYS:
+        raise VkumdValueError(f"{COOPMAT_BLOCK_VARIABLE}={text!r}: keys per tile must be from "
+                              f"1 to {COOPMAT_MAX_KEYS} (a multiple of the matrix N and K), "
+                              f"not {keys}")
+    if rb is not None and rb not in COOPMAT_ROW_BLOCKS:
+        raise VkumdValueError(f"{COOPMAT_BLOCK_VARIABLE}={text!r}: row blocks per subgroup "
+                              f"must be one of {list(COOPMAT_ROW_BLOCKS)}, not {rb}")
+    shape = (m, n, k) if m is not None else None
+    return CoopmatBlockRequest(sub, keys, rb, shape)
+
+
+def coopmat_shape_usable(shape: CoopMatShape, subgroup_size: int) -> bool:
+    """Whether the kernel can work with matrices of ``shape`` on subgroups of this size.
+
+    N and K must be multiples of 8 (shared-memory rows are addressed in 16-byte words), M a
+    power of two that divides or is divided by the subgroup size (the lanes of a row reduce
+    with shuffles).
+    """
+    m = shape.m
+    return (shape.n % 8 == 0 and shape.k % 8 == 0 and m > 0 and m & (m - 1) == 0
+            and (subgroup_size % m == 0 or m % subgroup_size == 0))
+
+
+def coopmat_shapes(caps: DeviceCaps) -> list[CoopMatShape]:
+    """Listed float16 x float16 + float32 subgroup shapes the kernel can use, best first:
+    16x16x16 if listed, then by size (the largest does the most work per load)."""
+    usable = [s for s in caps.coopmat_shapes("float16", "float32")
+              if coopmat_shape_usable(s, caps.subgroup_size)]
+    return sorted(usable, key=lambda s: ((s.m, s.n, s.k) != COOPMAT_PREFERRED_SHAPE,
+                                         -s.m * s.n * s.k))
+
+
+def coopmat_head_pad(shape: CoopMatShape, head_dim: int) -> int:
+    """head_dim rounded up to a multiple of the matrix N and K (and of 8)."""
+    step = math.lcm(shape.n, shape.k, 8)
+    return -(-head_dim // step) * step
+
+
+def coopmat_key_step(block: CoopmatBlock, subgroup_size: int) -> int:
+    """What the key tile must be a multiple of: N, K and 4 x the lanes that share a row."""
+    lanes_per_row = max(1, subgroup_size // (block.row_blocks * block.shape.m))
+    return math.lcm(block.shape.n, block.shape.k, 4 * lanes_per_row)
+
+
+def _strides(block: CoopmatBlock, subgroup_size: int, head_dim: int) -> tuple[int, int, int]:
+    """Row strides of the kernel's K/V, S and P arrays (its KSTR, SSTR, PSTR), in f16vec4
+    (8 bytes), vec4 (16 bytes) and f16vec4 units."""
+    lanes_per_row = max(1, subgroup_size // (block.row_blocks * block.shape.m))
+    kstr = coopmat_head_pad(block.shape, head_dim) // 4 + 2
+    quarter = block.keys // 4
+    sstr = -(-quarter // lanes_per_row) * lanes_per_row
+    if (sstr // lanes_per_row) % 2 == 0:
+        sstr += lanes_per_row
+    return kstr, sstr, quarter + 2
+
+
+def coopmat_kv_rows(block: CoopmatBlock) -> int:
+    """Rows of the kernel's K/V staging array (it also stages one subgroup's Q or output)."""
+    return max(2 * block.keys, block.row_blocks * block.shape.m)
+
+
+def coopmat_shared_bytes(block: CoopmatBlock, subgroup_size: int, head_dim: int) -> int:
+    """Shared memory the kernel declares for ``block`` at this subgroup size and head_dim."""
+    kstr, sstr, pstr = _strides(block, subgroup_size, head_dim)
+    srows = block.row_blocks * block.shape.m
+    return (coopmat_kv_rows(block) * kstr * 8
+            + block.subgroups * srows * (sstr * 16 + pstr * 8 + block.shape.n * 4))
+
+
+def coopmat_block_problem(caps: DeviceCaps, block: CoopmatBlock, head_dim: int) -> str | None:
+    """Why ``block`` cannot run at this head_dim on ``caps``, or None if it can."""
+    sg = caps.subgroup_size
+    if not coopmat_shape_usable(block.shape, sg):
+        return (f"the matrix shape {block.shape.m}x{block.shape.n}x{block.shape.k} does not "
+                f"suit subgroups of {sg} (N and K multiples of 8, M a power of two that "
+                "divides or is divided by the subgroup size)")
+    missing = {"basic", "vote", "shuffle"} - set(caps.subgroup_operations)
+    if missing:
+        return f"needs subgroup operations {sorted(missing)}, which {caps.name} lacks"
+    step = coopmat_key_step(block, sg)
+    if block.keys % step or block.keys > COOPMAT_MAX_KEYS:
+        return (f"keys per tile must be a multiple of {step} (the matrix N and K, and 4 x the "
+                f"lanes per row) up to {COOPMAT_MAX_KEYS}, not {block.keys}")
+    threads = block.subgroups * sg
+    limit = min(caps.max_workgroup_invocations, caps.max_workgroup_size[0])
+    if threads > limit:
+        return (f"{block.subgroups} subgroups of {sg} are {threads} invocations; {caps.name} "
+                f"allows {limit} per workgroup")
+    if block.subgroups > 1 and caps.min_subgroup_size != caps.max_subgroup_size \
+            and not caps.subgroup_size_control:
+        return (f"{caps.name} may vary its subgroup size and cannot pin it, so a workgroup "
+                "must be one subgroup")
+    need = coopmat_shared_bytes(block, sg, head_dim)
+    if need > caps.shared_memory_size:
+        return (f"needs {need} bytes of shared memory at head_dim {head_dim}; {caps.name} "
+                f"allows {caps.shared_memory_size} per workgroup")
+    return None
+
+
+def coopmat_blocks(caps: DeviceCaps, shape: CoopMatShape, head_dim: int) -> list[CoopmatBlock]:
+    """Every block config the kernel can run at this shape and head_dim on ``caps`` (the
+    space a benchmark sweeps): subgroups x key tiles x row blocks."""
+    blocks = []
+    for sub in COOPMAT_SUBGROUPS:
+        for rb in COOPMAT_ROW_BLOCKS:
+            probe = CoopmatBlock(shape, sub, 8, rb)
+            step = coopmat_key_step(probe, caps.subgroup_size)
+            for keys in range(step, COOPMAT_MAX_KEYS + 1, step):
+                if keys & (keys - 1) and keys != step:
+                    continue  # powers of two (and the smallest legal tile) only
+                block = CoopmatBlock(shape, sub, keys, rb)
+                if coopmat_block_problem(caps, block, head_dim) is None:
+                    blocks.append(block)
+    return blocks
+
+
+def default_coopmat_block(caps: DeviceCaps, shape: CoopMatShape, head_dim: int,
+                          rows: int | None = None) -> CoopmatBlock | None:
+    """The block config the host picks, or None when none fits.
+
+    Args:
+        rows: query rows per key/value head; fewer than a default workgroup covers use fewer
+            subgroups (None: as many as the default).
+    """
+    most = COOPMAT_DEFAULT_SUBGROUPS
+    if rows is not None:
+        most = next((s for s in (1, 2, 4) if s * shape.m >= rows), most)
+    keys_options = [k for k in COOPMAT_DEFAULT_KEYS if k >= shape.n]
+    keys_options += [math.lcm(shape.n, shape.k)]
+    if caps.device_type == "cpu":
+        # CPU drivers run this kernel only when asked (attention prefers the tiled one there)
+        # and compile it slowly (lavapipe: 5-35 s, growing with the key tile): smallest first.
+        keys_options.reverse()
+    for sub in (s for s in (4, 2, 1) if s <= most):
+        for keys in keys_options:
+            block = CoopmatBlock(shape, sub, keys, 1)
+            if coopmat_block_problem(caps, block, head_dim) is None:
+                return block
+    return None
+
+
+def coopmat_variant(caps: DeviceCaps, block: CoopmatBlock, head_dim: int, vec: int = 8
+                    ) -> Variant:
+    """The variant for ``block`` (check it with :func:`coopmat_block_problem` first).
+
+    Args:
+        vec: halves per global load and store: 8 (16 bytes; head_dim a multiple of 8 and the
+            tensors 16-byte aligned) or 4.
+    """
+    s = block.shape
+    sg = caps.subgroup_size
+    return {WORKGROUP: block.subgroups * sg, SUBGROUP: sg, "TM": s.m, "TN": s.n, "TK": s.k,
+            "HD": head_dim, "HDP": coopmat_head_pad(s, head_dim), "BC": block.keys,
+            "NSG": block.subgroups, "RB": block.row_blocks,
+            "VEC": vec if head_dim % 8 == 0 else 4, "KVROWS": coopmat_kv_rows(block)}
 
 
 def _coopmat_variants(caps: DeviceCaps) -> list[dict]:
-    # One variant per listed float16 x float16 + float32 subgroup shape and head_dim; the
-    # workgroup is one subgroup.
+    # The default block for every listed head_dim at the preferred shape.
+    shapes = coopmat_shapes(caps)
+    if not shapes:
+        return []
     variants = []
-    for s in caps.coopmat_shapes("float16", "float32"):
-        for hd in ATTENTION_HEAD_DIMS:
-            hdp, bc = coopmat_tile_sizes(s.m, s.n, s.k, hd)
-            variants.append({WORKGROUP: caps.subgroup_size, "TM": s.m, "TN": s.n, "TK": s.k,
-                             "HD": hd, "HDP": hdp, "BC": bc})
+    for hd in ATTENTION_HEAD_DIMS:
+        block = default_coopmat_block(caps, shapes[0], hd)
+        if block is not None:
+            variants.append(coopmat_variant(caps, block, hd))
     return variants
 
 
@@ -93,9 +330,10 @@ ATTENTION_COOPMAT = register(Kernel(
     source="attention_coopmat.comp",
     buffers=6,
     push_bytes=4 * 20,
-    spec_constants={WORKGROUP: 0, "TM": 1, "TN": 2, "TK": 3, "HD": 4, "HDP": 5, "BC": 6},
+    spec_constants={WORKGROUP: 0, "TM": 1, "TN": 2, "TK": 3, "HD": 4, "HDP": 5, "BC": 6,
+                    "NSG": 7, SUBGROUP: 8, "RB": 9, "VEC": 10, "KVROWS": 11},
     requires=frozenset({"coopmat", "storage16", "float16"}),
     variants=_coopmat_variants,
+    # Each subgroup owns its rows and reduces them with shuffles at the planned size SG.
     one_subgroup=lambda variant: True,
 ))
-

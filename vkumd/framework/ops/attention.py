@@ -8,9 +8,14 @@ rescaled as the maximum grows). Three paths compute the same function:
     ``shaders/attention_tiled.comp``; runs on every device. One subgroup per workgroup,
     rows of Q in registers, no shared memory (what CPU drivers such as lavapipe run fastest).
 ``"coopmat"``
-    ``shaders/attention_coopmat.comp``; float16 inputs on devices with
-    ``VK_KHR_cooperative_matrix``: Q K^T and P V on cooperative matrices at a float16 x
-    float16 + float32 shape the driver lists (never a fixed one).
+    ``shaders/attention_coopmat.comp``; float16 inputs on GPUs with
+    ``VK_KHR_cooperative_matrix``, flash-attention-2 style: a workgroup of several subgroups,
+    each owning its query rows (Q held in matrix registers, output in accumulators), K and V
+    tiles staged once per workgroup, Q K^T and P V on cooperative matrices at a float16 x
+    float16 + float32 shape the driver lists (never a fixed one). The block config (subgroups,
+    keys per tile, row blocks per subgroup, shape) is chosen from the device's subgroup size
+    and shared memory; ``VKUMD_ATTENTION_COOPMAT_BLOCK`` (see
+    :func:`vkumd.compiler.kernels.attention.parse_coopmat_block`) forces one.
 ``"decode"``
     flash-decoding for very short queries (up to :data:`DECODE_MAX_QUERIES` tokens) against
     long keys: the keys are split across workgroups (the tiled kernel with ``SPLIT=1`` writes
@@ -45,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from vkumd import settings
 from vkumd.compiler.kernels import WORKGROUP
 from vkumd.compiler.kernels.attention import (
     ATTENTION_DEFAULT_ROWS,
@@ -53,13 +59,20 @@ from vkumd.compiler.kernels.attention import (
     ATTENTION_MAX_HEAD_DIM,
     ATTENTION_ROWS,
     ATTENTION_ROWS_PER_LANE,
-    coopmat_tile_sizes,
+    COOPMAT_BLOCK_VARIABLE,
+    CoopmatBlock,
+    coopmat_block_problem,
+    coopmat_blocks,
+    coopmat_shapes,
+    coopmat_variant,
+    default_coopmat_block,
+    parse_coopmat_block,
 )
 from vkumd.compiler.registry import effective_caps
 from vkumd.framework import dtypes
 from vkumd.framework.tensor import Tensor
 from vkumd.submission.recorder import grid_for
-from vkumd.vk.caps import CoopMatShape, DeviceCaps
+from vkumd.vk.caps import DeviceCaps
 from vkumd.vk.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 
 PATHS = ("tiled", "decode", "coopmat")
@@ -233,24 +246,50 @@ def _check_out(out: Any, q: Tensor) -> Tensor:
 # -- path choice ------------------------------------------------------------------------------
 
 
-def _coopmat_shape(caps: DeviceCaps) -> CoopMatShape | None:
-    """The cooperative-matrix shape the coopmat path would use, or None when it cannot run."""
-    if "coopmat" not in effective_caps(caps) or "float16" not in effective_caps(caps):
-        return None
-    shapes = caps.coopmat_shapes("float16", "float32")
-    if not shapes:
-        return None
-    # Smallest tile: the rows of a tile pass through shared memory once per key tile, and
-    # short sequences waste less of a small tile; ties keep the driver's order.
-    return min(shapes, key=lambda s: s.m * s.n * s.k)
+def _coopmat_usable(caps: DeviceCaps) -> bool:
+    """Whether the device offers cooperative matrices the coopmat kernel can use."""
+    have = effective_caps(caps)
+    return "coopmat" in have and "float16" in have and bool(coopmat_shapes(caps))
 
 
-def _coopmat_fits(caps: DeviceCaps, shape: CoopMatShape, head_dim: int) -> bool:
-    """Whether the coopmat kernel's shared memory fits ``caps`` at this shape and head_dim."""
-    hdp, keys = coopmat_tile_sizes(shape.m, shape.n, shape.k, head_dim)
-    shared = (shape.m * hdp * 2 + 2 * keys * hdp * 2 + shape.m * keys * (4 + 2)
-              + shape.m * hdp * 4 + shape.m * 8)
-    return shared <= caps.shared_memory_size
+def _forced_block(caps: DeviceCaps, head_dim: int) -> CoopmatBlock | None:
+    """The block :data:`COOPMAT_BLOCK_VARIABLE` forces, or None when it is unset.
+
+    Raises:
+        VkumdValueError: the value is malformed, names an unlisted shape, or does not fit.
+    """
+    text = settings.text(COOPMAT_BLOCK_VARIABLE)
+    if text is None:
+        return None
+    request = parse_coopmat_block(text)
+    shapes = coopmat_shapes(caps)
+    if request.shape is None:
+        shape = shapes[0]
+    else:
+        shape = next((s for s in shapes if (s.m, s.n, s.k) == request.shape), None)
+        if shape is None:
+            listed = ", ".join(f"{s.m}x{s.n}x{s.k}" for s in shapes) or "none"
+            raise VkumdValueError(f"{COOPMAT_BLOCK_VARIABLE}={text!r}: {caps.name} lists no "
+                                  f"usable float16 x float16 + float32 shape "
+                                  f"{'x'.join(map(str, request.shape))}; usable: {listed}")
+    block = CoopmatBlock(shape, request.subgroups, request.keys, request.row_blocks or 1)
+    problem = coopmat_block_problem(caps, block, head_dim)
+    if problem is not None:
+        fitting = ", ".join(str(b) for b in coopmat_blocks(caps, shape, head_dim)[:12])
+        raise VkumdValueError(f"{COOPMAT_BLOCK_VARIABLE}={text!r} (block {block}): {problem}; "
+                              f"blocks that run here at head_dim {head_dim}: {fitting or 'none'}")
+    return block
+
+
+def _coopmat_plan(caps: DeviceCaps, p: _Problem) -> CoopmatBlock | None:
+    """The coopmat kernel's block config for ``p``: forced, else the host's pick; None when
+    the device has no usable cooperative matrices or nothing fits its shared memory."""
+    if not _coopmat_usable(caps):
+        return None
+    forced = _forced_block(caps, p.head_dim)
+    if forced is not None:
+        return forced
+    return default_coopmat_block(caps, coopmat_shapes(caps)[0], p.head_dim, p.rows)
 
 
 def _decode_splits(p: _Problem, caps: DeviceCaps) -> int:
@@ -266,10 +305,11 @@ def _decode_splits(p: _Problem, caps: DeviceCaps) -> int:
 def _choose(p: _Problem, caps: DeviceCaps) -> str:
     if p.q_len <= DECODE_MAX_QUERIES and _decode_splits(p, caps) > 1:
         return "decode"
-    if p.dtype is dtypes.float16:
-        shape = _coopmat_shape(caps)
-        if shape is not None and _coopmat_fits(caps, shape, p.head_dim):
-            return "coopmat"
+    # On CPU drivers the tiled kernel wins: lavapipe emulates cooperative matrices lane by
+    # lane (Mesa 26, seq 1024, head_dim 64: tiled 17 ms, coopmat 70-180 ms).
+    if p.dtype is dtypes.float16 and caps.device_type != "cpu" \
+            and _coopmat_plan(caps, p) is not None:
+        return "coopmat"
     return "tiled"
 
 
@@ -283,10 +323,12 @@ def choose_path(q: Tensor, k: Tensor, v: Tensor | None = None) -> str:
 
     Returns:
         ``"decode"`` for short queries against keys long enough to split, ``"coopmat"`` for
-        float16 on devices with usable cooperative matrices, else ``"tiled"``.
+        float16 on GPUs (not CPU drivers) with usable cooperative matrices and a block config
+        that fits, else ``"tiled"``.
 
     Raises:
-        VkumdTypeError, VkumdValueError: the operands are not valid attention inputs.
+        VkumdTypeError, VkumdValueError: the operands are not valid attention inputs, or
+            ``VKUMD_ATTENTION_COOPMAT_BLOCK`` is malformed or does not fit.
     """
     p = _check_inputs(q, k, k if v is None else v)
     return _choose(p, q.context.caps)
@@ -358,26 +400,32 @@ def _run_tiled(ctx: Any, p: _Problem, tensors: list[Tensor], push: bytes, splits
         scratch.release()
 
 
+def _wide(tensors: Sequence[Tensor]) -> bool:
+    """Whether every tensor starts 16-byte aligned (the coopmat kernel then moves 16 bytes
+    per load and store)."""
+    return all(t.allocation is not None and t.allocation.offset % 16 == 0 for t in tensors)
+
+
 def _run_coopmat(ctx: Any, p: _Problem, tensors: list[Tensor], push: bytes,
                  out: Tensor) -> None:
-    shape = _coopmat_shape(ctx.caps)
-    if shape is None:
+    if p.dtype is not dtypes.float16:
+        raise VkumdTypeError(f"attention: the coopmat path takes float16, got {p.dtype.name}")
+    if not _coopmat_usable(ctx.caps):
         raise CapabilityMissing(
             f"attention: the coopmat path needs float16 x float16 + float32 cooperative "
             f"matrices at subgroup scope, which {ctx.caps.name} ({ctx.caps.driver_info}) does "
             "not offer (or VKUMD_DISABLE_COOPMAT turned off); use the tiled path or the "
             "cooperative-matrix lane (ci/coopmat-lane.sh)")
-    if p.dtype is not dtypes.float16:
-        raise VkumdTypeError(f"attention: the coopmat path takes float16, got {p.dtype.name}")
-    if not _coopmat_fits(ctx.caps, shape, p.head_dim):
-        raise CapabilityMissing(f"attention: head_dim {p.head_dim} at tile {shape} needs more "
-                                f"shared memory than {ctx.caps.name} has; use the tiled path")
+    block = _coopmat_plan(ctx.caps, p)
+    if block is None:
+        raise CapabilityMissing(f"attention: no coopmat block config fits head_dim "
+                                f"{p.head_dim} in the {ctx.caps.shared_memory_size} bytes of "
+                                f"shared memory {ctx.caps.name} has; use the tiled path")
     q, k, v, lengths, mask = tensors
-    hdp, keys = coopmat_tile_sizes(shape.m, shape.n, shape.k, p.head_dim)
-    variant = {WORKGROUP: ctx.caps.subgroup_size, "TM": shape.m, "TN": shape.n, "TK": shape.k,
-               "HD": p.head_dim, "HDP": hdp, "BC": keys}
+    vec = 8 if _wide([q, k, v, out]) else 4
+    variant = coopmat_variant(ctx.caps, block, p.head_dim, vec)
     buffers = [_buffer(t) for t in (q, k, v, out, lengths, mask)]
-    groups = _grid(ctx, -(-p.rows // shape.m), p.batch * p.kv_heads, 1)
+    groups = _grid(ctx, -(-p.rows // block.rows), p.batch * p.kv_heads, 1)
     ctx.dispatch("attention_coopmat", variant, buffers, push, groups, writes=(3,))
 
 
@@ -397,7 +445,8 @@ def attention_path(path: str, q: Tensor, k: Tensor, v: Tensor, *, causal: bool =
         The output tensor.
 
     Raises:
-        VkumdValueError: an unknown path, a bad ``splits``, and as :func:`attention`.
+        VkumdValueError: an unknown path, a bad ``splits``, a malformed or unfitting
+            ``VKUMD_ATTENTION_COOPMAT_BLOCK`` (coopmat), and as :func:`attention`.
         CapabilityMissing: ``"coopmat"`` on a device without usable cooperative matrices.
     """
     if path != "auto" and path not in PATHS:

@@ -19,7 +19,10 @@ Kernel variants (``variant=`` forces one; by default :func:`choose_variant` pick
 - ``"lanes_packed"``: the same, after copying B into contiguous column panels (one extra
   pass over B, a temporary of B's size); chosen when enough row tiles reuse each panel.
 - ``"shared"``: shared-memory tiles, for GPUs.
-- ``"coopmat"``: cooperative matrices at a shape the driver lists; float16 only.
+- ``"coopmat"``: cooperative matrices at a shape the driver lists; float16 only. A workgroup
+  of several subgroups computes a block of C (a config from the device's shared memory,
+  subgroup size and the problem's size, or ``VKUMD_GEMM_COOPMAT_TILE``; see
+  :func:`coopmat_plan`).
 
 Split-K: for float32, when the output alone gives fewer workgroups than the device runs at
 once and K is long (:data:`SPLIT_K_MIN_K`), K is cut into slices whose float32 partial sums
@@ -29,6 +32,7 @@ a second launch of the same kernel adds up and finishes (epilogue included).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 import os
@@ -38,14 +42,21 @@ from typing import Any
 
 import numpy as np
 
+from vkumd import settings
 from vkumd.compiler.kernels import ACTIVATIONS
 from vkumd.compiler.kernels.gemm import (
+    COOPMAT_TILE_VARIABLE,
     WORD_ELEMENTS,
+    CoopMatTile,
+    coopmat_tile_problem,
+    coopmat_tiles,
     coopmat_variant,
     lanes_tile_n,
     lanes_variant,
     pack_variant,
+    parse_coopmat_tile,
     shared_variant,
+    usable_coopmat_shape,
 )
 from vkumd.compiler.registry import Variant, effective_caps
 from vkumd.framework import dtypes
@@ -74,6 +85,10 @@ SPLIT_K_MAX = 32
 SPLIT_K_GPU_WORKGROUPS = 128
 # Whether float16 GEMMs on a CPU driver that lists cooperative-matrix shapes use them.
 COOPMAT_ON_CPU = False
+# The cooperative-matrix path takes the largest block config that still gives this many
+# workgroups (an H200 has 132 SMs; fewer, larger blocks would leave SMs idle), else the one
+# that keeps the most subgroups busy on the matrix.
+COOPMAT_MIN_BLOCKS = 128
 _FLAG_BIAS, _FLAG_RESIDUAL, _FLAG_BETA = 1, 2, 4
 _CODE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int8": "I8"}
 # Device types whose memory hierarchy favours shared-memory tiles.
@@ -116,6 +131,10 @@ class GemmShape:
         trans_a, trans_b: whether A or B is stored transposed.
         aligned_a, aligned_b: whether the operand's address (and every batch entry's) is a
             multiple of 8 bytes.
+        aligned16_a, aligned16_b: whether the operand's first address is a multiple of 16
+            bytes (the cooperative-matrix path's 16-byte loads also need the contiguous
+            dimension to be a multiple of 8 elements, which keeps every row aligned).
+        batch: batch entries (workgroups per entry decide the coopmat block config).
     """
 
     m: int
@@ -125,6 +144,9 @@ class GemmShape:
     trans_b: bool = False
     aligned_a: bool = True
     aligned_b: bool = True
+    aligned16_a: bool = True
+    aligned16_b: bool = True
+    batch: int = 1
 
 
 def _wide_loads(code: str, shape: GemmShape | None) -> tuple[int, int]:
@@ -154,18 +176,95 @@ def _plan(caps: DeviceCaps, name: str, code: str, shape: GemmShape | None = None
     if name == "shared":
         v = shared_variant(caps, code)
         return GemmPlan(name, v, v["TM"], v["TN"])
-    shapes = coopmat_gemm_shapes(caps)
-    # The largest listed tile does the most work per load; ties keep the driver's order.
-    shape = max(shapes, key=lambda s: s.m * s.n * s.k)
-    v = coopmat_variant(caps, shape)
-    return GemmPlan(name, v, shape.m, shape.n)
+    return coopmat_plan(caps, shape)
+
+
+@functools.lru_cache(maxsize=16)
+def _coopmat_ladder(caps: DeviceCaps, disabled: bool
+                    ) -> tuple[CoopMatShape | None, tuple[CoopMatTile, ...]]:
+    cm = usable_coopmat_shape(coopmat_gemm_shapes(caps))
+    return cm, tuple(coopmat_tiles(caps, cm)) if cm is not None else ()
+
+
+def _coopmat_setup(caps: DeviceCaps) -> tuple[CoopMatShape | None, tuple[CoopMatTile, ...]]:
+    """The matrix shape the GEMM uses on ``caps`` and the block configs that fit.
+
+    Cached (matmul plans on every call, and working this out took tens of microseconds),
+    keyed on the caps and on ``VKUMD_DISABLE_COOPMAT``, which is read each time.
+    """
+    return _coopmat_ladder(caps, settings.flag("VKUMD_DISABLE_COOPMAT"))
+
+
+def _coopmat_tile(shape: GemmShape | None, tiles: tuple[CoopMatTile, ...]) -> CoopMatTile:
+    """The default block config: see :data:`COOPMAT_MIN_BLOCKS`."""
+    if shape is None:
+        return tiles[0]
+    for tile in tiles:
+        blocks = -(-shape.m // tile.bm) * -(-shape.n // tile.bn) * shape.batch
+        if blocks >= COOPMAT_MIN_BLOCKS:
+            return tile
+
+    def busy(tile: CoopMatTile) -> int:
+        # Subgroups whose warp tile touches the matrix (the rest multiply zeros).
+        wm, wn = tile.bm // tile.wg_m, tile.bn // tile.wg_n
+        return -(-shape.m // wm) * -(-shape.n // wn) * shape.batch
+
+    return max(tiles, key=busy)  # ties keep the larger config
+
+
+def coopmat_plan(caps: DeviceCaps, shape: GemmShape | None = None) -> GemmPlan:
+    """The cooperative-matrix plan for a float16 problem: matrix shape, block config, loads.
+
+    The matrix shape is 16x16x16 where listed, else the largest listed (see
+    :func:`~vkumd.compiler.kernels.gemm.usable_coopmat_shape`). The block config is
+    ``VKUMD_GEMM_COOPMAT_TILE`` when set (``BMxBNxBK:WG_MxWG_N[:GROUP_M]``), else the
+    largest of :func:`~vkumd.compiler.kernels.gemm.coopmat_tiles` that gives at least
+    :data:`COOPMAT_MIN_BLOCKS` workgroups. Operands are staged in their stored orientation and
+    read 16 bytes at a time when their contiguous dimension is a multiple of 8 elements and
+    their address is 16-byte aligned (element loads otherwise, and when ``shape`` is None).
+
+    Raises:
+        VkumdValueError: the device has no usable shape, or ``VKUMD_GEMM_COOPMAT_TILE`` is
+            malformed or does not fit the device.
+    """
+    return _coopmat_plan(caps, shape, settings.flag("VKUMD_DISABLE_COOPMAT"),
+                         settings.text(COOPMAT_TILE_VARIABLE))
+
+
+@functools.lru_cache(maxsize=256)
+def _coopmat_plan(caps: DeviceCaps, shape: GemmShape | None, disabled: bool,
+                  text: str | None) -> GemmPlan:
+    # Cached on everything it reads (errors are raised afresh each time); the plan's variant
+    # is shared between calls and never modified.
+    cm, tiles = _coopmat_ladder(caps, disabled)
+    if cm is None or not tiles:
+        raise VkumdValueError(f"matmul: {caps.name} lists no float16 cooperative-matrix shape "
+                              "the coopmat GEMM can use (sizes multiples of 8, a block that "
+                              "fits its shared memory); use another variant")
+    a_t = int(shape is not None and shape.trans_a)
+    b_t = int(shape is not None and shape.trans_b)
+    a_vec = b_vec = 0
+    if shape is not None:
+        # The contiguous dimension: K for A, N for B, or the other when transposed.
+        a_vec = int(shape.aligned16_a and (shape.m if a_t else shape.k) % 8 == 0)
+        b_vec = int(shape.aligned16_b and (shape.k if b_t else shape.n) % 8 == 0)
+    if text is not None:
+        tile = parse_coopmat_tile(text)
+        problem = coopmat_tile_problem(caps, cm, tile, a_t, b_t)
+        if problem is not None:
+            raise VkumdValueError(f"{COOPMAT_TILE_VARIABLE}={text!r} does not fit {cm} on "
+                                  f"{caps.name}: {problem}; unset it or pick another")
+    else:
+        tile = _coopmat_tile(shape, tiles)
+    v = coopmat_variant(caps, cm, tile, a_t, b_t, a_vec, b_vec)
+    return GemmPlan("coopmat", v, tile.bm, tile.bn)
 
 
 def available_variants(caps: DeviceCaps, dtype: Any) -> list[str]:
     """The variants ``matmul`` can run for ``dtype`` on ``caps`` (what tests iterate over)."""
     dt = dtypes.dtype(dtype)
     names = ["lanes", "lanes_packed", "shared"]
-    if dt is dtypes.float16 and coopmat_gemm_shapes(caps) and caps.storage_16bit:
+    if dt is dtypes.float16 and caps.storage_16bit and _coopmat_setup(caps)[1]:
         names.append("coopmat")
     return names
 
@@ -382,7 +481,8 @@ def matmul(a: Tensor, b: Tensor, *, bias: Tensor | None = None, activation: str 
     # is and the entry size keeps it so.
     aligned_a = _address(a) % 8 == 0 and (a_repeats or m * k * dt.itemsize % 8 == 0)
     aligned_b = _address(b) % 8 == 0 and (b_repeats or k * n * dt.itemsize % 8 == 0)
-    shape = GemmShape(m, n, k, trans_a, trans_b, aligned_a, aligned_b)
+    shape = GemmShape(m, n, k, trans_a, trans_b, aligned_a, aligned_b,
+                      _address(a) % 16 == 0, _address(b) % 16 == 0, math.prod(batch))
     plan = choose_variant(context.caps, dt, shape, force=variant)
     result = out if out is not None else context.empty(out_shape, out_dtype)
     count = math.prod(batch)
