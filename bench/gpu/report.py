@@ -95,10 +95,16 @@ def goals(results: dict) -> list[dict]:
                           "met": False, "note": counts["error"]})
             continue
         bad = counts["failures"] + counts["errors"]
+        exit_code = counts.get("exit")
+        note = f"{counts['skipped']} skipped"
+        if exit_code == 124:
+            note += "; stopped by its time limit, so not every test ran"
+        elif exit_code not in (None, 0):
+            note += f"; pytest exited with {exit_code}"
         found.append({"goal": f"test suite '{name}' passes", "target": "all",
                       "measured": f"{counts['passed']} passed, {bad} failed",
-                      "met": bad == 0 and counts["passed"] > 0,
-                      "note": f"{counts['skipped']} skipped"})
+                      "met": bad == 0 and counts["passed"] > 0 and exit_code in (None, 0),
+                      "note": note})
     return found
 
 
@@ -230,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", required=True, help="compare.py's JSON")
     parser.add_argument("--tests", action="append", default=[],
                         help="NAME=junit.xml of one test suite run (repeatable)")
+    parser.add_argument("--exit", action="append", default=[],
+                        help="NAME=CODE: the suite's exit status (124: its time limit)")
     parser.add_argument("--info", help="vkumd info's output")
     parser.add_argument("--json", required=True)
     parser.add_argument("--md", required=True)
@@ -243,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
         if not xml:
             parser.error(f"--tests takes NAME=path, not {item!r}")
         results["tests"][name] = junit_summary(Path(xml))
+    for item in args.exit:
+        name, _, code = item.partition("=")
+        if name not in results["tests"] or not code.lstrip("-").isdigit():
+            parser.error(f"--exit takes NAME=CODE for a suite named by --tests, not {item!r}")
+        results["tests"][name]["exit"] = int(code)
     if args.info and Path(args.info).is_file():
         results["info"] = Path(args.info).read_text(encoding="utf-8", errors="replace")
     results["goals"] = goals(results)

@@ -181,14 +181,21 @@ run_suite() {  # run_suite NAME SHARE ENV...
   local rc=$?
   tail -n 40 "$out/suite.log"
   rm -f "$out/suite.log"
-  [ $rc -eq 0 ] || step_failed "suite $name (exit $rc)"
+  suite_exits+=(--exit "$name=$rc")
+  if [ $rc -eq 124 ]; then
+    step_failed "suite $name stopped by its ${seconds}s limit"
+  elif [ $rc -ne 0 ]; then
+    step_failed "suite $name (exit $rc)"
+  fi
 }
+suite_exits=()
 run_suite coopmat 55 VKUMD_REQUIRE_COOPMAT=$([ "$rehearsal" = 1 ] && echo 0 || echo 1)
 run_suite no-coopmat 90 VKUMD_DISABLE_COOPMAT=1
 
 # -- 6. report --------------------------------------------------------------------------------------
 "$py" bench/gpu/report.py --results "$out/compare.json" --info "$out/info.txt" \
   --tests "coopmat=$out/junit-coopmat.xml" --tests "no-coopmat=$out/junit-no-coopmat.xml" \
+  "${suite_exits[@]}" \
   --json "$out/h200.json" --md "$out/h200.md" && rm -f "$out/compare.json" ||
   step_failed "report.py"
 [ -f "$out/h200.md" ] && sed -n '/^## Goals/,/^## GEMM/p' "$out/h200.md"

@@ -90,6 +90,11 @@ def test_junit_summary_counts_and_names_failures(tmp_path: Path) -> None:
     assert "did not finish" in missing["error"]
     goals = report.goals({"tests": {"suite": counts, "gone": missing}})
     assert [g["met"] for g in goals[2:]] == [False, False]
+    # A suite whose junit shows no failure still misses the goal when its time limit hit.
+    clean = {**counts, "failures": 0, "failed_ids": [], "exit": 124}
+    timed_out = report.goals({"tests": {"suite": clean}})[2]
+    assert not timed_out["met"] and "time limit" in timed_out["note"]
+    assert report.goals({"tests": {"suite": {**clean, "exit": 0}}})[2]["met"]
 
 
 def test_nvidia_driver_versions_decode_into_the_marketing_number() -> None:
