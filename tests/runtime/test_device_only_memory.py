@@ -260,6 +260,37 @@ def test_upload_larger_than_any_cached_staging_buffer(dctx) -> None:
     t.release()
 
 
+def test_stream_upload_stages_large_data_in_bounded_pieces(dctx, monkeypatch) -> None:
+    rng = np.random.default_rng()
+    n = (2 * transfer_module.STAGING_MAX_BYTES) // 4 + 1001   # two full pieces and a tail
+    data = rng.standard_normal(n, dtype=np.float32)
+    t = dctx.tensor(np.full(n, np.nan, np.float32))
+    pool = dctx.memory
+    original = pool.allocate
+    staged: list[int] = []
+
+    def recording(size: int, usage: MemoryUsage = MemoryUsage.DEVICE, *args, **kwargs):
+        if usage is MemoryUsage.UPLOAD:
+            staged.append(size)
+        return original(size, usage, *args, **kwargs)
+
+    monkeypatch.setattr(pool, "allocate", recording)
+    transfer = dctx.stream("transfer")
+    used = pool.used_bytes()
+    t.write(data, stream=transfer)
+    assert staged == [transfer_module.STAGING_MAX_BYTES] * 2 + [1001 * 4]
+    transfer.synchronize()
+    assert pool.used_bytes() == used, "every piece of staging went back to the pool"
+    dctx.default_stream.wait(transfer.record())
+    ops.scale(t, -1.0, out=t)
+    np.testing.assert_array_equal(t.numpy(), -data)
+    with pytest.raises(vkumd.VkumdValueError, match="offset"):
+        transfer.copy((t.allocation.buffer, t.allocation.offset, 8),
+                      (t.allocation.buffer, t.allocation.offset, t.nbytes), t.nbytes - 4)
+    transfer.release()
+    t.release()
+
+
 def test_pieces_with_offsets_land_in_place(dctx, monkeypatch) -> None:
     monkeypatch.setattr(transfer_module, "STAGING_MIN_BYTES", 4096)
     monkeypatch.setattr(transfer_module, "STAGING_MAX_BYTES", 4096)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from vkumd.runtime import profiler
 from vkumd.runtime.memory import MemoryUsage
+from vkumd.runtime.transfer import STAGING_MAX_BYTES
 from vkumd.submission.batch import Batch
 from vkumd.submission.descriptors import BufferRange
 from vkumd.submission.submitter import Submitter
@@ -144,14 +145,16 @@ class Stream:
                     or batch.bytes >= self.max_batch_bytes):
                 self._submit()
 
-    def copy(self, src: BufferRange, dst: BufferRange) -> None:
-        """Record a device copy of ``src`` (all of its range) into the start of ``dst``."""
-        if dst[2] < src[2]:
-            raise VkumdValueError(f"copy of {src[2]} bytes into a range of {dst[2]} bytes")
+    def copy(self, src: BufferRange, dst: BufferRange, dst_offset: int = 0) -> None:
+        """Record a device copy of ``src`` (all of its range) into ``dst``, ``dst_offset``
+        bytes from its start."""
+        if dst_offset < 0 or dst[2] - dst_offset < src[2]:
+            raise VkumdValueError(f"copy of {src[2]} bytes at offset {dst_offset} into a range "
+                                  f"of {dst[2]} bytes")
         with self._lock:
             batch = self._batch or self._open()
             barriers = batch.hazards.barriers
-            batch.copy(src, dst)
+            batch.copy(src, dst, dst_offset)
             self.barriers += batch.hazards.barriers - barriers
             value = self.recording_value
             self.uses[(src[0], src[1])] = value
@@ -162,25 +165,30 @@ class Stream:
     def upload(self, allocation: Any, data: memoryview) -> None:
         """Copy host bytes into ``allocation`` through staging memory, without waiting.
 
-        The staging area is taken from the memory pool and returned to it once the copy's
-        submission has completed. The host bytes are copied before this returns.
+        Staging is taken from the memory pool in pieces of at most ``STAGING_MAX_BYTES``
+        (so a large upload never holds a staging copy of all of it at once), and each piece
+        returns to the pool once its copy's submission has completed. The host bytes are
+        copied before this returns.
         """
         n = data.nbytes
         if n > allocation.size:
             raise VkumdValueError(f"upload of {n} bytes into an allocation of "
                                   f"{allocation.size} bytes")
-        if n == 0:
-            return
-        staging = self.context.memory.allocate(n, MemoryUsage.UPLOAD)
-        try:
-            ffi.memmove(staging.block.mapped + staging.offset, data, n)
-            staging.flush()
-            self.copy((staging.buffer, staging.offset, n),
-                      (allocation.buffer, allocation.offset, allocation.size))
-        except BaseException:
-            self.context.memory.free(staging)
-            raise
-        self.defer_until(lambda: self.context.memory.free(staging), self.recording_value)
+        source = data.cast("B") if data.format != "B" or data.ndim != 1 else data
+        dst = (allocation.buffer, allocation.offset, allocation.size)
+        memory = self.context.memory
+        for start in range(0, n, STAGING_MAX_BYTES):
+            size = min(STAGING_MAX_BYTES, n - start)
+            staging = memory.allocate(size, MemoryUsage.UPLOAD)
+            try:
+                ffi.memmove(staging.block.mapped + staging.offset, source[start:start + size],
+                            size)
+                staging.flush()
+                self.copy((staging.buffer, staging.offset, size), dst, start)
+            except BaseException:
+                memory.free(staging)
+                raise
+            self.defer_until(lambda piece=staging: memory.free(piece), self.recording_value)
 
     # -- submission -----------------------------------------------------------------------
     def _submit(self) -> int:

@@ -112,12 +112,16 @@ class Batch:
         self.last_kernel = program.name
         self.bytes += sum(map(_SIZE, buffers))
 
-    def copy(self, src: BufferRange, dst: BufferRange) -> None:
-        """Record a copy of ``src`` (its size) into the start of ``dst``."""
+    def copy(self, src: BufferRange, dst: BufferRange, dst_offset: int = 0) -> None:
+        """Record a copy of ``src`` (its size) into ``dst``, ``dst_offset`` bytes in.
+
+        Hazards are tracked on the ranges' starts, so pieces copied into one allocation at
+        different offsets all count as writes of that allocation.
+        """
         size = src[2]
         region = ffi.new("VkBufferCopy*")
         region.srcOffset = src[1]
-        region.dstOffset = dst[1]
+        region.dstOffset = dst[1] + dst_offset
         region.size = size
         hazard = self.hazards.access(((src[0], src[1]), (dst[0], dst[1])), (1,))
         try:
