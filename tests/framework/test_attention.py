@@ -161,16 +161,20 @@ def test_tiled_rows_cross_heads_small_head_dim(ctx, causal) -> None:
     check(ctx, "tiled", "float32", (2, 3, 1, 11, 45, 12), causal)
 
 
-def test_keys_past_key_lengths_are_never_read(ctx) -> None:
-    # A padded key/value cache: what lies past each length (here NaN) must not leak in.
+def check_keys_past_lengths(ctx, path: str, dtype: str, tolerance: float) -> None:
+    """A padded key/value cache: what lies past each length (here NaN) must not leak in."""
     rng = np.random.default_rng()
-    q, k, v = make(rng, (2, 2, 7, 64), (2, 2, 30, 64), "float32")
+    q, k, v = make(rng, (2, 2, 7, 64), (2, 2, 30, 64), dtype)
     lengths = [30, 13]
     k_bad, v_bad = k.copy(), v.copy()
     k_bad[1, :, 13:] = np.nan
     v_bad[1, :, 13:] = np.nan
-    result = run(ctx, "tiled", q, k_bad, v_bad, key_lengths=lengths)
-    assert rel_error(result, reference(q, k, v, key_lengths=lengths)) < 1e-5
+    result = run(ctx, path, q, k_bad, v_bad, key_lengths=lengths)
+    assert rel_error(result, reference(q, k, v, key_lengths=lengths)) < tolerance
+
+
+def test_keys_past_key_lengths_are_never_read(ctx) -> None:
+    check_keys_past_lengths(ctx, "tiled", "float32", 1e-5)
 
 
 def test_fully_masked_rows_are_zero_not_nan(ctx) -> None:
@@ -538,14 +542,7 @@ def test_coopmat_masks_and_lengths(ctx) -> None:
 @pytest.mark.coopmat
 def test_coopmat_keys_past_key_lengths_are_never_read(ctx) -> None:
     require_coopmat(ctx)
-    rng = np.random.default_rng()
-    q, k, v = make(rng, (2, 2, 7, 64), (2, 2, 30, 64), "float16")
-    lengths = [30, 13]
-    k_bad, v_bad = k.copy(), v.copy()
-    k_bad[1, :, 13:] = np.nan
-    v_bad[1, :, 13:] = np.nan
-    result = run(ctx, "coopmat", q, k_bad, v_bad, key_lengths=lengths)
-    assert rel_error(result, reference(q, k, v, key_lengths=lengths)) < 1e-3
+    check_keys_past_lengths(ctx, "coopmat", "float16", 1e-3)
 
 
 @pytest.mark.coopmat
