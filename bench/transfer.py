@@ -28,8 +28,10 @@ def main() -> None:
 
     rows = []
     with vkumd.Context(validation=False) as ctx:
-        print(f"device: {ctx.caps.name} ({ctx.caps.driver_info}); unified memory: "
-              f"{ctx.caps.unified_memory}; median of {args.repeats}")
+        how = ("mapped (plain memory copies)" if ctx.memory.tensors_mapped
+               else "device-only (staging copies)")
+        print(f"device: {ctx.caps.name} ({ctx.caps.driver_info}); tensors: {how}; "
+              f"median of {args.repeats}")
         header = (f"{'size':>8} {'upload GB/s':>12} {'read-back GB/s':>15} {'numpy GB/s':>11} "
                   f"{'up/numpy':>9} {'back/numpy':>11}")
         print(header)
