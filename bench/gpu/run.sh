@@ -61,13 +61,19 @@ export VKUMD_ATTENTION_CONFIGS="${VKUMD_ATTENTION_CONFIGS-4x16,4x16x2,2x32x2,2x3
 # -- 1. Vulkan loader and driver ---------------------------------------------------------------
 if [ "$rehearsal" = 1 ]; then
   say "rehearsal: using this machine's Vulkan loader and drivers"
-elif ldconfig -p | grep -q 'libvulkan\.so\.1'; then
-  say "a Vulkan loader is installed"
 else
-  if compgen -G ".gl/*.deb" >/dev/null; then
-    for deb in .gl/*.deb; do dpkg -x "$deb" /; done
+  # The loader, and the GL dispatch libraries NVIDIA's ICD library links against; an
+  # installed loader is kept (the carried one is older than most).
+  wanted=()
+  ldconfig -p | grep -q 'libvulkan\.so\.1' || wanted+=(.gl/libvulkan1_*.deb)
+  ldconfig -p | grep -q 'libGLdispatch\.so\.0' ||
+    wanted+=($(ls .gl/*.deb 2>/dev/null | grep -v '/libvulkan1_'))
+  if [ ${#wanted[@]} -eq 0 ]; then
+    say "a Vulkan loader and GL dispatch libraries are installed"
+  elif compgen -G ".gl/*.deb" >/dev/null; then
+    for deb in "${wanted[@]}"; do dpkg -x "$deb" /; done
     ldconfig
-    say "unpacked $(ls .gl/*.deb | wc -l) packages from .gl/ into /"
+    say "unpacked into /: ${wanted[*]}"
   else
     step_failed "no Vulkan loader here and no .gl/*.deb carried (run bench/gpu/prepare.sh)"
   fi

@@ -147,3 +147,36 @@ def test_compare_refuses_a_torch_peer_it_cannot_have(tmp_path: Path) -> None:
 def test_shell_scripts_parse(script: str) -> None:
     done = subprocess.run(["bash", "-n", str(GPU / script)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def _loader_step() -> str:
+    """run.sh's step 1 (the Vulkan loader), cut out of the script."""
+    text = (GPU / "run.sh").read_text()
+    start = text.index("# -- 1. Vulkan loader")
+    end = text.index('if [ "$rehearsal" != 1 ] && [ -z "${VK_DRIVER_FILES')
+    return text[start:end]
+
+
+@pytest.mark.parametrize(("installed", "unpacked"), [
+    ("", {"libvulkan1", "libglvnd0", "libegl1"}),
+    ("libvulkan.so.1", {"libglvnd0", "libegl1"}),
+    ("libvulkan.so.1 libGLdispatch.so.0", set()),
+])
+def test_loader_step_unpacks_only_what_is_missing(tmp_path: Path, installed: str,
+                                                  unpacked: set[str]) -> None:
+    gl = tmp_path / ".gl"
+    (gl / "layer").mkdir(parents=True)
+    for name in ("libvulkan1_1.3.239.0-1_amd64.deb", "libglvnd0_1.6.0-1_amd64.deb",
+                 "libegl1_1.6.0-1_amd64.deb", "layer/vulkan-validationlayers_1.deb"):
+        (gl / name).write_bytes(b"")
+    # ldconfig and dpkg are stubbed: the step only decides what to unpack.
+    stubs = (f"rehearsal=0; ldconfig() {{ [ \"$1\" = -p ] && printf '%s\\n' {installed}; "
+             "return 0; }; dpkg() { echo \"UNPACK $2\"; }; say() { echo \"SAY $*\"; }; "
+             "step_failed() { echo \"FAILED $*\"; }\n")
+    done = subprocess.run(["bash", "-c", stubs + _loader_step()], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    got = {Path(line.split()[1]).name.split("_")[0] for line in done.stdout.splitlines()
+           if line.startswith("UNPACK")}
+    assert got == unpacked, done.stdout
+    assert "FAILED" not in done.stdout
