@@ -29,6 +29,7 @@ force each listed cooperative-matrix tile configuration at 4096^3; likewise
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -38,7 +39,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -194,18 +195,22 @@ def choose_peer(kind: str) -> TorchPeer | NumpyPeer:
 
 
 # -- vkumd timing ----------------------------------------------------------------------------
-def vkumd_ms(ctx: vkumd.Context, run: Callable[[], Any], reps: int, groups: int) -> float:
-    """Median device milliseconds per call of ``run`` between two timestamped events."""
+def vkumd_ms(ctx: vkumd.Context, run: Callable[[], Any], groups: int) -> float:
+    """Median device milliseconds per call of ``run`` between two timestamped events.
+
+    The first call (which also compiles) is timed on the host to size the groups.
+    """
+    start = time.perf_counter()
     run()
     ctx.synchronize()
+    reps = reps_for(time.perf_counter() - start)
     samples = []
     for _ in range(groups):
-        stream = ctx.current_stream()
-        start = stream.record()
+        begin = ctx.current_stream().record()
         for _ in range(reps):
             run()
         end = ctx.current_stream().record()
-        samples.append(start.elapsed_time(end) / reps)
+        samples.append(begin.elapsed_time(end) / reps)
     return statistics.median(samples)
 
 
@@ -215,20 +220,21 @@ def reps_for(seconds_per_call: float, target_s: float = 0.05) -> int:
 
 
 # -- cases -----------------------------------------------------------------------------------
-def _with_env(name: str, value: str | None) -> Callable[[], None]:
-    """Set an environment variable; return the function that restores it."""
-    old = os.environ.get(name)
+@contextlib.contextmanager
+def forced(name: str, value: str | None) -> Iterator[None]:
+    """Set environment variable ``name`` to ``value`` inside the block (nothing when None)."""
     if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
-
-    def restore() -> None:
+        yield
+        return
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
         if old is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = old
-    return restore
 
 
 def gemm_case(ctx: vkumd.Context, peer: Any, m: int, n: int, k: int, dtype: str, label: str,
@@ -238,8 +244,7 @@ def gemm_case(ctx: vkumd.Context, peer: Any, m: int, n: int, k: int, dtype: str,
 
     row: dict[str, Any] = {"case": label, "m": m, "n": n, "k": k, "dtype": dtype,
                            "flop": 2.0 * m * n * k}
-    restore = _with_env("VKUMD_GEMM_COOPMAT_TILE", tile) if tile else (lambda: None)
-    try:
+    with forced("VKUMD_GEMM_COOPMAT_TILE", tile):
         peer_a, host_a = peer.random((m, k), dtype)
         peer_b, host_b = peer.random((k, n), dtype)
         a, b = ctx.tensor(host_a), ctx.tensor(host_b)
@@ -252,19 +257,12 @@ def gemm_case(ctx: vkumd.Context, peer: Any, m: int, n: int, k: int, dtype: str,
         def ours() -> None:
             ops.matmul(a, b, out=c, variant=variant)
 
-        start = time.perf_counter()
-        ours()
-        ctx.synchronize()
-        first = time.perf_counter() - start
-        reps = reps_for(first)
-        row["vkumd_ms"] = vkumd_ms(ctx, ours, reps, groups=5)
+        row["vkumd_ms"] = vkumd_ms(ctx, ours, groups=5)
         theirs = peer.matmul(peer_a, peer_b)
         row["peer_ms"] = peer.time_ms(theirs, reps_for(row["vkumd_ms"] / 1e3), groups=5)
         row["rel_err"] = peer.relative_error(c.numpy(), theirs())
         for t in (a, b, c):
             t.release()
-    finally:
-        restore()
         peer.release()
     return row
 
@@ -277,9 +275,7 @@ def attention_case(ctx: vkumd.Context, peer: Any, batch: int, heads: int, seq: i
     flop = 4.0 * batch * heads * seq * seq * dim * (0.5 if causal else 1.0)
     row: dict[str, Any] = {"case": label, "batch": batch, "heads": heads, "seq": seq,
                            "head_dim": dim, "causal": causal, "dtype": "float16", "flop": flop}
-    restore = (_with_env("VKUMD_ATTENTION_COOPMAT_BLOCK", block) if block
-               else (lambda: None))
-    try:
+    with forced("VKUMD_ATTENTION_COOPMAT_BLOCK", block):
         shape = (batch, heads, seq, dim)
         tensors = [peer.random(shape, "float16") for _ in range(3)]
         q, k, v = (ctx.tensor(host) for _, host in tensors)
@@ -291,18 +287,12 @@ def attention_case(ctx: vkumd.Context, peer: Any, batch: int, heads: int, seq: i
         def ours() -> None:
             ops.attention(q, k, v, causal=causal, out=out)
 
-        start = time.perf_counter()
-        ours()
-        ctx.synchronize()
-        first = time.perf_counter() - start
-        row["vkumd_ms"] = vkumd_ms(ctx, ours, reps_for(first), groups=3)
+        row["vkumd_ms"] = vkumd_ms(ctx, ours, groups=3)
         theirs = peer.attention(*(t for t, _ in tensors), causal)
         row["peer_ms"] = peer.time_ms(theirs, reps_for(row["vkumd_ms"] / 1e3), groups=3)
         row["rel_err"] = peer.relative_error(out.numpy(), theirs())
         for t in (q, k, v, out):
             t.release()
-    finally:
-        restore()
         peer.release()
     return row
 

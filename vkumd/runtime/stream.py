@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from vkumd.runtime import profiler
 from vkumd.runtime.memory import MemoryUsage
-from vkumd.runtime.transfer import STAGING_MAX_BYTES
+from vkumd.runtime.transfer import STAGING_MAX_BYTES, as_bytes
 from vkumd.submission.batch import Batch
 from vkumd.submission.descriptors import BufferRange
 from vkumd.submission.submitter import Submitter
@@ -174,7 +174,7 @@ class Stream:
         if n > allocation.size:
             raise VkumdValueError(f"upload of {n} bytes into an allocation of "
                                   f"{allocation.size} bytes")
-        source = data.cast("B") if data.format != "B" or data.ndim != 1 else data
+        source = as_bytes(data)
         dst = (allocation.buffer, allocation.offset, allocation.size)
         memory = self.context.memory
         for start in range(0, n, STAGING_MAX_BYTES):

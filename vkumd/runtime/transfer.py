@@ -44,7 +44,7 @@ def _barrier(src_access: int, dst_access: int) -> Any:
                srcAccessMask=src_access, dstAccessMask=dst_access)
 
 
-def _as_bytes(view: memoryview) -> memoryview:
+def as_bytes(view: memoryview) -> memoryview:
     """A flat unsigned-byte view, so pieces can be sliced by byte offsets."""
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
@@ -104,7 +104,7 @@ class Transfers:
             ffi.memmove(dst.block.mapped + dst.offset + dst_offset, data, n)
             dst.flush()
             return
-        source = _as_bytes(data)
+        source = as_bytes(data)
         with self._lock:
             staging = self._staging_for(MemoryUsage.UPLOAD, n)
             pointer = staging.block.mapped + staging.offset
@@ -128,7 +128,7 @@ class Transfers:
             src.invalidate()
             ffi.memmove(out, src.block.mapped + src.offset + src_offset, n)
             return
-        target = _as_bytes(out)
+        target = as_bytes(out)
         with self._lock:
             staging = self._staging_for(MemoryUsage.READBACK, n)
             pointer = staging.block.mapped + staging.offset

@@ -41,6 +41,7 @@ Conventions:
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import struct
@@ -252,13 +253,12 @@ def _coopmat_usable(caps: DeviceCaps) -> bool:
     return "coopmat" in have and "float16" in have and bool(coopmat_shapes(caps))
 
 
-def _forced_block(caps: DeviceCaps, head_dim: int) -> CoopmatBlock | None:
-    """The block :data:`COOPMAT_BLOCK_VARIABLE` forces, or None when it is unset.
+def _forced_block(caps: DeviceCaps, head_dim: int, text: str | None) -> CoopmatBlock | None:
+    """The block ``text`` (:data:`COOPMAT_BLOCK_VARIABLE`'s value) forces, or None for none.
 
     Raises:
         VkumdValueError: the value is malformed, names an unlisted shape, or does not fit.
     """
-    text = settings.text(COOPMAT_BLOCK_VARIABLE)
     if text is None:
         return None
     request = parse_coopmat_block(text)
@@ -283,13 +283,27 @@ def _forced_block(caps: DeviceCaps, head_dim: int) -> CoopmatBlock | None:
 
 def _coopmat_plan(caps: DeviceCaps, p: _Problem) -> CoopmatBlock | None:
     """The coopmat kernel's block config for ``p``: forced, else the host's pick; None when
-    the device has no usable cooperative matrices or nothing fits its shared memory."""
+    the device has no usable cooperative matrices or nothing fits its shared memory.
+
+    Cached, as matmul's plan is (every call plans, and enumerating the blocks that fit took
+    tens of microseconds), keyed on everything it reads, environment variables included.
+    """
+    return _cached_coopmat_plan(caps, p.head_dim, p.rows, settings.flag("VKUMD_DISABLE_COOPMAT"),
+                                settings.flag("VKUMD_DISABLE_FP16"),
+                                settings.text(COOPMAT_BLOCK_VARIABLE))
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_coopmat_plan(caps: DeviceCaps, head_dim: int, rows: int, _no_coopmat: bool,
+                         _no_fp16: bool, forced: str | None) -> CoopmatBlock | None:
+    # The two flags are only part of the key: _coopmat_usable reads them itself. Errors are
+    # not cached, so a bad VKUMD_ATTENTION_COOPMAT_BLOCK is reported on every call.
     if not _coopmat_usable(caps):
         return None
-    forced = _forced_block(caps, p.head_dim)
-    if forced is not None:
-        return forced
-    return default_coopmat_block(caps, coopmat_shapes(caps)[0], p.head_dim, p.rows)
+    block = _forced_block(caps, head_dim, forced)
+    if block is not None:
+        return block
+    return default_coopmat_block(caps, coopmat_shapes(caps)[0], head_dim, rows)
 
 
 def _decode_splits(p: _Problem, caps: DeviceCaps) -> int:
