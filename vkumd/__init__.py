@@ -4,31 +4,34 @@ Start with :class:`Context`; list devices with :func:`devices`.
 """
 
 from vkumd import ops
-from vkumd.framework.context import Context, from_dlpack
-from vkumd.framework.dtypes import DType, bfloat16, float16, float32, int8, int32, uint8
-from vkumd.framework.tensor import Tensor
-from vkumd.runtime.capture import CaptureError, Graph
-from vkumd.runtime.context import devices
-from vkumd.runtime.profiler import Profiler, profile
-from vkumd.runtime.stream import Event, Stream
-from vkumd.vk.caps import CoopMatShape, DeviceCaps
-from vkumd.vk.errors import (
+from vkumd.errors import (
     CapabilityMissing,
+    CaptureError,
     ContextClosed,
-    DeviceLost,
     DeviceUnavailable,
-    ExtensionNotPresent,
-    FeatureNotPresent,
-    InitializationFailed,
-    LayerNotPresent,
-    OutOfDeviceMemory,
-    OutOfHostMemory,
     ShaderCompileError,
     TimeoutError,
     ValidationError,
     VkumdError,
     VkumdTypeError,
     VkumdValueError,
+)
+from vkumd.framework.context import Context, from_dlpack
+from vkumd.framework.dtypes import DType, bfloat16, float16, float32, int8, int32, uint8
+from vkumd.framework.tensor import Tensor
+from vkumd.runtime.capture import Graph
+from vkumd.runtime.context import devices
+from vkumd.runtime.profiler import Profiler, profile
+from vkumd.runtime.stream import Event, Stream
+from vkumd.vk.caps import CoopMatShape, DeviceCaps
+from vkumd.vk.errors import (
+    DeviceLost,
+    ExtensionNotPresent,
+    FeatureNotPresent,
+    InitializationFailed,
+    LayerNotPresent,
+    OutOfDeviceMemory,
+    OutOfHostMemory,
     VulkanError,
 )
 from vkumd.vk.handle import live_objects

@@ -8,10 +8,10 @@ import dataclasses
 import sys
 import time
 
+from vkumd.errors import VkumdError
 from vkumd.runtime.context import devices
 from vkumd.runtime.device import default_device_index
 from vkumd.vk.caps import DeviceCaps
-from vkumd.vk.errors import VkumdError
 
 _SKIP = {"index", "name", "extensions", "memory_heaps", "memory_types", "queue_families",
          "cooperative_matrix_shapes", "pipeline_cache_uuid"}
@@ -82,8 +82,8 @@ def cmd_info(_args: argparse.Namespace) -> int:
 
 
 def cmd_demo(_args: argparse.Namespace) -> int:
-    """Run the demo (see vkumd/demo.py)."""
-    from vkumd.demo import main as demo_main
+    """Run the demo (see vkumd/demo/)."""
+    from vkumd.demo.main import main as demo_main
 
     return demo_main()
 

@@ -14,7 +14,7 @@ import pytest
 from vkumd.compiler import glslang
 from vkumd.compiler.glslang import SPIRV_MAGIC, compile_glsl, glslang_version
 from vkumd.compiler.shader_source import expand_source, shaders_dir
-from vkumd.vk.errors import ShaderCompileError, VkumdValueError
+from vkumd.errors import ShaderCompileError, VkumdValueError
 
 TRIVIAL = """#version 450
 layout(local_size_x = 64) in;

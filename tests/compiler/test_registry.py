@@ -16,8 +16,8 @@ from vkumd.compiler.kernels import ELEMENTWISE_BINARY
 from vkumd.compiler.program import LayoutSignature
 from vkumd.compiler.registry import KERNELS, Kernel, effective_caps, register
 from vkumd.compiler.spirv_cache import default_cache
+from vkumd.errors import CapabilityMissing, VkumdValueError
 from vkumd.framework.ops import add
-from vkumd.vk.errors import CapabilityMissing, VkumdValueError
 
 NAME = ELEMENTWISE_BINARY.name
 

@@ -9,7 +9,7 @@ import pytest
 
 from vkumd.compiler import spirv_cache
 from vkumd.compiler.spirv_cache import SpirvCache, decode_entry, default_cache, encode_entry
-from vkumd.vk.errors import ShaderCompileError
+from vkumd.errors import ShaderCompileError
 
 SOURCE = """#version 450
 #include "common.glsl"

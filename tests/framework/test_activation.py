@@ -14,7 +14,7 @@ from transformer_checks import FLOATS, assert_close, assert_each_raises, poisone
 
 import vkumd
 from vkumd import ops
-from vkumd.vk.errors import VkumdTypeError, VkumdValueError
+from vkumd.errors import VkumdTypeError, VkumdValueError
 
 _erf = np.vectorize(math.erf)
 

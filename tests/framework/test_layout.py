@@ -11,7 +11,7 @@ from transformer_checks import assert_each_raises, poisoned
 
 import vkumd
 from vkumd import ops
-from vkumd.vk.errors import VkumdTypeError, VkumdValueError
+from vkumd.errors import VkumdTypeError, VkumdValueError
 
 DTYPES = ["float32", "float16", "bfloat16", "int32"]
 

@@ -28,6 +28,7 @@ from vkumd.compiler.kernels.gemm import (
     usable_coopmat_shape,
 )
 from vkumd.compiler.registry import effective_caps
+from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.ops.matmul import (
     GemmShape,
@@ -38,7 +39,6 @@ from vkumd.framework.ops.matmul import (
     coopmat_plan,
 )
 from vkumd.vk.caps import CoopMatShape, DeviceCaps
-from vkumd.vk.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 
 # Relative Frobenius error bounds against float64 on the stored (rounded) inputs. float32
 # accumulates exactly as numpy's float32 would; float16 and bfloat16 outputs are rounded to

@@ -20,7 +20,7 @@ from transformer_checks import (  # noqa: F401  (row_path is a fixture)
 
 import vkumd
 from vkumd import ops
-from vkumd.vk.errors import VkumdTypeError, VkumdValueError
+from vkumd.errors import VkumdTypeError, VkumdValueError
 
 SHAPES = [(7,), (3, 2), (5, 13), (2, 4099), (1, 30000), (2, 3, 64)]
 

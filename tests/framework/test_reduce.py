@@ -22,7 +22,7 @@ from transformer_checks import (  # noqa: F401  (row_path is a fixture)
 
 import vkumd
 from vkumd import ops
-from vkumd.vk.errors import VkumdTypeError, VkumdValueError
+from vkumd.errors import VkumdTypeError, VkumdValueError
 
 SHAPES = [(1,), (7,), (3, 1), (5, 13), (2, 4099), (1, 30000), (2, 3, 8)]
 REFERENCES = {"sum": np.sum, "mean": np.mean, "max": np.max}

@@ -15,8 +15,8 @@ from hypothesis.stateful import (
     rule,
 )
 
+from vkumd.errors import VkumdError, VkumdTypeError, VkumdValueError
 from vkumd.runtime.suballoc import RangeAllocator
-from vkumd.vk.errors import VkumdError, VkumdTypeError, VkumdValueError
 
 # -- construction and argument checks ---------------------------------------------------------
 

@@ -37,7 +37,7 @@ import cffi
 
 from vkumd import settings
 from vkumd.compiler.shader_source import ExpandedSource, expand_source
-from vkumd.vk.errors import ShaderCompileError, VkumdError, VkumdValueError
+from vkumd.errors import ShaderCompileError, VkumdError, VkumdValueError
 
 log = logging.getLogger("vkumd.compiler")
 

@@ -19,9 +19,9 @@ from vkumd.compiler.pipeline_cache import PipelineCache
 from vkumd.compiler.program import LayoutCache, LayoutSignature, Program
 from vkumd.compiler.shader_source import shaders_dir
 from vkumd.compiler.spirv_cache import SpirvCache, default_cache
+from vkumd.errors import CapabilityMissing, VkumdValueError
 from vkumd.vk.binding import NULL
 from vkumd.vk.caps import DeviceCaps
-from vkumd.vk.errors import CapabilityMissing, VkumdValueError
 
 Variant = dict[str, Any]  # define name -> value, plus spec-constant name -> value
 # The specialization constant every kernel takes for its workgroup width (constant_id 0).

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vkumd.vk.errors import ShaderCompileError, VkumdValueError
+from vkumd.errors import ShaderCompileError, VkumdValueError
 
 DEFAULT_VERSION = 460
 _MAX_INCLUDE_DEPTH = 32

@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 
+from vkumd.errors import VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.tensor import Tensor, normalize_shape
 from vkumd.runtime.context import RuntimeContext
-from vkumd.vk.errors import VkumdValueError
 
 
 class Context(RuntimeContext):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vkumd.vk.errors import VkumdTypeError
+from vkumd.errors import VkumdTypeError
 
 
 @dataclass(frozen=True)

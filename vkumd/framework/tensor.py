@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.dtypes import DType
 from vkumd.runtime.memory import Allocation
 from vkumd.vk.binding import ffi
-from vkumd.vk.errors import VkumdTypeError, VkumdValueError
 from vkumd.vk.handle import Handle
 
 if TYPE_CHECKING:

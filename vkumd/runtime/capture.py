@@ -13,18 +13,14 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from vkumd.errors import CaptureError, VkumdError, VkumdTypeError
 from vkumd.runtime.stream import MemoryKey, Stream
 from vkumd.submission.batch import Batch
 from vkumd.submission.descriptors import BufferRange
 from vkumd.submission.submitter import Submitter
-from vkumd.vk.errors import VkumdError, VkumdTypeError
 
 if TYPE_CHECKING:
     from vkumd.runtime.context import RuntimeContext
-
-
-class CaptureError(VkumdError):
-    """An operation that needs the host (a read-back, a wait) was attempted during capture."""
 
 
 class Graph:

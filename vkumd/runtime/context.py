@@ -14,6 +14,7 @@ from vkumd import settings
 from vkumd.compiler import kernels as _shipped_kernels  # noqa: F401 - registers kernels
 from vkumd.compiler.pipeline_cache import PipelineCache
 from vkumd.compiler.registry import KernelRegistry
+from vkumd.errors import ContextClosed, VkumdError
 from vkumd.runtime import profiler
 from vkumd.runtime.capture import CaptureStream, Graph
 from vkumd.runtime.device import Device, default_device_index, enumerate_caps, resolve_device
@@ -24,7 +25,6 @@ from vkumd.submission.descriptors import BufferRange, DescriptorBinder
 from vkumd.submission.oneshot import OneShotQueue
 from vkumd.submission.queries import TimestampSlots
 from vkumd.vk.caps import DeviceCaps
-from vkumd.vk.errors import ContextClosed, VkumdError
 from vkumd.vk.handle import Handle
 from vkumd.vk.instance import Instance
 

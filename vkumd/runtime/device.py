@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from vkumd import settings
+from vkumd.errors import CapabilityMissing, DeviceUnavailable
 from vkumd.vk.binding import NULL, c_strings, ffi, lib, new, vk
 from vkumd.vk.caps import DeviceCaps, query_caps
-from vkumd.vk.errors import CapabilityMissing, DeviceUnavailable, check
+from vkumd.vk.errors import check
 from vkumd.vk.handle import Handle
 from vkumd.vk.instance import Instance
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vkumd import settings
+from vkumd.errors import VkumdValueError
 from vkumd.runtime.suballoc import RangeAllocator
 from vkumd.vk.binding import (
     BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT,
@@ -26,7 +27,7 @@ from vkumd.vk.binding import (
     vk,
 )
 from vkumd.vk.caps import DeviceCaps, MemoryType
-from vkumd.vk.errors import OutOfDeviceMemory, VkumdValueError, VulkanError, check
+from vkumd.vk.errors import OutOfDeviceMemory, VulkanError, check
 from vkumd.vk.handle import Handle
 
 log = logging.getLogger("vkumd.memory")

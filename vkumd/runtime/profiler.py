@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from vkumd.errors import VkumdError
 from vkumd.vk.binding import vk
-from vkumd.vk.errors import VkumdError
 
 # The active profiler, read on every dispatch: a module global keeps that check one load.
 current: Profiler | None = None

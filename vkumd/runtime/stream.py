@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from vkumd.errors import VkumdError, VkumdTypeError, VkumdValueError
 from vkumd.runtime import profiler
 from vkumd.runtime.memory import MemoryUsage
 from vkumd.runtime.transfer import STAGING_MAX_BYTES, as_bytes
@@ -26,7 +27,6 @@ from vkumd.submission.descriptors import BufferRange
 from vkumd.submission.submitter import Submitter
 from vkumd.submission.timeline import FOREVER_NS
 from vkumd.vk.binding import ffi, vk
-from vkumd.vk.errors import VkumdError, VkumdTypeError, VkumdValueError
 
 if TYPE_CHECKING:
     from vkumd.runtime.context import RuntimeContext

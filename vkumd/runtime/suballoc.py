@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import operator
 
-from vkumd.vk.errors import VkumdTypeError, VkumdValueError
+from vkumd.errors import VkumdTypeError, VkumdValueError
 
 __all__ = ["RangeAllocator"]
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from vkumd.errors import VkumdValueError
 from vkumd.runtime.memory import Allocation, MemoryPool, MemoryUsage, MiB
 from vkumd.submission.oneshot import OneShotQueue
 from vkumd.vk.binding import NULL, ffi, lib, new, vk
-from vkumd.vk.errors import VkumdValueError
 
 STAGING_MIN_BYTES = 1 * MiB
 """The smallest staging allocation made (small copies share it)."""

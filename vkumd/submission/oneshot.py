@@ -10,8 +10,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from vkumd.errors import TimeoutError
 from vkumd.vk.binding import NULL, ffi, lib, new, vk
-from vkumd.vk.errors import TimeoutError, check
+from vkumd.vk.errors import check
 from vkumd.vk.handle import Handle
 
 DEFAULT_TIMEOUT_NS = 60 * 1_000_000_000

@@ -13,12 +13,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vkumd.errors import VkumdError
 from vkumd.submission.batch import BarrierKind, Batch
 from vkumd.submission.descriptors import DescriptorBinder, DescriptorPool
 from vkumd.submission.oneshot import allocate_command_buffer, create_command_pool
 from vkumd.submission.timeline import FOREVER_NS, Timeline
 from vkumd.vk.binding import NULL, ffi, lib, new, vk
-from vkumd.vk.errors import DeviceLost, VkumdError, check, error_for
+from vkumd.vk.errors import DeviceLost, check, error_for
 
 _ALL_COMMANDS = vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
 

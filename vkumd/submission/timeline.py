@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from vkumd.errors import TimeoutError
 from vkumd.vk.binding import NULL, ffi, lib, new, vk
-from vkumd.vk.errors import TimeoutError, check
+from vkumd.vk.errors import check
 from vkumd.vk.handle import Handle
 
 FOREVER_NS = 2**64 - 1

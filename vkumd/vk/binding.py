@@ -11,7 +11,7 @@ from typing import Any
 try:
     import vulkan as vk
 except OSError as exc:  # the binding dlopens libvulkan.so.1 at import time
-    from vkumd.vk.errors import DeviceUnavailable
+    from vkumd.errors import DeviceUnavailable
 
     raise DeviceUnavailable(
         f"cannot load the Vulkan loader (libvulkan.so.1): {exc}. Install it "

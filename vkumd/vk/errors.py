@@ -1,17 +1,15 @@
-"""The vkumd exception hierarchy and the one place where a ``VkResult`` becomes an exception.
+"""Errors a Vulkan call returns, and the one place where a ``VkResult`` becomes an exception.
 
-Every failure the package raises derives from :class:`VkumdError`. Errors that come from a
-Vulkan call carry the call's name and the raw ``VkResult`` so a bug report says exactly
-what the driver refused.
+Each error carries the call's name and the raw ``VkResult`` so a bug report says exactly what
+the driver refused. vkumd's own errors (bad arguments, closed contexts, missing capabilities)
+are in :mod:`vkumd.errors`; :class:`VulkanError` derives from its root, ``VkumdError``.
 """
 
 from __future__ import annotations
 
 import vulkan as _vk
 
-
-class VkumdError(Exception):
-    """Root of every error raised by vkumd."""
+from vkumd.errors import VkumdError
 
 
 class VulkanError(VkumdError):
@@ -91,38 +89,6 @@ class OutOfPoolMemory(VulkanError):
 
 class InvalidPipelineCacheData(VulkanError):
     """``VK_ERROR_INVALID_PIPELINE_CACHE_DATA``."""
-
-
-class DeviceUnavailable(VkumdError):
-    """No Vulkan device matches the request, or the loader/driver is missing."""
-
-
-class CapabilityMissing(VkumdError):
-    """The chosen device lacks a capability the operation needs (a feature or extension)."""
-
-
-class ValidationError(VkumdError):
-    """The Khronos validation layer reported an error-severity message."""
-
-
-class ContextClosed(VkumdError):
-    """An object was used after the context that owns it was closed."""
-
-
-class ShaderCompileError(VkumdError):
-    """GLSL could not be compiled to SPIR-V; the message lists each error's file:line."""
-
-
-class TimeoutError(VkumdError, TimeoutError):  # noqa: A001 - deliberately subclasses builtin
-    """A wait on the device ran past its timeout; the context stays usable."""
-
-
-class VkumdValueError(VkumdError, ValueError):
-    """An argument has the wrong value, shape or size."""
-
-
-class VkumdTypeError(VkumdError, TypeError):
-    """An argument has the wrong type or dtype."""
 
 
 def _code(name: str) -> int:

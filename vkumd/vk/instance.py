@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from vkumd import settings
+from vkumd.errors import DeviceUnavailable
 from vkumd.vk.binding import API_VERSION_1_3, NULL, c_strings, ffi, lib, make_version, new, vk
-from vkumd.vk.errors import DeviceUnavailable, IncompatibleDriver, LayerNotPresent, check
+from vkumd.vk.errors import IncompatibleDriver, LayerNotPresent, check
 from vkumd.vk.handle import Handle
 
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"

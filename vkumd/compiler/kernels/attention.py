@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass
 
 from vkumd.compiler.registry import SUBGROUP, WORKGROUP, Kernel, Variant, register
+from vkumd.errors import VkumdValueError
 from vkumd.vk.caps import CoopMatShape, DeviceCaps
-from vkumd.vk.errors import VkumdValueError
 
 # head_dim values every variant list covers; any multiple of 4 up to ATTENTION_MAX_HEAD_DIM
 # works (it is a specialization constant), these are the ones worth building ahead.

@@ -22,8 +22,8 @@ from vkumd.compiler.registry import (
     effective_caps,
     register,
 )
+from vkumd.errors import VkumdValueError
 from vkumd.vk.caps import CoopMatShape, DeviceCaps
-from vkumd.vk.errors import VkumdValueError
 
 # Main loops of shaders/gemm.comp (the PATH define).
 GEMM_PATHS = {"lanes": 0, "shared": 1, "coopmat": 2, "pack": 3}

@@ -11,11 +11,11 @@ import numbers
 from typing import Any
 
 from vkumd.compiler.kernels import WORKGROUP, transformer
+from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.ops.elementwise import CPU_WORKGROUPS, _check_tensor, _output
 from vkumd.framework.tensor import Tensor
 from vkumd.submission.recorder import grid_for
-from vkumd.vk.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 
 # vkumd dtype -> the type code the row kernels take (shaders/include/rows.glsl).
 FLOAT_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}

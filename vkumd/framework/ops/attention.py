@@ -70,11 +70,11 @@ from vkumd.compiler.kernels.attention import (
     parse_coopmat_block,
 )
 from vkumd.compiler.registry import effective_caps
+from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.tensor import Tensor
 from vkumd.submission.recorder import grid_for
 from vkumd.vk.caps import DeviceCaps
-from vkumd.vk.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 
 PATHS = ("tiled", "decode", "coopmat")
 # Queries at most this long (per key/value head, times the group) may take the decode path.

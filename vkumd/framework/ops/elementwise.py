@@ -4,7 +4,7 @@ Element types: float32, float16, bfloat16 and int32. Floats are computed in floa
 rounded once to the stored type (bfloat16 to nearest even, as
 :func:`vkumd.framework.dtypes.float32_to_bfloat16_bits`); int32 arithmetic wraps on overflow.
 float16 and bfloat16 need 16-bit storage; without it these ops raise
-:class:`~vkumd.vk.errors.CapabilityMissing`.
+:class:`~vkumd.errors.CapabilityMissing`.
 
 One pipeline per kernel and element type serves every shape: the shape and the broadcast
 strides travel in push constants, and the grid turns 2-D past ``maxComputeWorkGroupCount[0]``
@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from vkumd.compiler.kernels import ELEMENTWISE_OPS, ELEMENTWISE_UNARY_OPS, WORKGROUP
+from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.tensor import Tensor
-from vkumd.vk.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 
 MAX_DIMS = 6
 _WORKGROUP = 64

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from vkumd.compiler.kernels import WORKGROUP, transformer
+from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.ops import _rows
 from vkumd.framework.ops.elementwise import _check_tensor, fill
 from vkumd.framework.tensor import Tensor
-from vkumd.vk.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 
 MAX_DIMS = 6
 _COPY_TYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int32": "I32"}

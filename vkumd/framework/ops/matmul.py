@@ -59,11 +59,11 @@ from vkumd.compiler.kernels.gemm import (
     usable_coopmat_shape,
 )
 from vkumd.compiler.registry import Variant, effective_caps
+from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.tensor import Tensor
 from vkumd.submission.recorder import grid_for
 from vkumd.vk.caps import CoopMatShape, DeviceCaps
-from vkumd.vk.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 
 KERNEL = "gemm"
 VARIANTS = ("lanes", "lanes_packed", "shared", "coopmat")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import struct
 
 from vkumd.compiler.kernels.transformer import ROW_OPS
+from vkumd.errors import VkumdValueError
 from vkumd.framework.ops import _rows
 from vkumd.framework.tensor import Tensor
-from vkumd.vk.errors import VkumdValueError
 
 _PUSH = struct.Struct("<2If1I")
 

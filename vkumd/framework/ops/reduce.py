@@ -9,10 +9,10 @@ from __future__ import annotations
 import struct
 
 from vkumd.compiler.kernels.transformer import REDUCE_OPS
+from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.ops import _rows
 from vkumd.framework.ops.elementwise import fill
 from vkumd.framework.tensor import Tensor
-from vkumd.vk.errors import VkumdTypeError, VkumdValueError
 
 _PUSH = struct.Struct("<2I")
 

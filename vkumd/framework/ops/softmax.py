@@ -6,9 +6,9 @@ import struct
 
 import numpy as np
 
+from vkumd.errors import VkumdValueError
 from vkumd.framework.ops import _rows
 from vkumd.framework.tensor import Tensor
-from vkumd.vk.errors import VkumdValueError
 
 _PUSH = struct.Struct("<2If2I5I5I")
 _MAX_LEAD = 5  # leading dimensions the kernel's mask indexing takes

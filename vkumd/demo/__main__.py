@@ -1,0 +1,7 @@
+"""``python -m vkumd.demo``."""
+
+import sys
+
+from vkumd.demo.main import main
+
+sys.exit(main())
