@@ -14,6 +14,7 @@ import vkumd
 from vkumd.cli import main
 from vkumd.compiler.kernels import ELEMENTWISE_BINARY
 from vkumd.compiler.program import LayoutSignature
+from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import KERNELS, Kernel, effective_caps, register
 from vkumd.compiler.spirv_cache import default_cache
 from vkumd.errors import CapabilityMissing, VkumdValueError
@@ -43,7 +44,7 @@ def throwaway() -> Iterator[list[str]]:
 
 def _add_throwaway(names: list[str], name: str, **fields: object) -> Kernel:
     kernel = Kernel(name=name, source=ELEMENTWISE_BINARY.source, buffers=ELEMENTWISE_BINARY.buffers,
-                    push_bytes=ELEMENTWISE_BINARY.push_bytes,
+                    push=ELEMENTWISE_BINARY.push,
                     defines=ELEMENTWISE_BINARY.defines,
                     spec_constants=ELEMENTWISE_BINARY.spec_constants, **fields)
     register(kernel)
@@ -150,7 +151,10 @@ def test_layouts_shared_by_signature(ctx: vkumd.Context, throwaway: list[str],
     base = ELEMENTWISE_BINARY
     throwaway.append("_test_other_signature")
     register(dataclasses.replace(base, name="_test_other_signature",
-                                 push_bytes=base.push_bytes + 16))
+                                 push=PushLayout(*(f"{m.name}:{m.type}"
+                                                   + (f"[{m.count}]" if m.count > 1 else "")
+                                                   for m in base.push.members),
+                                                 "extra:u32[4]")))
     other = registry.program("_test_other_signature", variants[0])
     assert other.layout is not first.layout
     assert other.layout.signature == LayoutSignature(base.buffers, base.push_bytes + 16,

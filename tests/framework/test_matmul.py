@@ -27,17 +27,17 @@ from vkumd.compiler.kernels.gemm import (
     parse_coopmat_tile,
     usable_coopmat_shape,
 )
-from vkumd.compiler.registry import effective_caps
-from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
-from vkumd.framework import dtypes
-from vkumd.framework.ops.matmul import (
+from vkumd.compiler.kernels.gemm_plan import (
     GemmShape,
-    _check_dtype,
     available_variants,
     choose_variant,
     coopmat_gemm_shapes,
     coopmat_plan,
 )
+from vkumd.compiler.registry import effective_caps
+from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
+from vkumd.framework import dtypes
+from vkumd.framework.ops.matmul import _check_dtype
 from vkumd.vk.caps import CoopMatShape, DeviceCaps
 
 # Relative Frobenius error bounds against float64 on the stored (rounded) inputs. float32
@@ -251,7 +251,7 @@ def test_lanes_load_variants(ctx, dtype: str) -> None:
 def test_split_k(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
     # Lower the thresholds so that small problems take split-K: float32 partial sums per K
     # slice, then the sum and the whole epilogue in a second pass.
-    module = sys.modules["vkumd.framework.ops.matmul"]
+    module = sys.modules["vkumd.compiler.kernels.gemm_plan"]
     monkeypatch.setattr(module, "SPLIT_K_MIN_K", 16)
     monkeypatch.setattr(module, "SPLIT_K_MIN_SLICE", 8)
     monkeypatch.setattr(module, "SPLIT_K_UNDERFILL", 1)
@@ -259,7 +259,7 @@ def test_split_k(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
     for variant in lane_variants(ctx, "float32"):
         for m, n, k in [(3, 5, 4099), (1, 1, 100), (5, 3, 33)]:
             plan = choose_variant(ctx.caps, "float32", GemmShape(m, n, k), force=variant)
-            split_any |= module._split_k(ctx.caps, plan, m, n, k, 1, dtypes.float32) > 1
+            split_any |= module.split_k(ctx.caps, plan, m, n, k, 1, dtypes.float32) > 1
             err = run_case(ctx, m, n, k, activation="silu", with_bias=True, residual="full",
                            alpha=0.5, beta=2.0, variant=variant)
             assert err < TOL["float32"], f"{variant} {m}x{n}x{k}: {err:.2e}"
@@ -515,7 +515,7 @@ def test_coopmat_variant_is_chosen_and_matches(ctx, monkeypatch: pytest.MonkeyPa
     # with COOPMAT_ON_CPU.
     gpu = dataclasses.replace(ctx.caps, device_type="discrete")
     assert choose_variant(gpu, "float16", GemmShape(m, n, k)).name == "coopmat"
-    monkeypatch.setattr(sys.modules["vkumd.framework.ops.matmul"], "COOPMAT_ON_CPU", True)
+    monkeypatch.setattr(sys.modules["vkumd.compiler.kernels.gemm_plan"], "COOPMAT_ON_CPU", True)
     assert choose_variant(ctx.caps, "float16", GemmShape(m, n, k)).name == "coopmat"
     err = run_case(ctx, m, n, k, dtype="float16")  # the default choice, now coopmat
     assert err < TOL["float16"], f"coopmat {m}x{n}x{k}: {err:.2e}"

@@ -1,9 +1,10 @@
 """The kernel registry: what each shipped kernel accepts, and its variants per device.
 
 A :class:`Kernel` names a GLSL source in ``shaders/``, the defines it accepts (any other is
-an error), its specialization constants and the size of its push-constant block, so one
-pipeline serves every shape. :class:`KernelRegistry` turns a kernel plus a variant into a
-memoised :class:`~vkumd.compiler.program.Program` for one device.
+an error), its specialization constants and its push-constant layout, so one pipeline serves
+every shape. :meth:`Kernel.specialize` fixes a variant (checked against what the kernel
+accepts) and :class:`KernelRegistry` turns it into a memoised
+:class:`~vkumd.compiler.program.Program` for one device.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vkumd import settings
+from vkumd.compiler.launch import KernelVariant
 from vkumd.compiler.pipeline_cache import PipelineCache
 from vkumd.compiler.program import LayoutCache, LayoutSignature, Program
+from vkumd.compiler.push import PushLayout
 from vkumd.compiler.shader_source import shaders_dir
 from vkumd.compiler.spirv_cache import SpirvCache, default_cache
 from vkumd.errors import CapabilityMissing, VkumdValueError
@@ -38,7 +41,7 @@ class Kernel:
         name: registry key.
         source: file name under ``shaders/``.
         buffers: storage buffers bound at 0..n-1 of set 0.
-        push_bytes: size of the push-constant block.
+        push: the push-constant block's layout (its members in GLSL order).
         defines: accepted define names mapped to their allowed values (empty: any value).
         spec_constants: specialization-constant names mapped to their ``constant_id``.
         requires: capabilities every variant needs: ``float16``, ``storage16``, ``int8``,
@@ -53,16 +56,43 @@ class Kernel:
     name: str
     source: str
     buffers: int
-    push_bytes: int
+    push: PushLayout
     defines: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     spec_constants: Mapping[str, int] = field(default_factory=dict)
     requires: frozenset[str] = frozenset()
     variants: Callable[[DeviceCaps], list[Variant]] = lambda caps: [{}]
     one_subgroup: Callable[[Variant], bool] = lambda variant: False
 
+    @property
+    def push_bytes(self) -> int:
+        """Size of the push-constant block."""
+        return self.push.size
+
     def source_text(self) -> str:
         """The GLSL source."""
         return (shaders_dir() / self.source).read_text()
+
+    def specialize(self, variant: Mapping[str, Any] | None = None) -> KernelVariant:
+        """This kernel with ``variant``'s defines and specialization constants fixed.
+
+        Raises:
+            VkumdValueError: a name the kernel has no define or constant for, or a define
+                value it does not allow.
+        """
+        values = dict(variant or {})
+        for key_name, value in values.items():
+            if key_name in self.spec_constants:
+                continue
+            if key_name not in self.defines:
+                known = sorted(set(self.defines) | set(self.spec_constants))
+                raise VkumdValueError(f"kernel {self.name!r} has no define or constant "
+                                      f"{key_name!r}; it accepts: {', '.join(known) or 'none'}")
+            allowed = self.defines[key_name]
+            if allowed and value not in allowed:
+                raise VkumdValueError(f"kernel {self.name!r}: {key_name}={value!r} is not one "
+                                      f"of {list(allowed)}")
+        key = (self.name, tuple(sorted((k, str(v)) for k, v in values.items())))
+        return KernelVariant(self, values, key)
 
 
 KERNELS: dict[str, Kernel] = {}
@@ -135,62 +165,62 @@ class KernelRegistry:
         """Whether every capability ``kernel`` requires is available."""
         return kernel.requires <= effective_caps(self.caps)
 
-    def program(self, name: str, variant: Variant | None = None) -> Program:
-        """The pipeline for kernel ``name`` and ``variant`` (defines and spec constants).
+    def program(self, kernel: str | KernelVariant, variant: Variant | None = None) -> Program:
+        """The pipeline for a kernel variant: a :class:`KernelVariant`, or a kernel name and
+        its ``variant`` (defines and spec constants).
 
         Raises:
             VkumdValueError: unknown kernel, unknown define, or a value it does not allow.
             CapabilityMissing: the device lacks what the kernel requires.
         """
-        kernel = KERNELS.get(name)
-        if kernel is None:
-            raise VkumdValueError(f"no kernel named {name!r}; known: {', '.join(sorted(KERNELS))}")
-        variant = dict(variant or {})
-        key = (name, tuple(sorted((k, str(v)) for k, v in variant.items())))
+        if isinstance(kernel, KernelVariant):
+            chosen = kernel
+        else:
+            found = KERNELS.get(kernel)
+            if found is None:
+                raise VkumdValueError(f"no kernel named {kernel!r}; known: "
+                                      f"{', '.join(sorted(KERNELS))}")
+            chosen = found.specialize(variant)
+        key = chosen.key
         program = self._programs.get(key)
         if program is not None:
             return program
-        missing = kernel.requires - effective_caps(self.caps)
+        spec = chosen.kernel
+        name = spec.name
+        missing = spec.requires - effective_caps(self.caps)
         if missing:
             raise CapabilityMissing(
                 f"kernel {name!r} needs {', '.join(sorted(missing))}, which {self.caps.name} "
                 "lacks (or which a VKUMD_DISABLE_* variable turned off)")
         defines: dict[str, Any] = {}
         specialization: dict[int, int] = {}
-        for key_name, value in variant.items():
-            if key_name in kernel.spec_constants:
-                specialization[kernel.spec_constants[key_name]] = int(value)
-            elif key_name in kernel.defines:
-                allowed = kernel.defines[key_name]
-                if allowed and value not in allowed:
-                    raise VkumdValueError(f"kernel {name!r}: {key_name}={value!r} is not one of "
-                                          f"{list(allowed)}")
-                defines[key_name] = value
+        for key_name, value in chosen.variant.items():
+            if key_name in spec.spec_constants:
+                specialization[spec.spec_constants[key_name]] = int(value)
             else:
-                known = sorted(set(kernel.defines) | set(kernel.spec_constants))
-                raise VkumdValueError(f"kernel {name!r} has no define or constant {key_name!r}; "
-                                      f"it accepts: {', '.join(known) or 'none'}")
+                defines[key_name] = value
         with self._lock:
             program = self._programs.get(key)
             if program is None:
                 start = time.perf_counter()
                 misses = self.spirv_cache.stats().misses
-                spirv = self.spirv_cache.get_or_compile(kernel.source_text(), name=kernel.source,
+                spirv = self.spirv_cache.get_or_compile(spec.source_text(), name=spec.source,
                                                         defines=defines)
-                layout = self.layouts.get(LayoutSignature(kernel.buffers, kernel.push_bytes,
+                layout = self.layouts.get(LayoutSignature(spec.buffers, spec.push_bytes,
                                                           self.push_descriptors))
                 cache = self.pipeline_cache.handle if self.pipeline_cache else None
                 program = Program(self.device, spirv, layout,
                                   pipeline_cache=cache if cache is not None else NULL,
                                   specialization=specialization, name=name,
-                                  required_subgroup_size=self._pinned_subgroup(kernel, variant))
+                                  required_subgroup_size=self._pinned_subgroup(
+                                      spec, chosen.variant))
                 self._programs[key] = program
                 if self.on_compile is not None:
                     self.on_compile(name, time.perf_counter() - start,
                                     self.spirv_cache.stats().misses == misses)
         return program
 
-    def _pinned_subgroup(self, kernel: Kernel, variant: Variant) -> int | None:
+    def _pinned_subgroup(self, kernel: Kernel, variant: Mapping[str, Any]) -> int | None:
         """The subgroup size to require of a one-subgroup variant, where the device lets us."""
         if not kernel.one_subgroup(variant) or WORKGROUP not in variant:
             return None

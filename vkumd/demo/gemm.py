@@ -10,9 +10,9 @@ import time
 
 import numpy as np
 
+from vkumd.compiler.kernels.gemm_plan import GemmShape, choose_variant
 from vkumd.framework import ops
 from vkumd.framework.context import Context
-from vkumd.framework.ops.matmul import GemmShape, choose_variant
 from vkumd.timing import median_seconds
 
 

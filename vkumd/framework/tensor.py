@@ -69,6 +69,22 @@ class Tensor(Handle):
         """Number of dimensions."""
         return len(self.shape)
 
+    @property
+    def binding(self) -> tuple[Any, int, int] | None:
+        """The ``(VkBuffer, offset, range)`` a kernel binds for this tensor; None when it is
+        empty (a zero-size tensor owns no memory) or released."""
+        allocation = self.allocation
+        if allocation is None:
+            return None
+        return (allocation.buffer, allocation.offset, self.nbytes)
+
+    @property
+    def address(self) -> int:
+        """The device address of the first element (for kernels that read through
+        ``buffer_reference`` pointers); 0 when the tensor is empty or released."""
+        allocation = self.allocation
+        return allocation.device_address if allocation is not None else 0
+
     def _live_allocation(self, what: str) -> Allocation | None:
         self.context.check_open(what)
         if self.released:

@@ -7,21 +7,23 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from vkumd import settings
 from vkumd.compiler import kernels as _shipped_kernels  # noqa: F401 - registers kernels
+from vkumd.compiler.launch import Launch, LaunchPlan
 from vkumd.compiler.pipeline_cache import PipelineCache
 from vkumd.compiler.registry import KernelRegistry
-from vkumd.errors import ContextClosed, VkumdError
+from vkumd.errors import ContextClosed, VkumdError, VkumdValueError
 from vkumd.runtime import profiler
 from vkumd.runtime.capture import CaptureStream, Graph
 from vkumd.runtime.device import Device, default_device_index, enumerate_caps, resolve_device
+from vkumd.runtime.launch import run_plan
 from vkumd.runtime.memory import DEFAULT_BLOCK_SIZE, Allocation, MemoryPool, MemoryUsage
 from vkumd.runtime.stream import MemoryKey, Stream
 from vkumd.runtime.transfer import Transfers
-from vkumd.submission.descriptors import BufferRange, DescriptorBinder
+from vkumd.submission.descriptors import DescriptorBinder
 from vkumd.submission.oneshot import OneShotQueue
 from vkumd.submission.queries import TimestampSlots
 from vkumd.vk.caps import DeviceCaps
@@ -29,6 +31,9 @@ from vkumd.vk.handle import Handle
 from vkumd.vk.instance import Instance
 
 log = logging.getLogger("vkumd.runtime")
+# Pipelines looked up by kernel variant (planners cache those, so identity is the key); past
+# this many the lookup table starts again rather than grow with variants made per call.
+_MAX_PROGRAMS = 4096
 
 
 def devices() -> list[DeviceCaps]:
@@ -100,7 +105,7 @@ class RuntimeContext(Handle):
             self._graph_refs: dict[MemoryKey, int] = {}
             self._pinned: dict[MemoryKey, Allocation] = {}
             self._graphs: weakref.WeakSet[Graph] = weakref.WeakSet()
-            self._programs: dict[tuple, Any] = {}
+            self._programs: dict[Any, Any] = {}
             self.default_stream = self.stream(name="default stream")
         except BaseException:
             self._teardown()
@@ -297,27 +302,34 @@ class RuntimeContext(Handle):
         for stream, value in pending:
             stream.defer_until(release_when_all_done, value)
 
-    def dispatch(self, kernel: str, variant: dict, buffers: list[BufferRange], push: bytes,
-                 groups: tuple[int, int, int], writes: tuple[int, ...] = ()) -> None:
-        """Record one kernel on the current stream; it runs asynchronously.
+    def launch(self, launch: Launch) -> None:
+        """Record one :class:`~vkumd.compiler.launch.Launch` on the current stream; it runs
+        asynchronously.
 
-        Args:
-            kernel: a registered kernel name.
-            variant: its defines and specialization constants.
-            buffers: ``(VkBuffer, offset, range)`` for bindings 0..n-1, each the whole range
-                of one allocation (hazard tracking identifies memory by buffer and offset).
-            push: the packed push-constant block.
-            groups: workgroup counts.
-            writes: indices into ``buffers`` that the kernel writes (the rest it only reads);
-                barriers are derived from them.
+        Raises:
+            VkumdValueError: the push constants are not the size of the kernel's block.
+            ContextClosed: the context was closed.
         """
-        fast_key = (kernel, *variant.items())
-        program = self._programs.get(fast_key)
+        kernel_variant = launch.program
+        if len(launch.push) != kernel_variant.kernel.push.size:
+            raise VkumdValueError(
+                f"a launch of {kernel_variant.kernel.name} carries {len(launch.push)} bytes of "
+                f"push constants; its block is {kernel_variant.kernel.push.size} bytes "
+                f"({kernel_variant.kernel.push!r}). Pack them with the kernel's PushLayout")
+        program = self._programs.get(kernel_variant)
         if program is None:
-            self.check_open(f"dispatching {kernel}")
-            program = self.kernels.program(kernel, variant)
-            self._programs[fast_key] = program
-        self.current_stream().dispatch(program, buffers, push, groups, writes)
+            self.check_open(f"dispatching {kernel_variant.kernel.name}")
+            program = self.kernels.program(kernel_variant)
+            if len(self._programs) >= _MAX_PROGRAMS:
+                self._programs.clear()  # the registry still holds every pipeline
+            self._programs[kernel_variant] = program
+        self.current_stream().dispatch(program, launch.buffers, launch.push, launch.groups,
+                                       launch.writes)
+
+    def run(self, plan: LaunchPlan, operands: Sequence[Any]) -> None:
+        """Record a planner's launches for ``operands`` (see
+        :func:`vkumd.runtime.launch.run_plan`), with the scratch memory the plan asks for."""
+        run_plan(self, plan, operands)
 
     def synchronize(self) -> None:
         """Submit recorded work on every stream and wait until the device has finished it."""

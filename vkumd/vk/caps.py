@@ -6,7 +6,7 @@ The kernel registry chooses variants from this object alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from vkumd.vk.binding import NULL, Chain, ffi, lib, raw_proc, version_tuple, vk
@@ -195,6 +195,21 @@ class DeviceCaps:
     """Every queue family."""
     extensions: frozenset[str] = field(repr=False, default=frozenset())
     """Device extensions the driver offers."""
+
+    def __hash__(self) -> int:
+        # Planners cache on the caps and hash them on every op; the generated hash walks every
+        # field (about 1 us), so it is worked out once. Frozen, so it cannot go stale.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict:
+        # String hashes differ between processes: a pickled copy works its hash out anew.
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        return state
 
     @property
     def device_local_bytes(self) -> int:

@@ -7,6 +7,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import SUBGROUP, WORKGROUP, Kernel, Variant, register
 from vkumd.errors import VkumdValueError
 from vkumd.vk.caps import CoopMatShape, DeviceCaps
@@ -26,6 +27,14 @@ ATTENTION_KEYS_PER_LANE = 2
 # and compiles slower (4 x 8: 14 s cold, 2 x 4: 5 s).
 ATTENTION_ROWS_PER_LANE = 2
 ATTENTION_KEY_TILE = 4
+
+
+# shaders/include/attention_common.glsl's block (k_addr and v_addr are uvec2 there).
+ATTENTION_PUSH = PushLayout("k_addr:u64", "v_addr:u64", "B:u32", "Hq:u32", "Hkv:u32", "Lq:u32",
+                            "Lk:u32", "group:u32", "rows:u32", "scale_log2:f32",
+                            "causal_offset:i32", "flags:u32", "mask_sb:u32", "mask_sh:u32",
+                            "mask_si:u32", "mask_sj:u32", "splits:u32", "split_keys:u32")
+COMBINE_PUSH = PushLayout("count:u32", "chunks:u32", "splits:u32")
 
 
 def _types(caps: DeviceCaps) -> list[str]:
@@ -51,7 +60,7 @@ ATTENTION_TILED = register(Kernel(
     name="attention_tiled",
     source="attention_tiled.comp",
     buffers=7,
-    push_bytes=4 * 20,
+    push=ATTENTION_PUSH,
     defines={"DTYPE": ATTENTION_TYPES, "ADDRESSES": (0, 1), "LANE_ROWS": (0, 1)},
     spec_constants={WORKGROUP: 0, "HD": 1, "ROWS": 2, "KPL": 3, "SPLIT": 4, "RPL": 5, "KT1": 6,
                     "MASKED": 7},
@@ -65,7 +74,7 @@ ATTENTION_COMBINE = register(Kernel(
     name="attention_combine",
     source="attention_combine.comp",
     buffers=2,
-    push_bytes=4 * 3,
+    push=COMBINE_PUSH,
     defines={"DTYPE": ATTENTION_TYPES},
     spec_constants={WORKGROUP: 0},
     variants=lambda caps: [{"DTYPE": t, WORKGROUP: 64} for t in _types(caps)],
@@ -329,7 +338,7 @@ ATTENTION_COOPMAT = register(Kernel(
     name="attention_coopmat",
     source="attention_coopmat.comp",
     buffers=6,
-    push_bytes=4 * 20,
+    push=ATTENTION_PUSH,
     spec_constants={WORKGROUP: 0, "TM": 1, "TN": 2, "TK": 3, "HD": 4, "HDP": 5, "BC": 6,
                     "NSG": 7, SUBGROUP: 8, "RB": 9, "VEC": 10, "KVROWS": 11},
     requires=frozenset({"coopmat", "storage16", "float16"}),

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import WORKGROUP, Kernel, register
 from vkumd.vk.caps import DeviceCaps
 
+# Elementwise kernels take at most this many dimensions (after merging contiguous ones).
+ELEMENTWISE_MAX_DIMS = 6
+BINARY_PUSH = PushLayout("n:u32", "ndim:u32", "shape:u32[6]", "a_stride:u32[6]",
+                         "b_stride:u32[6]")
+UNARY_PUSH = PushLayout("n:u32", "ndim:u32", "shape:u32[6]", "stride:u32[6]", "alpha:u32")
+FILL_PUSH = PushLayout("n:u32", "bits:u32")
+
 ELEMENTWISE_OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3, "div_floor": 4, "div_trunc": 5}
-# Element-type codes of the elementwise kernels (shaders/include/elementwise_types.glsl).
+# Element-type codes of the elementwise kernels (shaders/include/elementwise_types.glsl),
+# and the dtype each stands for.
 ELEMENTWISE_TYPES = ("F32", "F16", "BF16", "I32")
+ELEMENTWISE_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int32": "I32"}
 
 
 def _elementwise_types(caps: DeviceCaps) -> list[str]:
@@ -25,7 +35,7 @@ ELEMENTWISE_BINARY = register(Kernel(
     name="elementwise_binary",
     source="elementwise_binary.comp",
     buffers=3,
-    push_bytes=4 * 20,
+    push=BINARY_PUSH,
     defines={"DTYPE": ELEMENTWISE_TYPES},
     spec_constants={WORKGROUP: 0, "OP": 1},
     variants=_elementwise_variants,
@@ -46,7 +56,7 @@ ELEMENTWISE_UNARY = register(Kernel(
     name="elementwise_unary",
     source="elementwise_unary.comp",
     buffers=2,
-    push_bytes=4 * 15,
+    push=UNARY_PUSH,
     defines={"SRC": ELEMENTWISE_TYPES, "DST": ELEMENTWISE_TYPES},
     spec_constants={WORKGROUP: 0, "OP": 1},
     variants=_elementwise_unary_variants,
@@ -66,7 +76,7 @@ ELEMENTWISE_FILL = register(Kernel(
     name="elementwise_fill",
     source="elementwise_fill.comp",
     buffers=1,
-    push_bytes=4 * 2,
+    push=FILL_PUSH,
     defines={"WIDTH": (32, 16)},
     spec_constants={WORKGROUP: 0},
     variants=_elementwise_fill_variants,

@@ -14,6 +14,7 @@ import functools
 import re
 from dataclasses import dataclass
 
+from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import (
     SUBGROUP,
     WORKGROUP,
@@ -30,7 +31,10 @@ GEMM_PATHS = {"lanes": 0, "shared": 1, "coopmat": 2, "pack": 3}
 GEMM_TYPES = ("F32", "F16", "BF16", "I8")
 # Push constants: five 64-bit addresses, then ten uint32 shape/stride words, alpha, beta,
 # the activation code, the epilogue flags and the packed-B panel size and width.
-GEMM_PUSH_BYTES = 5 * 8 + 16 * 4
+GEMM_PUSH = PushLayout("a:u64", "b:u64", "c:u64", "bias:u64", "residual:u64", "M:u32", "N:u32",
+                       "K:u32", "sam:u32", "sak:u32", "sbk:u32", "sbn:u32", "a_batch:u32",
+                       "b_batch:u32", "r_batch:u32", "alpha:f32", "beta:f32", "act:u32",
+                       "flags:u32", "b_panel:u32", "b_cols:u32")
 PACK_WORKGROUP = 64
 
 # The lanes path: TM rows x (NJ * VC * subgroup) columns per workgroup (VC = elements per
@@ -287,7 +291,7 @@ GEMM = register(Kernel(
     name="gemm",
     source="gemm.comp",
     buffers=5,
-    push_bytes=GEMM_PUSH_BYTES,
+    push=GEMM_PUSH,
     defines={"DTYPE": GEMM_TYPES, "PATH": tuple(GEMM_PATHS.values()), "CM_M": (), "CM_N": (),
              "CM_K": (), "WIDE_A": (0, 1), "WIDE_B": (0, 1, 2), "BM": (), "BN": (), "BK": (),
              "WG_M": (), "WG_N": (), SUBGROUP: (), "GROUP_M": (), "A_T": (0, 1), "B_T": (0, 1),

@@ -13,13 +13,27 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from vkumd.compiler.kernels.elementwise import storage_widths
+from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import WORKGROUP, Kernel, effective_caps, register
 from vkumd.vk.caps import DeviceCaps
 
-# Float element types of the row and activation kernels (elementwise_types.glsl codes).
+# Float element types of the row and activation kernels (elementwise_types.glsl codes), and
+# the dtype each stands for.
 ROW_TYPES = ("F32", "F16", "BF16")
+ROW_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
 ROW_OPS = {"layer_norm": 0, "rms_norm": 1}
 REDUCE_OPS = {"sum": 0, "mean": 1, "max": 2}
+# Leading dimensions softmax's mask indexing takes, and outer dimensions permute's.
+SOFTMAX_MAX_LEAD = 5
+PERMUTE_MAX_OUTER = 5
+SOFTMAX_PUSH = PushLayout("cols:u32", "rows:u32", "scale:f32", "mask_mode:u32", "nlead:u32",
+                          "lead:u32[5]", "mstride:u32[5]")
+NORM_PUSH = PushLayout("cols:u32", "rows:u32", "eps:f32", "flags:u32")
+REDUCE_PUSH = PushLayout("cols:u32", "rows:u32")
+ACTIVATION_PUSH = PushLayout("units:u32")
+GATHER_PUSH = PushLayout("units:u32", "count:u32", "vocab:u32")
+PERMUTE_PUSH = PushLayout("rows:u32", "cols:u32", "inner_stride:u32", "chunks:u32",
+                          "nouter:u32", "outer:u32[5]", "outer_stride:u32[5]")
 # The shared-memory tree reduces at most this many lanes (rows.glsl ROW_MAX_WORKGROUP).
 _MAX_TREE = 256
 
@@ -68,7 +82,7 @@ SOFTMAX = register(Kernel(
     name="softmax",
     source="softmax.comp",
     buffers=3,
-    push_bytes=4 * 15,
+    push=SOFTMAX_PUSH,
     defines=_ROW_DEFINES,
     spec_constants={WORKGROUP: 0},
     variants=_row_variants(None),
@@ -78,7 +92,7 @@ NORM = register(Kernel(
     name="norm",
     source="norm.comp",
     buffers=4,
-    push_bytes=4 * 4,
+    push=NORM_PUSH,
     defines=_ROW_DEFINES,
     spec_constants={WORKGROUP: 0, "OP": 1},
     variants=_row_variants(list(ROW_OPS.values())),
@@ -88,7 +102,7 @@ REDUCE_ROWS = register(Kernel(
     name="reduce_rows",
     source="reduce.comp",
     buffers=2,
-    push_bytes=4 * 2,
+    push=REDUCE_PUSH,
     defines=_ROW_DEFINES,
     spec_constants={WORKGROUP: 0, "OP": 1},
     variants=_row_variants(list(REDUCE_OPS.values())),
@@ -105,7 +119,7 @@ ACTIVATION = register(Kernel(
     name="activation",
     source="activation.comp",
     buffers=2,
-    push_bytes=4,
+    push=ACTIVATION_PUSH,
     defines={"DTYPE": ROW_TYPES, "VEC": (1, 4)},
     spec_constants={WORKGROUP: 0, "ACT": 1},
     variants=_activation_variants,
@@ -122,7 +136,7 @@ GATHER = register(Kernel(
     name="gather_rows",
     source="gather.comp",
     buffers=3,
-    push_bytes=4 * 3,
+    push=GATHER_PUSH,
     defines={"WIDTH": (32, 16), "VEC": (1, 4)},
     spec_constants={WORKGROUP: 0},
     variants=_gather_variants,
@@ -147,7 +161,7 @@ PERMUTE = register(Kernel(
     name="permute",
     source="permute.comp",
     buffers=2,
-    push_bytes=4 * 15,
+    push=PERMUTE_PUSH,
     defines={"WIDTH": (32, 16)},
     spec_constants={WORKGROUP: 0},
     variants=_permute_variants,

@@ -6,25 +6,20 @@ applies) and rounded once to the tensor's type; any shape, float32, float16 or b
 
 from __future__ import annotations
 
-from vkumd.compiler.kernels import ACTIVATIONS, WORKGROUP
-from vkumd.framework.ops import _rows
+from vkumd.compiler.kernels import ACTIVATIONS
+from vkumd.compiler.kernels.transformer import ROW_CODES
+from vkumd.compiler.kernels.transformer_plan import activation_plan
+from vkumd.framework.ops.checks import check_float, output
 from vkumd.framework.tensor import Tensor
-
-_WORKGROUP = 64
 
 
 def _activation(op: str, x: Tensor, out: Tensor | None) -> Tensor:
-    x = _rows.check_float(op, x)
-    out = _rows.output(op, x, out, x.shape)
+    x = check_float(op, x)
+    out = output(op, x.context, out, x.shape, x.dtype)
     if out.size == 0:
         return out
-    vec = 4 if x.size % 4 == 0 else 1
-    units = x.size // vec
-    variant = {"DTYPE": _rows.FLOAT_CODES[x.dtype.name], "VEC": vec, "ACT": ACTIVATIONS[op],
-               WORKGROUP: _WORKGROUP}
-    x.context.dispatch("activation", variant, [_rows.buffer(x), _rows.buffer(out)],
-                       units.to_bytes(4, "little"), _rows.grid(x.context, units, _WORKGROUP),
-                       writes=(1,))
+    plan = activation_plan(x.context.caps, ACTIVATIONS[op], ROW_CODES[x.dtype.name], x.size)
+    x.context.run(plan, (x, out))
     return out
 
 

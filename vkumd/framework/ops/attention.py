@@ -17,7 +17,8 @@ rescaled as the maximum grows). Three paths compute the same function:
     and shared memory; ``VKUMD_ATTENTION_COOPMAT_BLOCK`` (see
     :func:`vkumd.compiler.kernels.attention.parse_coopmat_block`) forces one.
 ``"decode"``
-    flash-decoding for very short queries (up to :data:`DECODE_MAX_QUERIES` tokens) against
+    flash-decoding for very short queries (up to
+    :data:`~vkumd.compiler.kernels.attention_plan.DECODE_MAX_QUERIES` tokens) against
     long keys: the keys are split across workgroups (the tiled kernel with ``SPLIT=1`` writes
     each split's maximum, sum and unnormalised output to a small scratch buffer) and
     ``shaders/attention_combine.comp`` merges them.
@@ -41,89 +42,45 @@ Conventions:
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
-import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from vkumd import settings
-from vkumd.compiler.kernels import WORKGROUP
-from vkumd.compiler.kernels.attention import (
-    ATTENTION_DEFAULT_ROWS,
-    ATTENTION_KEY_TILE,
-    ATTENTION_KEYS_PER_LANE,
-    ATTENTION_MAX_HEAD_DIM,
-    ATTENTION_ROWS,
-    ATTENTION_ROWS_PER_LANE,
-    COOPMAT_BLOCK_VARIABLE,
-    CoopmatBlock,
-    coopmat_block_problem,
-    coopmat_blocks,
-    coopmat_shapes,
-    coopmat_variant,
-    default_coopmat_block,
-    parse_coopmat_block,
+from vkumd.compiler.kernels import attention_plan as planner
+from vkumd.compiler.kernels.attention import ATTENTION_MAX_HEAD_DIM
+from vkumd.compiler.kernels.attention_plan import (
+    ATTENTION_CODES,
+    FLAG_CAUSAL,
+    FLAG_KEY_LENGTHS,
+    FLAG_MASK,
+    PATHS,
+    AttentionProblem,
 )
-from vkumd.compiler.registry import effective_caps
-from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
+from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
+from vkumd.framework.ops.checks import (
+    check_bool,
+    check_real,
+    check_storage,
+    check_tensor,
+    output,
+)
 from vkumd.framework.tensor import Tensor
-from vkumd.submission.recorder import grid_for
-from vkumd.vk.caps import DeviceCaps
 
-PATHS = ("tiled", "decode", "coopmat")
-# Queries at most this long (per key/value head, times the group) may take the decode path.
-DECODE_MAX_QUERIES = 8
-# A decode split covers at least this many keys; fewer would spend more on the combine step.
-DECODE_MIN_SPLIT_KEYS = 256
-# Workgroups the decode path aims for: enough to fill a GPU's queues, and no harm on a CPU.
-DECODE_TARGET_GROUPS = 128
-_MAIN_PUSH = struct.Struct("<2Q7Ifi7I")
-_COMBINE_PUSH = struct.Struct("<3I")
-_COMBINE_WORKGROUP = 64
-_FLAG_CAUSAL, _FLAG_KEY_LENGTHS, _FLAG_MASK = 1, 2, 4
-_CODE = {"float32": "F32", "float16": "F16"}
-
-
-@dataclass(frozen=True)
-class _Problem:
-    batch: int
-    q_heads: int
-    kv_heads: int
-    q_len: int
-    k_len: int
-    head_dim: int
-    dtype: dtypes.DType
-
-    @property
-    def group(self) -> int:
-        return self.q_heads // self.kv_heads
-
-    @property
-    def rows(self) -> int:
-        """Rows per key/value head: the group's (query head, query index) pairs."""
-        return self.group * self.q_len
+__all__ = ["PATHS", "attention", "attention_path", "choose_path"]
 
 
 # -- argument checks ------------------------------------------------------------------------
 
 
 def _check_tensor(t: Any, what: str) -> Tensor:
-    if not isinstance(t, Tensor):
-        raise VkumdTypeError(f"attention: {what} must be a vkumd Tensor, not {type(t).__name__}; "
-                             "convert with ctx.tensor(array)")
-    t.context.check_open("attention")
-    if t.released:
-        raise VkumdValueError(f"attention: {what} was released")
-    return t
+    return check_tensor("attention", t, what)
 
 
-def _check_inputs(q: Any, k: Any, v: Any) -> _Problem:
+def _check_inputs(q: Any, k: Any, v: Any) -> AttentionProblem:
     q, k, v = _check_tensor(q, "q"), _check_tensor(k, "k"), _check_tensor(v, "v")
     if k.context is not q.context or v.context is not q.context:
         raise VkumdValueError("attention: q, k and v belong to different contexts")
@@ -131,7 +88,7 @@ def _check_inputs(q: Any, k: Any, v: Any) -> _Problem:
         if t.ndim != 4:
             raise VkumdValueError(f"attention: {name} must be 4-D [batch, heads, seq, head_dim], "
                                   f"got shape {t.shape}")
-    if q.dtype.name not in _CODE:
+    if q.dtype.name not in ATTENTION_CODES:
         raise VkumdTypeError(f"attention: q is {q.dtype.name}; attention takes float32 or "
                              "float16 (cast with vkumd.ops.cast)")
     if k.dtype is not q.dtype or v.dtype is not q.dtype:
@@ -156,23 +113,17 @@ def _check_inputs(q: Any, k: Any, v: Any) -> _Problem:
                               f"multiple of 4 from 4 to {ATTENTION_MAX_HEAD_DIM} (e.g. 32, 64, "
                               "80, 96, 128); pad q, k and v with zeros to the next multiple "
                               "of 4 and pass scale=1/sqrt(original head_dim)")
-    if q.dtype.itemsize == 2 and not q.context.caps.storage_16bit:
-        raise CapabilityMissing(f"attention: float16 tensors need 16-bit storage, which "
-                                f"{q.context.caps.name} lacks; use float32")
-    return _Problem(batch, q_heads, kv_heads, q_len, k_len, head_dim, q.dtype)
+    check_storage("attention", q.dtype, q.context)
+    return AttentionProblem(batch, q_heads, kv_heads, q_len, k_len, head_dim, q.dtype.name)
 
 
 def _check_scale(scale: Any, head_dim: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real):
-        raise VkumdTypeError(f"attention: scale must be a real number, not {type(scale).__name__}")
-    if not math.isfinite(float(scale)):
-        raise VkumdValueError(f"attention: scale must be finite, got {scale}")
-    return float(scale)
+    return check_real("attention", scale, "scale", finite=True)
 
 
-def _key_lengths_tensor(key_lengths: Any, p: _Problem, ctx: Any) -> tuple[Tensor, bool]:
+def _key_lengths_tensor(key_lengths: Any, p: AttentionProblem, ctx: Any) -> tuple[Tensor, bool]:
     """The int32 ``[batch]`` tensor to bind, and whether the op made it (and must release it).
 
     Lengths past ``k_len`` act as ``k_len``; negative ones as 0 (a tensor's values are not
@@ -206,13 +157,14 @@ def _key_lengths_tensor(key_lengths: Any, p: _Problem, ctx: Any) -> tuple[Tensor
     return ctx.tensor(np.asarray(values, dtype=np.int32)), True
 
 
-def _mask_strides(attn_mask: Any, p: _Problem, ctx: Any) -> tuple[Tensor, tuple[int, ...], bool]:
+def _mask_strides(attn_mask: Any, p: AttentionProblem, ctx: Any
+                  ) -> tuple[Tensor, tuple[int, ...], bool]:
     """The float32 mask to bind, its element strides over ``[b, h, i, j]`` (0 where
     broadcast), and whether the op made it (a float16 mask is widened to float32 first)."""
     _check_tensor(attn_mask, "attn_mask")
     if attn_mask.context is not ctx:
         raise VkumdValueError("attention: attn_mask belongs to a different context")
-    if attn_mask.dtype.name not in _CODE:
+    if attn_mask.dtype.name not in ATTENTION_CODES:
         raise VkumdTypeError(f"attention: attn_mask must be float32 or float16 (additive), got "
                              f"{attn_mask.dtype.name}; turn a boolean mask into 0 / -inf")
     target = (p.batch, p.q_heads, p.q_len, p.k_len)
@@ -232,99 +184,11 @@ def _mask_strides(attn_mask: Any, p: _Problem, ctx: Any) -> tuple[Tensor, tuple[
     return cast(attn_mask, "float32"), tuple(strides), True
 
 
-def _check_out(out: Any, q: Tensor) -> Tensor:
-    if out is None:
-        return q.context.empty(q.shape, q.dtype)
-    _check_tensor(out, "out=")
-    if out.context is not q.context:
-        raise VkumdValueError("attention: out= belongs to a different context than q")
-    if out.shape != q.shape or out.dtype is not q.dtype:
-        raise VkumdValueError(f"attention: out= has shape {out.shape} and dtype "
-                              f"{out.dtype.name}; expected {q.shape} and {q.dtype.name}")
-    return out
+def _check_out(out: Any, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return output("attention", q.context, out, q.shape, q.dtype, (q, k, v))
 
 
-# -- path choice ------------------------------------------------------------------------------
-
-
-def _coopmat_usable(caps: DeviceCaps) -> bool:
-    """Whether the device offers cooperative matrices the coopmat kernel can use."""
-    have = effective_caps(caps)
-    return "coopmat" in have and "float16" in have and bool(coopmat_shapes(caps))
-
-
-def _forced_block(caps: DeviceCaps, head_dim: int, text: str | None) -> CoopmatBlock | None:
-    """The block ``text`` (:data:`COOPMAT_BLOCK_VARIABLE`'s value) forces, or None for none.
-
-    Raises:
-        VkumdValueError: the value is malformed, names an unlisted shape, or does not fit.
-    """
-    if text is None:
-        return None
-    request = parse_coopmat_block(text)
-    shapes = coopmat_shapes(caps)
-    if request.shape is None:
-        shape = shapes[0]
-    else:
-        shape = next((s for s in shapes if (s.m, s.n, s.k) == request.shape), None)
-        if shape is None:
-            listed = ", ".join(f"{s.m}x{s.n}x{s.k}" for s in shapes) or "none"
-            raise VkumdValueError(f"{COOPMAT_BLOCK_VARIABLE}={text!r}: {caps.name} lists no "
-                                  f"usable float16 x float16 + float32 shape "
-                                  f"{'x'.join(map(str, request.shape))}; usable: {listed}")
-    block = CoopmatBlock(shape, request.subgroups, request.keys, request.row_blocks or 1)
-    problem = coopmat_block_problem(caps, block, head_dim)
-    if problem is not None:
-        fitting = ", ".join(str(b) for b in coopmat_blocks(caps, shape, head_dim)[:12])
-        raise VkumdValueError(f"{COOPMAT_BLOCK_VARIABLE}={text!r} (block {block}): {problem}; "
-                              f"blocks that run here at head_dim {head_dim}: {fitting or 'none'}")
-    return block
-
-
-def _coopmat_plan(caps: DeviceCaps, p: _Problem) -> CoopmatBlock | None:
-    """The coopmat kernel's block config for ``p``: forced, else the host's pick; None when
-    the device has no usable cooperative matrices or nothing fits its shared memory.
-
-    Cached, as matmul's plan is (every call plans, and enumerating the blocks that fit took
-    tens of microseconds), keyed on everything it reads, environment variables included.
-    """
-    return _cached_coopmat_plan(caps, p.head_dim, p.rows, settings.flag("VKUMD_DISABLE_COOPMAT"),
-                                settings.flag("VKUMD_DISABLE_FP16"),
-                                settings.text(COOPMAT_BLOCK_VARIABLE))
-
-
-@functools.lru_cache(maxsize=256)
-def _cached_coopmat_plan(caps: DeviceCaps, head_dim: int, rows: int, _no_coopmat: bool,
-                         _no_fp16: bool, forced: str | None) -> CoopmatBlock | None:
-    # The two flags are only part of the key: _coopmat_usable reads them itself. Errors are
-    # not cached, so a bad VKUMD_ATTENTION_COOPMAT_BLOCK is reported on every call.
-    if not _coopmat_usable(caps):
-        return None
-    block = _forced_block(caps, head_dim, forced)
-    if block is not None:
-        return block
-    return default_coopmat_block(caps, coopmat_shapes(caps)[0], head_dim, rows)
-
-
-def _decode_splits(p: _Problem, caps: DeviceCaps) -> int:
-    """How many key splits flash-decoding would use (1: not worth it)."""
-    if p.rows > DECODE_MAX_QUERIES:
-        return 1
-    base = p.batch * p.kv_heads
-    want = -(-DECODE_TARGET_GROUPS // base)
-    most = p.k_len // DECODE_MIN_SPLIT_KEYS
-    return max(1, min(want, most, caps.max_workgroup_count[2]))
-
-
-def _choose(p: _Problem, caps: DeviceCaps) -> str:
-    if p.q_len <= DECODE_MAX_QUERIES and _decode_splits(p, caps) > 1:
-        return "decode"
-    # On CPU drivers the tiled kernel wins: lavapipe emulates cooperative matrices lane by
-    # lane (Mesa 26, seq 1024, head_dim 64: tiled 17 ms, coopmat 70-180 ms).
-    if p.dtype is dtypes.float16 and caps.device_type != "cpu" \
-            and _coopmat_plan(caps, p) is not None:
-        return "coopmat"
-    return "tiled"
+# -- the path -------------------------------------------------------------------------------
 
 
 def choose_path(q: Tensor, k: Tensor, v: Tensor | None = None) -> str:
@@ -338,109 +202,15 @@ def choose_path(q: Tensor, k: Tensor, v: Tensor | None = None) -> str:
     Returns:
         ``"decode"`` for short queries against keys long enough to split, ``"coopmat"`` for
         float16 on GPUs (not CPU drivers) with usable cooperative matrices and a block config
-        that fits, else ``"tiled"``.
+        that fits, else ``"tiled"`` (see :func:`vkumd.compiler.kernels.attention_plan.
+        choose_path`).
 
     Raises:
         VkumdTypeError, VkumdValueError: the operands are not valid attention inputs, or
             ``VKUMD_ATTENTION_COOPMAT_BLOCK`` is malformed or does not fit.
     """
     p = _check_inputs(q, k, k if v is None else v)
-    return _choose(p, q.context.caps)
-
-
-# -- launching ----------------------------------------------------------------------------------
-
-
-def _buffer(t: Tensor) -> tuple[Any, int, int]:
-    assert t.allocation is not None
-    return (t.allocation.buffer, t.allocation.offset, t.nbytes)
-
-
-def _push(p: _Problem, scale: float, flags: int, strides: tuple[int, ...], splits: int,
-          split_keys: int, k: Tensor, v: Tensor) -> bytes:
-    addresses = (0, 0)
-    if k.context.caps.buffer_device_address:
-        addresses = (k.allocation.device_address, v.allocation.device_address)
-    return _MAIN_PUSH.pack(*addresses, p.batch, p.q_heads, p.kv_heads, p.q_len, p.k_len,
-                           p.group, p.rows, scale * math.log2(math.e), p.k_len - p.q_len,
-                           flags, *strides, splits, split_keys)
-
-
-def _grid(ctx: Any, x: int, y: int, z: int) -> tuple[int, int, int]:
-    limits = ctx.caps.max_workgroup_count
-    if x > limits[0] or y > limits[1] or z > limits[2]:
-        raise VkumdValueError(f"attention: this problem needs a ({x}, {y}, {z}) grid of "
-                              f"workgroups; {ctx.caps.name} allows {tuple(limits)}. Split the "
-                              "batch or the sequence")
-    return (x, y, z)
-
-
-def _rows_for(p: _Problem) -> int:
-    """Rows per workgroup of the tiled kernel: the default, or fewer when there are fewer."""
-    return next((r for r in ATTENTION_ROWS if r >= p.rows), ATTENTION_DEFAULT_ROWS)
-
-
-def _run_tiled(ctx: Any, p: _Problem, tensors: list[Tensor], push: bytes, splits: int,
-               out: Tensor, masked: bool) -> None:
-    q, k, v, lengths, mask = tensors
-    sg = ctx.caps.subgroup_size
-    variant = {"DTYPE": _CODE[p.dtype.name], WORKGROUP: sg, "HD": p.head_dim,
-               "KPL": ATTENTION_KEYS_PER_LANE,
-               "ADDRESSES": int(ctx.caps.buffer_device_address)}
-    if splits == 1:
-        rows = sg * ATTENTION_ROWS_PER_LANE
-        variant.update(LANE_ROWS=1, RPL=ATTENTION_ROWS_PER_LANE,
-                       KT1=ATTENTION_KEY_TILE, MASKED=int(masked), ROWS=1, SPLIT=0)
-        buffers = [_buffer(t) for t in (q, k, v, out, lengths, mask, out)]
-        groups = _grid(ctx, -(-p.rows // rows), p.batch * p.kv_heads, 1)
-        ctx.dispatch("attention_tiled", variant, buffers, push, groups, writes=(3,))
-        return
-    rows = _rows_for(p)
-    variant.update(LANE_ROWS=0, RPL=1, KT1=1, MASKED=0, ROWS=rows, SPLIT=1)
-    chunks = p.head_dim // 4
-    out_rows = p.batch * p.q_heads * p.q_len
-    scratch = ctx.empty((out_rows, splits, chunks + 1, 4), dtypes.float32)
-    try:
-        buffers = [_buffer(t) for t in (q, k, v, out, lengths, mask, scratch)]
-        groups = _grid(ctx, -(-p.rows // rows), p.batch * p.kv_heads, splits)
-        ctx.dispatch("attention_tiled", variant, buffers, push, groups, writes=(6,))
-        count = out_rows * chunks
-        combine = {"DTYPE": _CODE[p.dtype.name], WORKGROUP: _COMBINE_WORKGROUP}
-        ctx.dispatch("attention_combine", combine, [_buffer(scratch), _buffer(out)],
-                     _COMBINE_PUSH.pack(count, chunks, splits),
-                     grid_for(count, _COMBINE_WORKGROUP, ctx.caps.max_workgroup_count[0]),
-                     writes=(1,))
-    finally:
-        scratch.release()
-
-
-def _wide(tensors: Sequence[Tensor]) -> bool:
-    """Whether every tensor starts 16-byte aligned (the coopmat kernel then moves 16 bytes
-    per load and store)."""
-    return all(t.allocation is not None and t.allocation.offset % 16 == 0 for t in tensors)
-
-
-def _run_coopmat(ctx: Any, p: _Problem, tensors: list[Tensor], push: bytes,
-                 out: Tensor) -> None:
-    if p.dtype is not dtypes.float16:
-        raise VkumdTypeError(f"attention: the coopmat path takes float16, got {p.dtype.name}")
-    if not _coopmat_usable(ctx.caps):
-        raise CapabilityMissing(
-            f"attention: the coopmat path needs float16 x float16 + float32 cooperative "
-            f"matrices at subgroup scope, which {ctx.caps.name} ({ctx.caps.driver_info}) does "
-            "not offer (or VKUMD_DISABLE_COOPMAT turned off); use the tiled path or the "
-            "cooperative-matrix lane (ci/coopmat-lane.sh)")
-    block = _coopmat_plan(ctx.caps, p)
-    if block is None:
-        raise CapabilityMissing(f"attention: no coopmat block config fits head_dim "
-                                f"{p.head_dim} in the {ctx.caps.shared_memory_size} bytes of "
-                                f"shared memory {ctx.caps.name} has; use the tiled path")
-    q, k, v, lengths, mask = tensors
-    vec = 8 if _wide([q, k, v, out]) else 4
-    variant = coopmat_variant(ctx.caps, block, p.head_dim, vec)
-    buffers = [_buffer(t) for t in (q, k, v, out, lengths, mask)]
-    groups = _grid(ctx, -(-p.rows // block.rows), p.batch * p.kv_heads, 1)
-    ctx.dispatch("attention_coopmat", variant, buffers, push, groups, writes=(3,))
+    return planner.choose_path(q.context.caps, p)
 
 
 def attention_path(path: str, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
@@ -466,12 +236,11 @@ def attention_path(path: str, q: Tensor, k: Tensor, v: Tensor, *, causal: bool =
     if path != "auto" and path not in PATHS:
         raise VkumdValueError(f"attention: unknown path {path!r}; choose 'auto' or one of "
                               f"{list(PATHS)}")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise VkumdTypeError(f"attention: causal must be a bool, not {type(causal).__name__}")
+    check_bool("attention", causal, "causal")
     p = _check_inputs(q, k, v)
     ctx = q.context
     scale_value = _check_scale(scale, p.head_dim)
-    out = _check_out(out, q)
+    out = _check_out(out, q, k, v)
     if p.q_len == 0 or p.batch == 0 or p.q_heads == 0:
         return out
     if p.k_len == 0:
@@ -480,38 +249,24 @@ def attention_path(path: str, q: Tensor, k: Tensor, v: Tensor, *, causal: bool =
 
     made: list[Tensor] = []
     try:
-        flags = _FLAG_CAUSAL if causal else 0
-        lengths = q  # bound but never read when the flag is off
+        flags = FLAG_CAUSAL if causal else 0
+        lengths = None
         if key_lengths is not None:
             lengths, new = _key_lengths_tensor(key_lengths, p, ctx)
-            flags |= _FLAG_KEY_LENGTHS
+            flags |= FLAG_KEY_LENGTHS
             if new:
                 made.append(lengths)
-        mask, strides = q, (0, 0, 0, 0)
+        mask, strides = None, (0, 0, 0, 0)
         if attn_mask is not None:
             mask, strides, new = _mask_strides(attn_mask, p, ctx)
-            flags |= _FLAG_MASK
+            flags |= FLAG_MASK
             if new:
                 made.append(mask)
-        chosen = _choose(p, ctx.caps) if path == "auto" else path
-        n_splits = 1
-        if chosen == "decode":
-            n_splits = splits if splits is not None else max(2, _decode_splits(p, ctx.caps))
-            if isinstance(n_splits, bool) or not isinstance(n_splits, numbers.Integral) \
-                    or not 1 <= n_splits <= ctx.caps.max_workgroup_count[2]:
-                raise VkumdValueError(f"attention: splits={splits!r} must be an int from 1 to "
-                                      f"{ctx.caps.max_workgroup_count[2]}")
-            n_splits = min(int(n_splits), p.k_len)
-        tile = ctx.caps.subgroup_size * ATTENTION_KEYS_PER_LANE
-        split_keys = -(-p.k_len // n_splits)
-        split_keys = -(-split_keys // tile) * tile  # whole tiles per split
-        n_splits = -(-p.k_len // split_keys)
-        push = _push(p, scale_value, flags, strides, n_splits, split_keys, k, v)
-        tensors = [q, k, v, lengths, mask]
-        if chosen == "coopmat":
-            _run_coopmat(ctx, p, tensors, push, out)
-        else:
-            _run_tiled(ctx, p, tensors, push, n_splits, out, attn_mask is not None)
+        wide = all(t.allocation is not None and t.allocation.offset % 16 == 0
+                   for t in (q, k, v, out))
+        plan = planner.attention_plan(ctx.caps, p, path=path, scale=scale_value, flags=flags,
+                                      mask_strides=strides, splits=splits, wide=wide)
+        ctx.run(plan, (q, k, v, out, lengths, mask))
     finally:
         for t in made:
             t.release()

@@ -13,139 +13,56 @@ groups. Every op runs eagerly on the tensors' context and returns the output ten
 
 from __future__ import annotations
 
-import math
 import numbers
-import struct
 import warnings
 from typing import Any
 
 import numpy as np
 
-from vkumd.compiler.kernels import ELEMENTWISE_OPS, ELEMENTWISE_UNARY_OPS, WORKGROUP
-from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
+from vkumd.compiler.kernels.elementwise import ELEMENTWISE_CODES, ELEMENTWISE_MAX_DIMS
+from vkumd.compiler.kernels.elementwise_plan import binary_plan, fill_plan, unary_plan
+from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
+from vkumd.framework.ops.checks import (
+    broadcast,
+    check_context,
+    check_dtype,
+    check_storage,
+    check_tensor,
+    output,
+)
 from vkumd.framework.tensor import Tensor
 
-MAX_DIMS = 6
-_WORKGROUP = 64
-_ALPHA = struct.Struct("<I")  # the last word of elementwise_unary's 15-word block
-_FILL_PUSH = struct.Struct("<2I")
-# vkumd dtype -> the type code the shaders take (shaders/include/elementwise_types.glsl).
-_CODE = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int32": "I32"}
 _ROUNDING = {None: "div", "floor": "div_floor", "trunc": "div_trunc"}
 _INT32 = np.iinfo(np.int32)
 
 
-def _strides_for(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[int]:
-    """Element strides of a row-major ``shape`` broadcast to ``out_shape`` (0 = repeated)."""
-    padded = (1,) * (len(out_shape) - len(shape)) + shape
-    strides = [0] * len(out_shape)
-    step = 1
-    for d in range(len(out_shape) - 1, -1, -1):
-        strides[d] = step if padded[d] != 1 else 0
-        step *= padded[d]
-    return strides
-
-
-def _padded(values: list[int], fill: int) -> list[int]:
-    return values + [fill] * (MAX_DIMS - len(values))
-
-
-def _check_tensor(op: str, t: Any, what: str) -> Tensor:
-    if not isinstance(t, Tensor):
-        raise VkumdTypeError(f"{op}: {what} must be a vkumd Tensor, not {type(t).__name__}")
-    t.context.check_open(op)
-    if t.released:
-        raise VkumdValueError(f"{op}: {what} was released")
-    return t
-
-
-def _check_dtype(op: str, dtype: dtypes.DType, context: Any) -> None:
-    if dtype.name not in _CODE:
-        raise VkumdTypeError(f"{op}: {dtype.name} is not supported; elementwise ops take "
-                             f"{', '.join(_CODE)}")
-    if dtype.itemsize == 2 and not context.caps.storage_16bit:
-        raise CapabilityMissing(f"{op}: {dtype.name} tensors need 16-bit storage "
-                                f"(storageBuffer16BitAccess), which {context.caps.name} lacks; "
-                                "cast to float32 on the host instead")
-
-
 def _broadcast(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
-    try:
-        shape = tuple(np.broadcast_shapes(*shapes))
-    except ValueError:
-        listed = " and ".join(str(s) for s in shapes)
-        raise VkumdValueError(f"{op}: shapes {listed} do not broadcast") from None
-    if len(shape) > MAX_DIMS:
-        raise VkumdValueError(f"{op}: {len(shape)} dimensions; at most {MAX_DIMS}")
+    """The broadcast of ``shapes``, within the kernels' dimension limit.
+
+    Raises:
+        VkumdValueError: the shapes do not broadcast, or give more than
+            :data:`ELEMENTWISE_MAX_DIMS` dimensions.
+    """
+    shape = broadcast(op, *shapes)
+    if len(shape) > ELEMENTWISE_MAX_DIMS:
+        raise VkumdValueError(f"{op}: {len(shape)} dimensions; at most {ELEMENTWISE_MAX_DIMS}")
     return shape
 
 
-def _output(op: str, context: Any, out: Any, shape: tuple[int, ...],
-            dtype: dtypes.DType) -> Tensor:
-    """``out`` checked against ``shape`` and ``dtype``, or a new tensor when it is None."""
-    if out is None:
-        return context.empty(shape, dtype)
-    _check_tensor(op, out, "out=")
-    if out.context is not context:
-        raise VkumdValueError(f"{op}: out= belongs to a different context than the inputs")
-    if out.shape != shape or out.dtype is not dtype:
-        raise VkumdValueError(f"{op}: out= has shape {out.shape} and dtype {out.dtype.name}; "
-                              f"expected {shape} and {dtype.name}")
-    return out
+def _into(op: str, out: Tensor | None, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The output shape: ``shape``, or ``out``'s when ``shape`` broadcasts into it.
 
-
-def _buffer(t: Tensor) -> tuple[Any, int, int]:
-    assert t.allocation is not None  # callers return early for empty tensors
-    return (t.allocation.buffer, t.allocation.offset, t.nbytes)
-
-
-# Workgroups per dispatch on CPU drivers: lavapipe pays per workgroup, so a few large ones
-# looping over the elements beat one per 64 elements. GPUs get one group per 64 elements
-# up to the dispatch limit, then loop too.
-CPU_WORKGROUPS = 64
-
-
-def _grid(context: Any, n: int) -> tuple[int, int, int]:
-    caps = context.caps
-    cap = CPU_WORKGROUPS if caps.device_type == "cpu" else caps.max_workgroup_count[0]
-    return (max(1, min(-(-n // _WORKGROUP), cap)), 1, 1)
-
-
-def _collapse(out_shape: tuple[int, ...], strides: list[list[int]]
-              ) -> tuple[list[int], list[list[int]]]:
-    """Merge neighbouring dimensions that every input steps through contiguously; drop 1s."""
-    dims: list[int] = []
-    merged: list[list[int]] = [[] for _ in strides]
-    for d, size in enumerate(out_shape):
-        if size == 1:
-            continue
-        if dims and all(s[d] * size == m[-1] for s, m in zip(strides, merged, strict=True)):
-            dims[-1] *= size
-            for s, m in zip(strides, merged, strict=True):
-                m[-1] = s[d]
-            continue
-        dims.append(size)
-        for s, m in zip(strides, merged, strict=True):
-            m.append(s[d])
-    return dims, merged
-
-
-def _shape_push(out_shape: tuple[int, ...], *inputs: tuple[int, ...]) -> list[int]:
-    """``ndim, shape[6]`` then each input's ``stride[6]``.
-
-    Dimensions are collapsed first; ``ndim`` 0 tells the kernel that every input has the
-    output's shape, so it indexes them directly.
+    Raises:
+        VkumdValueError: ``shape`` does not broadcast into ``out``'s shape.
     """
-    if all(shape == out_shape for shape in inputs):
-        return [0, *_padded([], 1)] + [0] * (MAX_DIMS * len(inputs))
-    dims, strides = _collapse(out_shape, [_strides_for(shape, out_shape) for shape in inputs])
-    if not dims:  # every dimension is 1
-        dims, strides = [1], [[0] for _ in inputs]
-    words = [len(dims), *_padded(dims, 1)]
-    for stride in strides:
-        words += _padded(stride, 0)
-    return words
+    if out is None:
+        return shape
+    check_tensor(op, out, "out=")
+    if _broadcast(op, out.shape, shape) != out.shape:  # an input has more or larger dims
+        raise VkumdValueError(f"{op}: shape {shape} does not broadcast into out= of shape "
+                              f"{out.shape}")
+    return out.shape
 
 
 def _scalar_bits(op: str, value: Any, dtype: dtypes.DType, what: str) -> int:
@@ -170,42 +87,6 @@ def _scalar_bits(op: str, value: Any, dtype: dtypes.DType, what: str) -> int:
     return int(bits.view(np.uint32 if dtype.itemsize == 4 else np.uint16)[0])
 
 
-# Broadcast plans: (output shape, push constants up to the last shape word, grid), by the
-# operand shapes and what the grid depends on. Programs repeat the same few shapes, and
-# working a plan out costs more than recording the dispatch.
-_PLANS: dict[tuple, tuple[tuple[int, ...], bytes, tuple[int, int, int]]] = {}
-_MAX_PLANS = 4096
-
-
-def _plan(op: str, context: Any, out_shape: tuple[int, ...] | None,
-          *inputs: tuple[int, ...]) -> tuple[tuple[int, ...], bytes, tuple[int, int, int]]:
-    """The plan for ``inputs`` broadcast to ``out_shape`` (``None``: to each other).
-
-    Raises:
-        VkumdValueError: the shapes do not broadcast, or not into ``out_shape``.
-    """
-    caps = context.caps
-    key = (out_shape, inputs, caps.device_type, caps.max_workgroup_count)
-    plan = _PLANS.get(key)
-    if plan is None:
-        if out_shape is None:
-            shape = inputs[0] if all(s == inputs[0] for s in inputs) else _broadcast(op, *inputs)
-        else:
-            shape = _broadcast(op, out_shape, *inputs)
-            if shape != out_shape:  # an input has more or larger dimensions
-                listed = " and ".join(str(s) for s in inputs)
-                raise VkumdValueError(f"{op}: shape {listed} does not broadcast into out= of "
-                                      f"shape {out_shape}")
-        size = math.prod(shape)
-        words = [size, *_shape_push(shape, *inputs)]
-        plan = (shape, struct.pack(f"<{len(words)}I", *words),
-                _grid(context, size) if size else (0, 0, 0))
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan
-    return plan
-
-
 # -- fill, copy, cast, scale -------------------------------------------------------------
 
 
@@ -219,31 +100,26 @@ def fill(t: Tensor, value: Any) -> Tensor:
     Returns:
         ``t``.
     """
-    _check_tensor("fill", t, "the tensor")
-    _check_dtype("fill", t.dtype, t.context)
+    check_tensor("fill", t, "the tensor")
+    check_dtype("fill", t, "the tensor", ELEMENTWISE_CODES)
     bits = _scalar_bits("fill", value, t.dtype, "value")
     if t.size == 0:
         return t
-    variant = {"WIDTH": 8 * t.dtype.itemsize, WORKGROUP: _WORKGROUP}
-    t.context.dispatch("elementwise_fill", variant, [_buffer(t)],
-                       _FILL_PUSH.pack(t.size, bits), _grid(t.context, t.size), writes=(0,))
+    t.context.run(fill_plan(t.context.caps, 8 * t.dtype.itemsize, t.size, bits), (t,))
     return t
 
 
 def _unary(op: str, src: Tensor, out: Tensor | None, dtype: dtypes.DType,
            kind: str, alpha_bits: int = 0) -> Tensor:
     context = src.context
-    if out is not None:
-        _check_tensor(op, out, "out=")
-    out_shape, head, groups = _plan(op, context, None if out is None else out.shape, src.shape)
-    out = _output(op, context, out, out_shape, dtype)
+    out_shape = _into(op, out, src.shape)
+    out = output(op, context, out, out_shape, dtype)
     if out.size == 0:
         return out
-    push = head + _ALPHA.pack(alpha_bits)
-    variant = {"SRC": _CODE[src.dtype.name], "DST": _CODE[dtype.name],
-               "OP": ELEMENTWISE_UNARY_OPS[kind], WORKGROUP: _WORKGROUP}
-    context.dispatch("elementwise_unary", variant, [_buffer(src), _buffer(out)], push, groups,
-                     writes=(1,))
+    codes = ELEMENTWISE_CODES
+    plan = unary_plan(context.caps, kind, codes[src.dtype.name], codes[dtype.name], src.shape,
+                      out_shape, alpha_bits)
+    context.run(plan, (src, out))
     return out
 
 
@@ -253,8 +129,8 @@ def copy(src: Tensor, out: Tensor | None = None) -> Tensor:
     The stored bits are copied unchanged (NaN payloads and -0.0 included). ``out`` must have
     ``src``'s dtype; use :func:`cast` to change it.
     """
-    _check_tensor("copy", src, "src")
-    _check_dtype("copy", src.dtype, src.context)
+    check_tensor("copy", src, "src")
+    check_dtype("copy", src, "src", ELEMENTWISE_CODES)
     if out is not None and isinstance(out, Tensor) and out.dtype is not src.dtype:
         raise VkumdTypeError(f"copy: out= is {out.dtype.name} and src is {src.dtype.name}; "
                              "use cast() to convert")
@@ -273,10 +149,13 @@ def cast(t: Tensor, dtype: Any, out: Tensor | None = None) -> Tensor:
     Raises:
         VkumdTypeError: ``dtype`` is unknown or not one of the four.
     """
-    _check_tensor("cast", t, "the tensor")
+    check_tensor("cast", t, "the tensor")
     target = dtypes.dtype(dtype)
-    _check_dtype("cast", t.dtype, t.context)
-    _check_dtype("cast", target, t.context)
+    check_dtype("cast", t, "the tensor", ELEMENTWISE_CODES)
+    if target.name not in ELEMENTWISE_CODES:
+        raise VkumdTypeError(f"cast: {target.name} is not supported; cast takes "
+                             f"{', '.join(ELEMENTWISE_CODES)}")
+    check_storage("cast", target, t.context)
     return _unary("cast", t, out, target, "convert")
 
 
@@ -286,8 +165,8 @@ def scale(t: Tensor, alpha: Any, out: Tensor | None = None) -> Tensor:
     Floats multiply in float32 (``alpha`` rounded to float32). For int32, ``alpha`` must be
     an integer in int32's range and the product wraps on overflow.
     """
-    _check_tensor("scale", t, "the tensor")
-    _check_dtype("scale", t.dtype, t.context)
+    check_tensor("scale", t, "the tensor")
+    check_dtype("scale", t, "the tensor", ELEMENTWISE_CODES)
     as_type = t.dtype if t.dtype is dtypes.int32 else dtypes.float32
     bits = _scalar_bits("scale", alpha, as_type, "alpha")
     return _unary("scale", t, out, t.dtype, "scale", bits)
@@ -297,23 +176,21 @@ def scale(t: Tensor, alpha: Any, out: Tensor | None = None) -> Tensor:
 
 
 def _binary(op: str, a: Tensor, b: Tensor, out: Tensor | None, kernel_op: str) -> Tensor:
-    _check_tensor(op, a, "the first operand")
-    _check_tensor(op, b, "the second operand")
-    if a.context is not b.context:
-        raise VkumdValueError(f"{op}: the operands belong to different contexts")
+    check_tensor(op, a, "the first operand")
+    check_tensor(op, b, "the second operand")
+    check_context(op, a, b, "the second operand")
     if a.dtype is not b.dtype:
         raise VkumdTypeError(f"{op}: dtypes differ ({a.dtype.name} and {b.dtype.name}); "
                              "cast one first")
     context = a.context
-    _check_dtype(op, a.dtype, context)
-    out_shape, push, groups = _plan(op, context, None, a.shape, b.shape)
-    out = _output(op, context, out, out_shape, a.dtype)
+    check_dtype(op, a, "the first operand", ELEMENTWISE_CODES)
+    out_shape = _broadcast(op, a.shape, b.shape)
+    out = output(op, context, out, out_shape, a.dtype)
     if out.size == 0:
         return out
-    variant = {"DTYPE": _CODE[a.dtype.name], "OP": ELEMENTWISE_OPS[kernel_op],
-               WORKGROUP: _WORKGROUP}
-    context.dispatch("elementwise_binary", variant, [_buffer(a), _buffer(b), _buffer(out)],
-                     push, groups, writes=(2,))
+    plan = binary_plan(context.caps, kernel_op, ELEMENTWISE_CODES[a.dtype.name], a.shape, b.shape,
+                       out_shape)
+    context.run(plan, (a, b, out))
     return out
 
 

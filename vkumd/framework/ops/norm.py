@@ -2,42 +2,39 @@
 
 from __future__ import annotations
 
-import struct
-
-from vkumd.compiler.kernels.transformer import ROW_OPS
+from vkumd.compiler.kernels.transformer import ROW_CODES
+from vkumd.compiler.kernels.transformer_plan import norm_plan
 from vkumd.errors import VkumdValueError
-from vkumd.framework.ops import _rows
+from vkumd.framework.ops.checks import (
+    check_float,
+    check_real,
+    check_same,
+    leading_rows,
+    output,
+)
 from vkumd.framework.tensor import Tensor
-
-_PUSH = struct.Struct("<2If1I")
 
 
 def _norm(op: str, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float,
           out: Tensor | None) -> Tensor:
-    x = _rows.check_float(op, x)
-    rows, cols = _rows.leading_rows(op, x)
-    eps = _rows.check_real(op, eps, "eps")
+    x = check_float(op, x)
+    rows, cols = leading_rows(op, x)
+    eps = check_real(op, eps, "eps")
     if not eps >= 0.0:
         raise VkumdValueError(f"{op}: eps={eps!r}; it must be >= 0 (it keeps 1/sqrt finite)")
-    flags = 0
-    params = []
-    for bit, (what, param) in enumerate((("weight", weight), ("bias", bias))):
+    for what, param in (("weight", weight), ("bias", bias)):
         if param is None:
-            params.append(x)  # a dummy binding the kernel does not read
             continue
-        param = _rows.check_same(op, x, param, what)
+        check_same(op, x, param, what)
         if param.shape != (cols,):
             raise VkumdValueError(f"{op}: {what} has shape {param.shape}; it must be "
                                   f"({cols},), the length of x's last dimension")
-        flags |= 1 << bit
-        params.append(param)
-    out = _rows.output(op, x, out, x.shape)
+    out = output(op, x.context, out, x.shape, x.dtype)
     if out.size == 0:
         return out
-    variant = _rows.row_variant(x, cols, OP=ROW_OPS[op])
-    buffers = [_rows.buffer(x), *(_rows.buffer(p) for p in params), _rows.buffer(out)]
-    x.context.dispatch("norm", variant, buffers, _PUSH.pack(cols, rows, eps, flags),
-                       _rows.rows_grid(x.context, rows), writes=(3,))
+    plan = norm_plan(x.context.caps, op, ROW_CODES[x.dtype.name], rows, cols, eps,
+                     weight is not None, bias is not None)
+    x.context.run(plan, (x, weight, bias, out))
     return out
 
 

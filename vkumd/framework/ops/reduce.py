@@ -6,34 +6,29 @@ its shape without the last dimension (or with it as 1 when ``keepdims=True``).
 
 from __future__ import annotations
 
-import struct
-
-from vkumd.compiler.kernels.transformer import REDUCE_OPS
-from vkumd.errors import VkumdTypeError, VkumdValueError
-from vkumd.framework.ops import _rows
+from vkumd.compiler.kernels.transformer import ROW_CODES
+from vkumd.compiler.kernels.transformer_plan import reduce_plan
+from vkumd.errors import VkumdValueError
+from vkumd.framework.ops.checks import check_bool, check_float, leading_rows, output
 from vkumd.framework.ops.elementwise import fill
 from vkumd.framework.tensor import Tensor
 
-_PUSH = struct.Struct("<2I")
-
 
 def _reduce(op: str, x: Tensor, keepdims: bool, out: Tensor | None) -> Tensor:
-    x = _rows.check_float(op, x)
-    rows, cols = _rows.leading_rows(op, x)
-    if not isinstance(keepdims, bool):
-        raise VkumdTypeError(f"{op}: keepdims must be True or False, not {keepdims!r}")
+    x = check_float(op, x)
+    rows, cols = leading_rows(op, x)
+    keepdims = check_bool(op, keepdims, "keepdims")
     shape = x.shape[:-1] + ((1,) if keepdims else ())
     if cols == 0 and rows > 0 and op != "sum":
         raise VkumdValueError(f"{op}: x has shape {x.shape}; the {op} of an empty last "
                               "dimension is undefined")
-    out = _rows.output(op, x, out, shape)
+    out = output(op, x.context, out, shape, x.dtype)
     if out.size == 0:
         return out
     if cols == 0:
         return fill(out, 0.0)  # an empty sum
-    variant = _rows.row_variant(x, cols, OP=REDUCE_OPS[op])
-    x.context.dispatch("reduce_rows", variant, [_rows.buffer(x), _rows.buffer(out)],
-                       _PUSH.pack(cols, rows), _rows.rows_grid(x.context, rows), writes=(1,))
+    x.context.run(reduce_plan(x.context.caps, op, ROW_CODES[x.dtype.name], rows, cols),
+                  (x, out))
     return out
 
 

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 
+from vkumd.compiler.kernels.transformer import ROW_CODES, SOFTMAX_MAX_LEAD
+from vkumd.compiler.kernels.transformer_plan import softmax_plan
 from vkumd.errors import VkumdValueError
-from vkumd.framework.ops import _rows
+from vkumd.framework.ops.checks import (
+    check_float,
+    check_real,
+    check_same,
+    leading_rows,
+    output,
+)
 from vkumd.framework.tensor import Tensor
 
-_PUSH = struct.Struct("<2If2I5I5I")
-_MAX_LEAD = 5  # leading dimensions the kernel's mask indexing takes
 
-
-def _mask_words(x: Tensor, mask: Tensor) -> tuple[int, list[int], list[int]]:
+def _mask_words(x: Tensor, mask: Tensor) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     """``(mode, lead, mstride)`` for the kernel: how the mask's elements line up with x's."""
     try:
         broadcast = tuple(np.broadcast_shapes(mask.shape, x.shape))
@@ -23,8 +26,8 @@ def _mask_words(x: Tensor, mask: Tensor) -> tuple[int, list[int], list[int]]:
     if broadcast != x.shape:
         raise VkumdValueError(f"softmax: a mask of shape {mask.shape} does not broadcast to x's "
                               f"shape {x.shape}; it must broadcast without growing x")
-    if x.ndim - 1 > _MAX_LEAD:
-        raise VkumdValueError(f"softmax: with a mask, x may have at most {_MAX_LEAD + 1} "
+    if x.ndim - 1 > SOFTMAX_MAX_LEAD:
+        raise VkumdValueError(f"softmax: with a mask, x may have at most {SOFTMAX_MAX_LEAD + 1} "
                               f"dimensions, not {x.ndim}; reshape the leading ones together")
     padded = (1,) * (x.ndim - mask.ndim) + mask.shape
     strides = [0] * x.ndim
@@ -33,8 +36,7 @@ def _mask_words(x: Tensor, mask: Tensor) -> tuple[int, list[int], list[int]]:
         strides[d] = step if padded[d] != 1 else 0
         step *= padded[d]
     mode = 2 if padded[-1] == 1 else 1
-    lead = list(x.shape[:-1])
-    return mode, lead, strides[:-1]
+    return mode, x.shape[:-1], tuple(strides[:-1])
 
 
 def softmax(x: Tensor, *, scale: float | None = None, mask: Tensor | None = None,
@@ -63,23 +65,19 @@ def softmax(x: Tensor, *, scale: float | None = None, mask: Tensor | None = None
         VkumdValueError: 0-d ``x``; a mask that does not broadcast; out of the wrong shape.
     """
     op = "softmax"
-    x = _rows.check_float(op, x)
-    rows, cols = _rows.leading_rows(op, x)
-    factor = 1.0 if scale is None else _rows.check_real(op, scale, "scale")
-    mode, lead, mstride = 0, [], []
+    x = check_float(op, x)
+    rows, cols = leading_rows(op, x)
+    factor = 1.0 if scale is None else check_real(op, scale, "scale")
+    mode, lead, mstride = 0, (), ()
     if mask is not None:
-        mask = _rows.check_same(op, x, mask, "mask")
+        mask = check_same(op, x, mask, "mask")
         mode, lead, mstride = _mask_words(x, mask)
-    out = _rows.output(op, x, out, x.shape)
+    out = output(op, x.context, out, x.shape, x.dtype)
     if out.size == 0:
         return out
-    pad = [1] * (_MAX_LEAD - len(lead))
-    push = _PUSH.pack(cols, rows, factor, mode, len(lead), *(lead + pad),
-                      *(mstride + [0] * (_MAX_LEAD - len(mstride))))
-    variant = _rows.row_variant(x, cols)
-    mask_buffer = _rows.buffer(mask if mask is not None else x)
-    x.context.dispatch("softmax", variant, [_rows.buffer(x), mask_buffer, _rows.buffer(out)],
-                       push, _rows.rows_grid(x.context, rows), writes=(2,))
+    plan = softmax_plan(x.context.caps, ROW_CODES[x.dtype.name], rows, cols, factor, mode,
+                        lead, mstride)
+    x.context.run(plan, (x, mask, out))
     return out
 
 

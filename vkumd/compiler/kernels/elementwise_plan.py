@@ -1,0 +1,166 @@
+"""Planning the elementwise kernels: broadcast strides, push constants and grids.
+
+One pipeline per kernel and element type serves every shape: the shape and the broadcast
+strides travel in push constants. Neighbouring dimensions every operand steps through
+contiguously are merged first, and ``ndim`` 0 tells the kernel that every operand has the
+output's shape, so it indexes them directly. Plans are cached on the shapes and the device
+(programs repeat a few shapes, and working a plan out costs more than recording it).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from vkumd.compiler.kernels.elementwise import (
+    BINARY_PUSH,
+    ELEMENTWISE_BINARY,
+    ELEMENTWISE_FILL,
+    ELEMENTWISE_MAX_DIMS,
+    ELEMENTWISE_OPS,
+    ELEMENTWISE_UNARY,
+    ELEMENTWISE_UNARY_OPS,
+    FILL_PUSH,
+    UNARY_PUSH,
+)
+from vkumd.compiler.launch import KernelVariant, Launch, Operand
+from vkumd.compiler.registry import WORKGROUP
+from vkumd.errors import VkumdValueError
+from vkumd.vk.caps import DeviceCaps
+
+ELEMENTWISE_WORKGROUP = 64
+# Workgroups per dispatch on CPU drivers: lavapipe pays per workgroup, so a few large ones
+# looping over the elements beat one per 64 elements. GPUs get one group per 64 elements
+# up to the dispatch limit, then loop too.
+CPU_WORKGROUPS = 64
+_PLANS = 4096
+
+
+@dataclass(frozen=True)
+class FixedLaunch:
+    """A plan of one launch whose push constants and grid the problem fixes; the operands
+    supply the bindings (an absent optional operand binds the first one, never read).
+
+    Attributes:
+        program: the kernel variant.
+        push: the packed push constants.
+        groups: workgroup counts.
+        writes: indices of the operands the kernel writes.
+        scratch: none.
+    """
+
+    program: KernelVariant
+    push: bytes
+    groups: tuple[int, int, int]
+    writes: tuple[int, ...]
+    scratch: tuple[int, ...] = ()
+
+    def launches(self, operands: Sequence[Operand | None],
+                 scratch: Sequence[Operand] = ()) -> list[Launch]:
+        """One launch binding ``operands`` in kernel order."""
+        first = operands[0].binding  # type: ignore[union-attr]
+        buffers = tuple([first if o is None else o.binding for o in operands])
+        return [Launch(self.program, buffers, self.push, self.groups, self.writes)]
+
+
+def looped_grid(caps: DeviceCaps, groups: int) -> tuple[int, int, int]:
+    """A grid for a kernel whose workgroups loop over ``groups`` pieces of work: capped at
+    :data:`CPU_WORKGROUPS` on CPU drivers and at the dispatch limit elsewhere."""
+    cap = CPU_WORKGROUPS if caps.device_type == "cpu" else caps.max_workgroup_count[0]
+    return (max(1, min(groups, cap)), 1, 1)
+
+
+def _strides_for(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[int]:
+    """Element strides of a row-major ``shape`` broadcast to ``out_shape`` (0 = repeated)."""
+    padded = (1,) * (len(out_shape) - len(shape)) + shape
+    strides = [0] * len(out_shape)
+    step = 1
+    for d in range(len(out_shape) - 1, -1, -1):
+        strides[d] = step if padded[d] != 1 else 0
+        step *= padded[d]
+    return strides
+
+
+def _collapse(out_shape: tuple[int, ...], strides: list[list[int]]
+              ) -> tuple[list[int], list[list[int]]]:
+    """Merge neighbouring dimensions that every input steps through contiguously; drop 1s."""
+    dims: list[int] = []
+    merged: list[list[int]] = [[] for _ in strides]
+    for d, size in enumerate(out_shape):
+        if size == 1:
+            continue
+        if dims and all(s[d] * size == m[-1] for s, m in zip(strides, merged, strict=True)):
+            dims[-1] *= size
+            for s, m in zip(strides, merged, strict=True):
+                m[-1] = s[d]
+            continue
+        dims.append(size)
+        for s, m in zip(strides, merged, strict=True):
+            m.append(s[d])
+    return dims, merged
+
+
+def shape_words(out_shape: tuple[int, ...], *inputs: tuple[int, ...]) -> list[int]:
+    """``n, ndim, shape[6]`` then each input's ``stride[6]``, as the kernels' blocks begin.
+
+    Raises:
+        VkumdValueError: more than :data:`ELEMENTWISE_MAX_DIMS` dimensions remain after
+            merging the contiguous ones.
+    """
+    padded = ELEMENTWISE_MAX_DIMS
+    size = math.prod(out_shape)
+    if all(shape == out_shape for shape in inputs):
+        return [size, 0, *([1] * padded), *([0] * (padded * len(inputs)))]
+    dims, strides = _collapse(out_shape, [_strides_for(shape, out_shape) for shape in inputs])
+    if not dims:  # every dimension is 1
+        dims, strides = [1], [[0] for _ in inputs]
+    if len(dims) > padded:
+        raise VkumdValueError(f"broadcasting to {out_shape} needs {len(dims)} dimensions after "
+                              f"merging; elementwise kernels take at most {padded}")
+    words = [size, len(dims), *dims, *([1] * (padded - len(dims)))]
+    for stride in strides:
+        words += stride + [0] * (padded - len(stride))
+    return words
+
+
+@functools.lru_cache(maxsize=_PLANS)
+def binary_plan(caps: DeviceCaps, op: str, dtype: str, a_shape: tuple[int, ...],
+                b_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> FixedLaunch:
+    """``out = a OP b`` with ``a`` and ``b`` broadcast to ``out_shape``.
+
+    Operands: a, b, out. ``op`` is a key of ``ELEMENTWISE_OPS``; ``dtype`` a type code.
+    """
+    program = ELEMENTWISE_BINARY.specialize({"DTYPE": dtype, "OP": ELEMENTWISE_OPS[op],
+                                             WORKGROUP: ELEMENTWISE_WORKGROUP})
+    size = math.prod(out_shape)
+    push = BINARY_PUSH.pack(*shape_words(out_shape, a_shape, b_shape))
+    return FixedLaunch(program, push, _grid(caps, size), (2,))
+
+
+@functools.lru_cache(maxsize=_PLANS)
+def unary_plan(caps: DeviceCaps, kind: str, src: str, dst: str, src_shape: tuple[int, ...],
+               out_shape: tuple[int, ...], alpha_bits: int = 0) -> FixedLaunch:
+    """``out = convert(src)`` or ``out = src * alpha`` with ``src`` broadcast to ``out_shape``.
+
+    Operands: src, out. ``kind`` is a key of ``ELEMENTWISE_UNARY_OPS``; ``alpha_bits`` the
+    scale's float32 bits (or int32 value) for ``"scale"``.
+    """
+    program = ELEMENTWISE_UNARY.specialize({"SRC": src, "DST": dst,
+                                            "OP": ELEMENTWISE_UNARY_OPS[kind],
+                                            WORKGROUP: ELEMENTWISE_WORKGROUP})
+    size = math.prod(out_shape)
+    push = UNARY_PUSH.pack(*shape_words(out_shape, src_shape), alpha_bits)
+    return FixedLaunch(program, push, _grid(caps, size), (1,))
+
+
+@functools.lru_cache(maxsize=_PLANS)
+def fill_plan(caps: DeviceCaps, width: int, count: int, bits: int) -> FixedLaunch:
+    """Every one of ``count`` elements of ``width`` bits set to ``bits``. Operands: out."""
+    program = ELEMENTWISE_FILL.specialize({"WIDTH": width, WORKGROUP: ELEMENTWISE_WORKGROUP})
+    return FixedLaunch(program, FILL_PUSH.pack(count, bits), _grid(caps, count), (0,))
+
+
+def _grid(caps: DeviceCaps, n: int) -> tuple[int, int, int]:
+    return looped_grid(caps, -(-n // ELEMENTWISE_WORKGROUP))

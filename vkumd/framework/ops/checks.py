@@ -1,0 +1,195 @@
+"""Argument checks every op shares: tensors, dtypes, scalars, ``out=`` and broadcasting.
+
+Each check names the op and the argument in its message, says what was expected and what to
+do, and raises a :class:`~vkumd.errors.VkumdTypeError` or
+:class:`~vkumd.errors.VkumdValueError` (or :class:`~vkumd.errors.CapabilityMissing` for a
+type the device cannot store), so a bad call never reaches the planner or the driver.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
+from vkumd.framework import dtypes
+from vkumd.framework.tensor import Tensor
+
+# The float types the row, activation and attention kernels take.
+FLOATS = ("float32", "float16", "bfloat16")
+
+
+def check_tensor(op: str, t: Any, what: str) -> Tensor:
+    """``t`` as a live tensor of an open context.
+
+    Raises:
+        VkumdTypeError: ``t`` is not a vkumd Tensor.
+        ContextClosed: its context was closed.
+        VkumdValueError: it was released.
+    """
+    if not isinstance(t, Tensor):
+        raise VkumdTypeError(f"{op}: {what} must be a vkumd Tensor, not {type(t).__name__}; "
+                             "convert with ctx.tensor(array)")
+    t.context.check_open(op)
+    if t.released:
+        raise VkumdValueError(f"{op}: {what} was released")
+    return t
+
+
+def check_dtype(op: str, t: Tensor, what: str, allowed: Iterable[str]) -> dtypes.DType:
+    """``t``'s dtype, refusing one outside ``allowed`` or one its device cannot store.
+
+    Raises:
+        VkumdTypeError: the dtype is not in ``allowed``.
+        CapabilityMissing: a 16-bit or 8-bit type on a device without that storage.
+    """
+    dt = t.dtype
+    if dt.name not in allowed:
+        raise VkumdTypeError(f"{op}: {what} is {dt.name}, which is not supported; {op} takes "
+                             f"{', '.join(allowed)} (cast() converts)")
+    check_storage(op, dt, t.context)
+    return dt
+
+
+def check_storage(op: str, dt: dtypes.DType, context: Any) -> None:
+    """Refuse a 16-bit or 8-bit dtype on a device that cannot store it in buffers.
+
+    Raises:
+        CapabilityMissing: ``storageBuffer16BitAccess`` or ``storageBuffer8BitAccess`` is
+            missing.
+    """
+    caps = context.caps
+    if dt.itemsize == 2 and not caps.storage_16bit:
+        raise CapabilityMissing(f"{op}: {dt.name} tensors need 16-bit storage "
+                                f"(storageBuffer16BitAccess), which {caps.name} lacks; use "
+                                "float32")
+    if dt.itemsize == 1 and not (caps.storage_8bit and caps.shader_int8):
+        raise CapabilityMissing(f"{op}: {dt.name} tensors need 8-bit storage and int8 "
+                                f"arithmetic, which {caps.name} lacks")
+
+
+def check_float(op: str, t: Any, what: str = "x") -> Tensor:
+    """``t`` as a live float32, float16 or bfloat16 tensor its device can store."""
+    t = check_tensor(op, t, what)
+    check_dtype(op, t, what, FLOATS)
+    return t
+
+
+def check_same(op: str, x: Tensor, other: Any, what: str) -> Tensor:
+    """``other`` as a live tensor of ``x``'s context and dtype.
+
+    Raises:
+        VkumdTypeError: not a tensor, or of another dtype.
+        VkumdValueError: released, or of another context.
+    """
+    other = check_tensor(op, other, what)
+    check_context(op, x, other, what)
+    if other.dtype is not x.dtype:
+        raise VkumdTypeError(f"{op}: {what} is {other.dtype.name} but x is {x.dtype.name}; "
+                             "cast it to x's dtype")
+    return other
+
+
+def check_context(op: str, x: Tensor, other: Tensor, what: str) -> None:
+    """Refuse ``other`` when it belongs to another context than ``x``.
+
+    Raises:
+        VkumdValueError: the contexts differ.
+    """
+    if other.context is not x.context:
+        raise VkumdValueError(f"{op}: {what} belongs to a different context than the other "
+                              "operands; move it with ctx.tensor(other.numpy())")
+
+
+def check_real(op: str, value: Any, what: str, *, finite: bool = False) -> float:
+    """``value`` as a float, refusing bools and non-numbers (and, if asked, inf and NaN).
+
+    Raises:
+        VkumdTypeError: not a real number.
+        VkumdValueError: not finite, with ``finite=True``.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise VkumdTypeError(f"{op}: {what} must be a real number, not {type(value).__name__}")
+    result = float(value)
+    if finite and not math.isfinite(result):
+        raise VkumdValueError(f"{op}: {what}={value!r} is not finite")
+    return result
+
+
+def check_bool(op: str, value: Any, what: str) -> bool:
+    """``value`` as a bool, refusing anything else (a string ``"yes"`` is not true).
+
+    Raises:
+        VkumdTypeError: ``value`` is not a bool.
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise VkumdTypeError(f"{op}: {what} must be a bool (True or False), not {value!r}")
+    return bool(value)
+
+
+def output(op: str, context: Any, out: Any, shape: tuple[int, ...], dtype: dtypes.DType,
+           inputs: Iterable[Tensor | None] = ()) -> Tensor:
+    """``out`` checked against ``shape`` and ``dtype``, or a new tensor when it is None.
+
+    Args:
+        inputs: tensors the kernel reads while it writes ``out``; ``out`` may not be one of
+            them (the kernel would read what it overwrites).
+
+    Raises:
+        VkumdTypeError: ``out`` is not a tensor.
+        VkumdValueError: ``out`` is released, of another context, shape or dtype, or shares
+            memory with an input.
+    """
+    if out is None:
+        return context.empty(shape, dtype)
+    check_tensor(op, out, "out=")
+    if out.context is not context:
+        raise VkumdValueError(f"{op}: out= belongs to a different context than the inputs")
+    if out.shape != shape or out.dtype is not dtype:
+        raise VkumdValueError(f"{op}: out= has shape {out.shape} and dtype {out.dtype.name}; "
+                              f"expected {shape} and {dtype.name}")
+    allocation = out.allocation
+    if allocation is not None:
+        for t in inputs:
+            if t is not None and t.allocation is allocation:
+                raise VkumdValueError(f"{op}: out= is the same tensor as an input; the kernel "
+                                      "would read what it overwrites. Use a new output")
+    return out
+
+
+def leading_rows(op: str, x: Tensor) -> tuple[int, int]:
+    """``(rows, cols)`` of ``x`` seen as rows of its last dimension.
+
+    Raises:
+        VkumdValueError: ``x`` is 0-d.
+    """
+    if x.ndim == 0:
+        raise VkumdValueError(f"{op}: x is 0-d; it works over the last dimension, so x needs "
+                              "at least one (reshape it to (1,))")
+    return math.prod(x.shape[:-1]), x.shape[-1]
+
+
+def broadcast(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """The numpy broadcast of ``shapes``.
+
+    Raises:
+        VkumdValueError: the shapes do not broadcast.
+    """
+    if all(shape == shapes[0] for shape in shapes):
+        return shapes[0]
+    try:
+        return _broadcast(shapes)
+    except ValueError:
+        listed = " and ".join(str(s) for s in shapes)
+        raise VkumdValueError(f"{op}: shapes {listed} do not broadcast") from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _broadcast(shapes: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    # np.broadcast_shapes costs microseconds; programs repeat a few shapes.
+    return tuple(np.broadcast_shapes(*shapes))
