@@ -42,7 +42,7 @@ import numpy as np
 
 import vkumd
 from vkumd import ops
-from vkumd.compiler.kernels.gemm_plan import GemmShape, choose_variant
+from vkumd.compiler.kernels.gemm_choice import GemmShape, choose_variant
 from vkumd.timing import median_seconds
 
 SQUARE = [512, 1024, 2048]

@@ -240,7 +240,7 @@ def forced(name: str, value: str | None) -> Iterator[None]:
 def gemm_case(ctx: vkumd.Context, peer: Any, m: int, n: int, k: int, dtype: str, label: str,
               variant: str | None = None, tile: str | None = None) -> dict:
     """One GEMM shape: vkumd (optionally a forced variant or tile config) against the peer."""
-    from vkumd.compiler.kernels.gemm_plan import GemmShape, choose_variant
+    from vkumd.compiler.kernels.gemm_choice import GemmShape, choose_variant
 
     row: dict[str, Any] = {"case": label, "m": m, "n": n, "k": k, "dtype": dtype,
                            "flop": 2.0 * m * n * k}

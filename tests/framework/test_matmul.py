@@ -27,7 +27,7 @@ from vkumd.compiler.kernels.gemm import (
     parse_coopmat_tile,
     usable_coopmat_shape,
 )
-from vkumd.compiler.kernels.gemm_plan import (
+from vkumd.compiler.kernels.gemm_choice import (
     GemmShape,
     available_variants,
     choose_variant,
@@ -515,7 +515,7 @@ def test_coopmat_variant_is_chosen_and_matches(ctx, monkeypatch: pytest.MonkeyPa
     # with COOPMAT_ON_CPU.
     gpu = dataclasses.replace(ctx.caps, device_type="discrete")
     assert choose_variant(gpu, "float16", GemmShape(m, n, k)).name == "coopmat"
-    monkeypatch.setattr(sys.modules["vkumd.compiler.kernels.gemm_plan"], "COOPMAT_ON_CPU", True)
+    monkeypatch.setattr(sys.modules["vkumd.compiler.kernels.gemm_choice"], "COOPMAT_ON_CPU", True)
     assert choose_variant(ctx.caps, "float16", GemmShape(m, n, k)).name == "coopmat"
     err = run_case(ctx, m, n, k, dtype="float16")  # the default choice, now coopmat
     assert err < TOL["float16"], f"coopmat {m}x{n}x{k}: {err:.2e}"

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from vkumd.compiler.kernels.gemm_plan import GemmShape, choose_variant
+from vkumd.compiler.kernels.gemm_choice import GemmShape, choose_variant
 from vkumd.framework import ops
 from vkumd.framework.context import Context
 from vkumd.timing import median_seconds

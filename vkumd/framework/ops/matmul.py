@@ -35,7 +35,8 @@ import math
 from typing import Any
 
 from vkumd.compiler.kernels import ACTIVATIONS
-from vkumd.compiler.kernels.gemm_plan import GEMM_CODES, GemmProblem, GemmShape, gemm_plan
+from vkumd.compiler.kernels.gemm_choice import GEMM_CODES, GemmShape
+from vkumd.compiler.kernels.gemm_plan import GemmProblem, gemm_plan
 from vkumd.compiler.registry import effective_caps
 from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
