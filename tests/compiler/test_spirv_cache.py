@@ -260,6 +260,19 @@ def test_check_spirv_accepts_compiled_and_rejects_garbage() -> None:
         assert check_spirv(data) is not None, kind
 
 
+def test_garbage_is_also_refused_by_spirv_val(tmp_path: Path) -> None:
+    """The walk is no stricter than the spec: spirv-val refuses every garbage kind too."""
+    from test_spirv_val import TARGET_ENV, spirv_val  # same directory; pytest puts it on the path
+
+    spirv = _compile(SpirvCache(disk=False))
+    module = tmp_path / "module.spv"
+    for kind, data in {"compiled": spirv, **_garbage(spirv)}.items():
+        module.write_bytes(data)
+        done = subprocess.run([str(spirv_val()), "--target-env", TARGET_ENV, str(module)],
+                              capture_output=True, text=True, timeout=60)
+        assert (done.returncode == 0) == (kind == "compiled"), (kind, done.stderr)
+
+
 def test_swapped_entries_are_misses(caplog: pytest.LogCaptureFixture) -> None:
     first = SpirvCache()
     two, three = _compile(first), _compile(first, {"SCALE": "3.0"})
