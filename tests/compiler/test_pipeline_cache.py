@@ -271,6 +271,12 @@ FORGERIES = {
 }
 
 
+def test_header_size_beyond_the_file_is_refused(caps: vkumd.DeviceCaps, cache_root: Path
+                                                ) -> None:
+    header = _VK_HEADER.pack(4096, 1, caps.vendor_id, caps.device_id, caps.pipeline_cache_uuid)
+    assert check_payload(_blob(header, caps), caps, _secret()) == "header size 4096 out of range"
+
+
 @pytest.mark.parametrize("forgery", sorted(FORGERIES))
 def test_forged_file_never_reaches_the_driver(forgery: str, caps: vkumd.DeviceCaps,
                                               cache_root: Path,

@@ -86,8 +86,10 @@ def check_payload(data: bytes, caps: DeviceCaps, secret: bytes) -> str | None:
         return ("checksum mismatch (damaged, truncated, renamed from another device's file, "
                 "or written without this directory's secret)")
     size, version, vendor, device, uuid = _HEADER.unpack_from(payload)
-    if version != _HEADER_VERSION_ONE or size < _HEADER.size or size > len(payload):
+    if version != _HEADER_VERSION_ONE:
         return f"unknown header version {version}"
+    if not _HEADER.size <= size <= len(payload):
+        return f"header size {size} out of range"
     if (vendor, device, uuid) != (caps.vendor_id, caps.device_id, caps.pipeline_cache_uuid):
         return "made by another device or driver"
     return None
