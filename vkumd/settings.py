@@ -3,12 +3,21 @@
 Every variable the package honours is listed in :data:`VARIABLES` with its meaning; the README
 table is written from the same list. Functions here read the environment at call time so a
 test can change a variable with ``monkeypatch.setenv``.
+
+Readers are strict: a value that is not one of the documented spellings raises
+:class:`~vkumd.errors.VkumdValueError` rather than being read as "off" (``VKUMD_VALIDATION=2``
+must not silently run without validation). :func:`check_environment` applies every reader at
+once, so a ``Context`` refuses a bad variable before it creates anything.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from fractions import Fraction
 from pathlib import Path
+
+from vkumd.errors import VkumdValueError
 
 VARIABLES: dict[str, str] = {
     "VKUMD_DEVICE": "Device to use: an index into `vkumd.devices()` or a substring of its name.",
@@ -44,12 +53,44 @@ VARIABLES: dict[str, str] = {
 }
 
 
+# The variables read with flag(); tests check every entry of VARIABLES documented as a `1`
+# switch is here and every flag() call in the package names one of these.
+FLAGS: frozenset[str] = frozenset({
+    "VKUMD_VALIDATION", "VKUMD_SYNC_VALIDATION", "VKUMD_CACHE", "VKUMD_DISABLE_COOPMAT",
+    "VKUMD_DISABLE_FP16", "VKUMD_DISABLE_PUSH_DESCRIPTORS", "VKUMD_DISABLE_TIMELINE_SEMAPHORES",
+    "VKUMD_ZERO_MEMORY", "VKUMD_DEVICE_ONLY_MEMORY",
+})
+TRUE_SPELLINGS = ("1", "true", "yes", "on")
+FALSE_SPELLINGS = ("0", "false", "no", "off")
+
+
 def flag(name: str, default: bool = False) -> bool:
-    """Return a boolean variable: ``1/true/yes/on`` are true, ``0/false/no/off`` false."""
+    """Return a boolean variable.
+
+    Args:
+        name: the variable.
+        default: the value when it is unset.
+
+    Returns:
+        ``True`` for ``1/true/yes/on``, ``False`` for ``0/false/no/off`` or empty (any case,
+        surrounding blanks ignored), ``default`` when unset.
+
+    Raises:
+        VkumdValueError: any other value (``2``, ``maybe``, ``enabled``), naming the variable,
+            the value and the accepted spellings.
+    """
     value = os.environ.get(name)
-    if value is None or value.strip() == "":
+    if value is None:
         return default
-    return value.strip().lower() in ("1", "true", "yes", "on")
+    word = value.strip().lower()
+    if word in TRUE_SPELLINGS:
+        return True
+    if word in FALSE_SPELLINGS or word == "":
+        return False
+    raise VkumdValueError(
+        f"{name}={value!r} is neither on nor off; set it to one of "
+        f"{', '.join(TRUE_SPELLINGS)} (on) or {', '.join(FALSE_SPELLINGS)} or empty (off), "
+        "or unset it")
 
 
 def text(name: str) -> str | None:
@@ -77,11 +118,54 @@ _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb":
           "tb": 1000**4, "tib": 1024**4}
 
 
+# A decimal number (no sign, exponent, underscores, inf or nan) and an optional unit.
+_SIZE = re.compile(r"(\d+(?:\.\d+)?|\.\d+)([a-z]*)")
+MAX_SIZE = 2**64 - 1  # VkDeviceSize
+
+
 def parse_size(value: str) -> int:
-    """Parse ``"512MiB"``, ``"2GB"`` or ``"1048576"`` into bytes; raise ``ValueError`` if not."""
+    """Parse ``"512MiB"``, ``"2GB"``, ``"1.5GiB"`` or ``"1048576"`` into bytes.
+
+    Args:
+        value: a decimal number and an optional unit (b, k/kb, kib, m/mb, mib, g/gb, gib,
+            t/tb, tib; any case, blanks ignored).
+
+    Returns:
+        A whole number of bytes, ``0`` to :data:`MAX_SIZE`.
+
+    Raises:
+        VkumdValueError: anything else: a sign, an exponent (``1e400``), ``nan``/``inf``,
+            an unknown unit, a fraction of a byte, or more than ``MAX_SIZE``.
+    """
     stripped = value.strip().lower().replace(" ", "")
-    digits = stripped.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = stripped[len(digits):]
-    if not digits or unit not in _UNITS:
-        raise ValueError(f"cannot read {value!r} as a size; write e.g. 512MiB, 2GB or 1048576")
-    return int(float(digits) * _UNITS[unit])
+    match = _SIZE.fullmatch(stripped)
+    hint = "write a whole number of bytes or a decimal with a unit, e.g. 512MiB, 2GB, 1048576"
+    if match is None or match.group(2) not in _UNITS:
+        raise VkumdValueError(f"cannot read {value!r} as a size; {hint}")
+    # Fraction, not float: exact for every decimal, and no overflow to inf.
+    size = Fraction(match.group(1)) * _UNITS[match.group(2)]
+    if size.denominator != 1:
+        raise VkumdValueError(f"{value!r} is not a whole number of bytes ({float(size)}); "
+                              f"{hint}")
+    if size > MAX_SIZE:
+        raise VkumdValueError(f"{value!r} is more than {MAX_SIZE} bytes; {hint}")
+    return int(size)
+
+
+def check_environment() -> None:
+    """Read every ``VKUMD_*`` flag and size that is set, raising on the first bad one.
+
+    A ``Context`` calls this first, so a typo stops it before it creates any Vulkan object,
+    rather than when (or whether) some later code path happens to read the variable.
+
+    Raises:
+        VkumdValueError: a flag or size variable has a value its reader refuses.
+    """
+    for name in sorted(FLAGS):
+        flag(name)
+    limit = text("VKUMD_MEMORY_LIMIT")
+    if limit is not None:
+        try:
+            parse_size(limit)
+        except VkumdValueError as exc:
+            raise VkumdValueError(f"VKUMD_MEMORY_LIMIT: {exc}") from None

@@ -6,10 +6,15 @@ the one that context wrote. A damaged, foreign or unwritable cache must only cos
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
+import stat
 import struct
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +22,15 @@ import numpy as np
 import pytest
 
 import vkumd
-from vkumd.compiler.pipeline_cache import MAGIC, PipelineCache, cache_file, check_payload
+from vkumd import settings
+from vkumd.compiler.cache_files import load_secret
+from vkumd.compiler.pipeline_cache import (
+    MAGIC,
+    PipelineCache,
+    cache_file,
+    check_payload,
+    encode_file,
+)
 from vkumd.framework.ops import add
 
 _VK_HEADER = struct.Struct("<IIII16s")  # VkPipelineCacheHeaderVersionOne
@@ -53,8 +66,15 @@ def _run_once() -> tuple[int, Path | None]:
     return loaded, path
 
 
-def _blob(payload: bytes) -> bytes:
-    return MAGIC + hashlib.sha256(payload).digest() + payload
+def _secret() -> bytes:
+    secret = load_secret(settings.cache_dir())
+    assert secret is not None
+    return secret
+
+
+def _blob(payload: bytes, caps: vkumd.DeviceCaps) -> bytes:
+    """A file as this cache directory would sign it: only the payload is wrong."""
+    return encode_file(payload, caps, _secret())
 
 
 def _warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
@@ -75,7 +95,7 @@ def test_saved_on_close_and_reloaded(caps: vkumd.DeviceCaps, cache_root: Path) -
     assert path == cache_file(caps)
     assert path.is_file()
     data = path.read_bytes()
-    assert check_payload(data, caps) is None
+    assert check_payload(data, caps, _secret()) is None
 
     loaded_again, _ = _run_once()
     assert loaded_again == len(data) - len(MAGIC) - 32 > 0
@@ -123,7 +143,8 @@ def test_corrupt_file_is_ignored_and_replaced(damage: str, caps: vkumd.DeviceCap
     assert loaded == 0
     assert _warnings(caplog, str(path)), f"no warning naming {path}"
 
-    assert check_payload(path.read_bytes(), caps) is None, "the bad file was not replaced"
+    assert check_payload(path.read_bytes(), caps, _secret()) is None, \
+        "the bad file was not replaced"
     caplog.clear()
     assert _run_once()[0] > 0
     assert not _warnings(caplog, str(path))
@@ -152,14 +173,14 @@ def test_foreign_file_is_ignored_and_replaced(field: str, caps: vkumd.DeviceCaps
     path.parent.mkdir(parents=True)
     payload = _foreign_header(caps, **FOREIGN[field]) + b"\0" * 64
     assert payload[:_VK_HEADER.size] != _foreign_header(caps), "pick another foreign value"
-    path.write_bytes(_blob(payload))
-    assert check_payload(path.read_bytes(), caps) == "made by another device or driver"
+    path.write_bytes(_blob(payload, caps))
+    assert check_payload(path.read_bytes(), caps, _secret()) == "made by another device or driver"
 
     caplog.set_level(logging.WARNING, logger="vkumd")
     loaded, _ = _run_once()
     assert loaded == 0
     assert any("another device" in m for m in _warnings(caplog, str(path)))
-    assert check_payload(path.read_bytes(), caps) is None
+    assert check_payload(path.read_bytes(), caps, _secret()) is None
 
 
 def test_unknown_header_version_is_ignored(caps: vkumd.DeviceCaps, cache_root: Path,
@@ -168,7 +189,7 @@ def test_unknown_header_version_is_ignored(caps: vkumd.DeviceCaps, cache_root: P
     path.parent.mkdir(parents=True)
     payload = _VK_HEADER.pack(_VK_HEADER.size, 7, caps.vendor_id, caps.device_id,
                               caps.pipeline_cache_uuid)
-    path.write_bytes(_blob(payload))
+    path.write_bytes(_blob(payload, caps))
     caplog.set_level(logging.WARNING, logger="vkumd")
     assert _run_once()[0] == 0
     assert any("header version 7" in m for m in _warnings(caplog, str(path)))
@@ -230,8 +251,69 @@ def test_explicit_path_and_release_twice(ctx: vkumd.Context, tmp_path: Path) -> 
     cache = PipelineCache(ctx.device.handle, ctx.caps, path=path)
     try:
         assert cache.save() is True
-        assert check_payload(path.read_bytes(), ctx.caps) is None
+        assert check_payload(path.read_bytes(), ctx.caps, load_secret(tmp_path)) is None
     finally:
         cache.release()
         cache.release()
     assert cache.save() is False, "a released cache has nothing to save"
+
+
+FORGERIES = {
+    # The old format: anyone could recompute a plain sha256 over a payload of their making.
+    "unkeyed-sha256": lambda caps, payload: (b"VKUMDPC1" + hashlib.sha256(payload).digest()
+                                             + payload),
+    "unkeyed-sha256-new-magic": lambda caps, payload: (MAGIC + hashlib.sha256(payload).digest()
+                                                       + payload),
+    "another-secret": lambda caps, payload: encode_file(payload, caps, os.urandom(32)),
+    # Signed for another driver version's file name, then renamed to ours.
+    "renamed": lambda caps, payload: encode_file(
+        payload, dataclasses.replace(caps, driver_version=caps.driver_version + 1), _secret()),
+}
+
+
+def test_header_size_beyond_the_file_is_refused(caps: vkumd.DeviceCaps, cache_root: Path
+                                                ) -> None:
+    header = _VK_HEADER.pack(4096, 1, caps.vendor_id, caps.device_id, caps.pipeline_cache_uuid)
+    assert check_payload(_blob(header, caps), caps, _secret()) == "header size 4096 out of range"
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGERIES))
+def test_forged_file_never_reaches_the_driver(forgery: str, caps: vkumd.DeviceCaps,
+                                              cache_root: Path,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A valid Vulkan header followed by garbage, under a checksum the forger could compute."""
+    path = cache_file(caps)
+    path.parent.mkdir(parents=True)
+    payload = _foreign_header(caps) + os.urandom(4096)
+    path.write_bytes(FORGERIES[forgery](caps, payload))
+    caplog.set_level(logging.WARNING, logger="vkumd")
+    loaded, _ = _run_once()
+    assert loaded == 0
+    assert _warnings(caplog, str(path))
+    assert check_payload(path.read_bytes(), caps, _secret()) is None
+
+
+_FIFO_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import vkumd
+    from vkumd.framework.ops import add
+    with vkumd.Context() as context:
+        loaded = context.pipeline_cache.loaded_bytes
+        out = add(context.tensor(np.ones(8, np.float32)), context.tensor(np.ones(8, np.float32)))
+        print(loaded, out.numpy().sum())
+""")
+
+
+def test_fifo_at_cache_path_does_not_hang(caps: vkumd.DeviceCaps, cache_root: Path) -> None:
+    """A FIFO blocks whoever opens it for reading; it must be skipped, unopened, and replaced.
+    In a subprocess with a timeout, so a regression fails rather than hangs."""
+    path = cache_file(caps)
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    done = subprocess.run([sys.executable, "-c", _FIFO_SCRIPT], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "VKUMD_LOG": "warning"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "16.0"]
+    assert "FIFO" in done.stderr and str(path) in done.stderr
+    assert stat.S_ISREG(os.lstat(path).st_mode)
+    assert check_payload(path.read_bytes(), caps, _secret()) is None

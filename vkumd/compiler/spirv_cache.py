@@ -6,18 +6,22 @@ glslang version and :data:`SCHEMA_VERSION`. Entries live in ``settings.cache_dir
 ``VKUMD_CACHE=0`` keeps only the in-memory layer.
 
 Each entry file is ``header + payload``; the header holds a magic, the schema version, the
-payload length and the payload's sha256. A corrupt or truncated entry is logged and counted
-as a miss, and the fresh compile overwrites it. Writes go to a temporary file in the same
-directory followed by ``os.replace``, so concurrent processes never see half an entry.
+payload length and an HMAC-SHA256 of the key and the payload under the cache directory's
+secret (:mod:`vkumd.compiler.cache_files`), so an entry copied over another's name, or
+written by someone who cannot read the secret, does not verify. A payload that verifies is
+still walked as SPIR-V (:func:`check_spirv`) before it reaches the driver. Any entry that
+fails, and anything at an entry's path that is not a regular file, is logged and counted as a
+miss; the fresh compile replaces it through a temporary file and ``os.replace``, so
+concurrent processes never see half an entry. See ``docs/cache.md``.
 """
 
 from __future__ import annotations
 
+import array
 import hashlib
 import logging
-import os
 import struct
-import tempfile
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -26,19 +30,33 @@ from pathlib import Path
 
 from vkumd import settings
 from vkumd.compiler import glslang
+from vkumd.compiler.cache_files import (
+    NotRegularFile,
+    digests_match,
+    keyed_digest,
+    load_secret,
+    read_regular,
+    warn_once,
+    write_atomic,
+)
 from vkumd.compiler.shader_source import expand_source
 
 log = logging.getLogger("vkumd.compiler")
 
-SCHEMA_VERSION = 1
+# 2: the checksum became an HMAC over key and payload (version 1 entries are misses).
+SCHEMA_VERSION = 2
 MAGIC = b"VKUMDSPV"
-# magic, schema version, reserved, payload length, payload sha256
+# magic, schema version, reserved, payload length, HMAC-SHA256(secret; key, payload)
 _HEADER = struct.Struct("<8sIIQ32s")
+_DOMAIN = b"vkumd spirv entry"
+# No kernel comes near this; a larger file is not ours and is not read into memory.
+MAX_ENTRY_BYTES = 64 * 1024 * 1024
 
-# Directories already warned about: an unwritable cache is reported once per process, not
-# once per kernel.
-_WARNED_DIRS: set[Path] = set()
-_WARN_LOCK = threading.Lock()
+SPIRV_MAGIC = 0x07230203
+# SPIR-V's universal limit on result ids (spec, "Universal Limits"), so on the bound too.
+_MAX_BOUND = 0x3FFFFF + 1
+_OP_ENTRY_POINT = 15
+_OP_MEMORY_MODEL = 14
 
 
 @dataclass
@@ -50,7 +68,8 @@ class CacheStats:
         hits_disk: lookups answered by a valid disk entry.
         misses: lookups that compiled.
         compile_seconds: wall time spent compiling on misses.
-        corrupt_entries: disk entries rejected (bad magic, length or checksum).
+        corrupt_entries: disk entries rejected (bad magic, length, keyed checksum or SPIR-V
+            structure, or not a regular file).
         disk_write_errors: entries that could not be written.
     """
 
@@ -86,38 +105,110 @@ def cache_key(expanded_text: str, defines: Sequence[tuple[str, str]], target_env
     return h.hexdigest()
 
 
-def encode_entry(payload: bytes) -> bytes:
-    """Return the on-disk form of a SPIR-V payload: header followed by the payload."""
-    digest = hashlib.sha256(payload).digest()
+def encode_entry(payload: bytes, key: str, secret: bytes) -> bytes:
+    """Return the on-disk form of a SPIR-V payload: header followed by the payload.
+
+    Args:
+        payload: the SPIR-V bytes.
+        key: the entry's :func:`cache_key`; the checksum covers it, so the entry verifies
+            only under its own name.
+        secret: the cache directory's secret.
+
+    Returns:
+        The file's bytes.
+    """
+    digest = _entry_digest(payload, key, secret)
     return _HEADER.pack(MAGIC, SCHEMA_VERSION, 0, len(payload), digest) + payload
 
 
-def decode_entry(data: bytes) -> bytes | None:
-    """Return the payload of an entry file, or ``None`` if it is corrupt or of another schema.
+def _entry_digest(payload: bytes, key: str, secret: bytes) -> bytes:
+    return keyed_digest(secret, _DOMAIN, key.encode("ascii"), payload)
+
+
+def entry_problem(data: bytes, key: str, secret: bytes) -> str | None:
+    """Return why an entry file must not be used, or ``None`` if it is sound.
 
     Args:
         data: the whole file.
+        key: the key it is filed under.
+        secret: the cache directory's secret.
 
     Returns:
-        The SPIR-V bytes when magic, schema, length and checksum all agree.
+        A short reason (for the log), or ``None``.
     """
     if len(data) < _HEADER.size:
-        return None
+        return f"{len(data)} bytes, shorter than the header"
     magic, schema, _reserved, length, digest = _HEADER.unpack_from(data)
     payload = data[_HEADER.size:]
-    if magic != MAGIC or schema != SCHEMA_VERSION or length != len(payload):
-        return None
-    if hashlib.sha256(payload).digest() != digest:
-        return None
-    return payload
+    if magic != MAGIC:
+        return "bad magic"
+    if schema != SCHEMA_VERSION:
+        return f"schema {schema}, not {SCHEMA_VERSION}"
+    if length != len(payload):
+        return f"truncated: header says {length} payload bytes, file has {len(payload)}"
+    if not digests_match(_entry_digest(payload, key, secret), digest):
+        return ("checksum does not match (damaged, filed under another key, or written "
+                "without this directory's secret)")
+    return check_spirv(payload)
+
+
+def decode_entry(data: bytes, key: str, secret: bytes) -> bytes | None:
+    """Return the payload of an entry file, or ``None`` if :func:`entry_problem` finds one."""
+    return None if entry_problem(data, key, secret) is not None else data[_HEADER.size:]
+
+
+def check_spirv(spirv: bytes) -> str | None:
+    """Return why ``spirv`` is not a well-formed SPIR-V compute module, or ``None``.
+
+    A cheap structural check before bytes from disk reach the driver (which may crash or
+    hang on garbage): header fields, then every instruction's word count is nonzero and
+    stays inside the buffer, and an OpEntryPoint and an OpMemoryModel are present. It is not
+    ``spirv-val``; it only guarantees the driver's parser walks a sound instruction stream.
+
+    Args:
+        spirv: the module's bytes (little-endian, as glslang writes it).
+
+    Returns:
+        A short reason, or ``None``.
+    """
+    if len(spirv) % 4:
+        return f"SPIR-V length {len(spirv)} is not a multiple of 4"
+    if len(spirv) < 20:
+        return "SPIR-V shorter than its 5-word header"
+    words = array.array("I", spirv)
+    if sys.byteorder != "little":
+        words.byteswap()
+    if words[0] != SPIRV_MAGIC:
+        return f"bad SPIR-V magic 0x{words[0]:08x}"
+    version = words[1]
+    if version & 0xFF0000FF or (version >> 16) != 1 or ((version >> 8) & 0xFF) > 6:
+        return f"unknown SPIR-V version 0x{version:08x}"
+    if not 0 < words[3] <= _MAX_BOUND:
+        return f"SPIR-V id bound {words[3]} out of range"
+    if words[4] != 0:
+        return "SPIR-V schema word is not 0"
+    seen: set[int] = set()
+    at, count = 5, len(words)
+    while at < count:
+        word_count, opcode = words[at] >> 16, words[at] & 0xFFFF
+        if word_count == 0 or at + word_count > count:
+            return f"SPIR-V instruction at word {at} has word count {word_count} of {count}"
+        seen.add(opcode)
+        at += word_count
+    if _OP_ENTRY_POINT not in seen:
+        return "SPIR-V has no OpEntryPoint"
+    if _OP_MEMORY_MODEL not in seen:
+        return "SPIR-V has no OpMemoryModel"
+    return None
 
 
 class SpirvCache:
     """Compiles GLSL compute shaders once per distinct input, in memory and on disk.
 
     Args:
-        directory: where entries live; ``None`` reads ``settings.cache_dir()/"spirv"`` at
-            each call, so ``VKUMD_CACHE_DIR`` set later still applies.
+        directory: where entries (and then their secret) live; ``None`` reads
+            ``settings.cache_dir()/"spirv"`` at each call, so ``VKUMD_CACHE_DIR`` set later
+            still applies, and keeps the secret in ``settings.cache_dir()``.
         disk: ``False`` disables the disk layer; ``None`` follows ``VKUMD_CACHE``.
         backend: glslang backend passed to :func:`glslang.compile_expanded`.
     """
@@ -130,6 +221,7 @@ class SpirvCache:
         self._memory: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._stats = CacheStats()
+        self._secrets: dict[Path, bytes | None] = {}
 
     @property
     def directory(self) -> Path:
@@ -137,6 +229,14 @@ class SpirvCache:
         if self._directory is not None:
             return self._directory
         return settings.cache_dir() / "spirv"
+
+    @property
+    def secret_directory(self) -> Path:
+        """Where the secret that signs entries lives: the cache root (shared with the
+        pipeline cache), or ``directory`` itself when one was given."""
+        if self._directory is not None:
+            return self._directory
+        return settings.cache_dir()
 
     @property
     def disk_enabled(self) -> bool:
@@ -193,8 +293,9 @@ class SpirvCache:
                 return cached
 
         use_disk = self.disk_enabled
-        if use_disk:
-            payload = self._read(key)
+        secret = self._secret() if use_disk else None
+        if secret is not None:
+            payload = self._read(key, secret)
             if payload is not None:
                 with self._lock:
                     self._stats.hits_disk += 1
@@ -209,58 +310,57 @@ class SpirvCache:
             self._stats.misses += 1
             self._stats.compile_seconds += elapsed
             self._memory[key] = spirv
-        if use_disk:
-            self._write(key, spirv)
+        if secret is not None:
+            self._write(key, spirv, secret)
+        elif use_disk:
+            with self._lock:  # without a secret nothing can be written (load_secret warned)
+                self._stats.disk_write_errors += 1
         return spirv
 
-    def _read(self, key: str) -> bytes | None:
+    def _secret(self) -> bytes | None:
+        # Read once per directory: a secret replaced later by another process costs misses,
+        # not errors, and the syscalls stay off the hit path.
+        directory = self.secret_directory
+        with self._lock:
+            if directory in self._secrets:
+                return self._secrets[directory]
+        secret = load_secret(directory)
+        with self._lock:
+            return self._secrets.setdefault(directory, secret)
+
+    def _read(self, key: str, secret: bytes) -> bytes | None:
         path = self.entry_path(key)
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
+            data = read_regular(path, MAX_ENTRY_BYTES)
+        except NotRegularFile as exc:
+            self._reject(f"SPIR-V cache: {exc}; recompiling and replacing it")
             return None
         except OSError as exc:
             log.debug("SPIR-V cache: cannot read %s: %s", path, exc)
             return None
-        payload = decode_entry(data)
-        if payload is None:
-            log.warning("SPIR-V cache: entry %s is corrupt or truncated (%d bytes); "
-                        "recompiling and overwriting it", path, len(data))
-            with self._lock:
-                self._stats.corrupt_entries += 1
-        return payload
+        if data is None:
+            return None
+        problem = entry_problem(data, key, secret)
+        if problem is not None:
+            self._reject(f"SPIR-V cache: entry {path} is corrupt ({problem}; {len(data)} "
+                         "bytes); recompiling and overwriting it")
+            return None
+        return data[_HEADER.size:]
 
-    def _write(self, key: str, spirv: bytes) -> None:
-        directory = self.directory
-        tmp_name: str | None = None
+    def _reject(self, message: str) -> None:
+        log.warning("%s", message)
+        with self._lock:
+            self._stats.corrupt_entries += 1
+
+    def _write(self, key: str, spirv: bytes, secret: bytes) -> None:
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".tmp",
-                                            dir=directory)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(encode_entry(spirv))
-            os.replace(tmp_name, self.entry_path(key))
-            tmp_name = None
+            write_atomic(self.entry_path(key), encode_entry(spirv, key, secret))
         except OSError as exc:
             with self._lock:
                 self._stats.disk_write_errors += 1
-            _warn_unwritable(directory, exc)
-        finally:
-            if tmp_name is not None:
-                try:
-                    os.unlink(tmp_name)
-                except OSError:
-                    pass
-
-
-def _warn_unwritable(directory: Path, exc: OSError) -> None:
-    with _WARN_LOCK:
-        if directory in _WARNED_DIRS:
-            return
-        _WARNED_DIRS.add(directory)
-    log.warning("SPIR-V cache directory %s is not writable (%s); continuing without the "
-                "disk cache. Set VKUMD_CACHE_DIR to a writable directory or VKUMD_CACHE=0.",
-                directory, exc)
+            warn_once(("unwritable", self.directory), "SPIR-V cache directory %s is not "
+                      "writable (%s); continuing without the disk cache. Set VKUMD_CACHE_DIR "
+                      "to a writable directory or VKUMD_CACHE=0.", self.directory, exc)
 
 
 _DEFAULT: SpirvCache | None = None

@@ -70,6 +70,7 @@ class RuntimeContext(Handle):
                  device_only_memory: bool | None = None) -> None:
         super().__init__()
         self._close_lock = threading.Lock()
+        settings.check_environment()  # a bad VKUMD_* value stops us before any Vulkan object
         self.instance = Instance(validation=validation)
         try:
             found = enumerate_caps(self.instance)
