@@ -292,6 +292,32 @@ def test_timeout_raises_and_leaves_the_context_usable(ctx) -> None:
     stream.release()
 
 
+@pytest.mark.parametrize("where", ["stream", "context", "event"])
+def test_a_timeout_that_is_not_seconds_is_a_typed_error(ctx, where) -> None:
+    stream = ctx.stream()
+    event = stream.record()
+    wait = {"stream": stream.synchronize, "context": ctx.synchronize,
+            "event": event.synchronize}[where]
+    for bad in ("1", [1], True, None.__class__):
+        with pytest.raises(vkumd.VkumdTypeError, match="timeout=.*number of seconds"):
+            wait(timeout=bad)
+    with pytest.raises(vkumd.VkumdValueError, match="negative or NaN"):
+        wait(timeout=float("nan"))
+    wait(timeout=2.5)
+    wait(timeout=np.float32(1))
+    stream.release()
+
+
+def test_context_synchronize_with_a_timeout(ctx) -> None:
+    stream = ctx.stream()
+    big = _heavy_work(ctx, stream)
+    with pytest.raises(vkumd.TimeoutError, match="had not finished"):
+        ctx.synchronize(timeout=0)
+    ctx.synchronize(timeout=60)
+    assert big.numpy()[0] == 4096.0
+    stream.release()
+
+
 class _LosingLib:
     """Forwards to the real binding, except that waits report a lost device."""
 
@@ -354,3 +380,20 @@ def test_events_fall_back_to_host_time_without_timestamp_queries(ctx, monkeypatc
     assert end.elapsed_time(start) <= 0.0 <= start.elapsed_time(end)
     assert start.timestamp_ns() == start.host_ns
     stream.release()
+
+
+def test_streams_captures_and_events_do_not_import_the_context() -> None:
+    """The context builds on these modules; an import back up would tie the knot again."""
+    import ast
+    import pathlib
+
+    import vkumd.runtime
+
+    folder = pathlib.Path(vkumd.runtime.__file__).parent
+    for name in ("stream.py", "capture.py", "current.py", "event.py"):
+        tree = ast.parse((folder / name).read_text(encoding="utf-8"))
+        for node in tree.body:  # module level only; `if TYPE_CHECKING:` blocks are skipped
+            if isinstance(node, ast.ImportFrom):
+                assert node.module != "vkumd.runtime.context", f"{name} imports the context"
+            if isinstance(node, ast.Import):
+                assert all(a.name != "vkumd.runtime.context" for a in node.names), name

@@ -6,8 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from vkumd.errors import VkumdValueError
+from vkumd.errors import CapabilityMissing, CaptureError, VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
+from vkumd.framework.ops import elementwise
 from vkumd.framework.tensor import Tensor, normalize_shape
 from vkumd.runtime.context import RuntimeContext
 
@@ -51,8 +52,29 @@ class Context(RuntimeContext):
         return self._new_tensor(normalize_shape(shape), dtypes.dtype(dtype), zero=False)
 
     def zeros(self, shape: Any, dtype: Any = "float32") -> Tensor:
-        """A tensor filled with zeros."""
-        return self._new_tensor(normalize_shape(shape), dtypes.dtype(dtype), zero=True)
+        """A tensor filled with zeros.
+
+        Inside ``ctx.capture()`` the zero fill is recorded into the graph, so every replay
+        starts from zeros (a fill at capture time would let replays accumulate).
+
+        Raises:
+            CaptureError: inside a capture, for a dtype the fill kernel does not take (int8,
+                uint8) or the device cannot store; create that tensor before the capture.
+        """
+        dims, dt = normalize_shape(shape), dtypes.dtype(dtype)
+        if not self.capturing:
+            return self._new_tensor(dims, dt, zero=True)
+        result = self._new_tensor(dims, dt, zero=False)
+        try:
+            return elementwise.fill(result, 0)
+        except (VkumdTypeError, CapabilityMissing) as exc:
+            result.release()
+            raise CaptureError(f"ctx.zeros(dtype={dt.name}) inside ctx.capture(): its zero fill "
+                               f"cannot be recorded into the graph ({exc}); create the tensor "
+                               "before the capture") from exc
+        except BaseException:
+            result.release()
+            raise
 
     def tensor(self, array: Any, dtype: Any = None) -> Tensor:
         """Copy ``array`` (anything numpy accepts) to a new tensor.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -11,7 +12,6 @@ from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.dtypes import DType
 from vkumd.runtime.memory import Allocation
-from vkumd.vk.binding import ffi
 from vkumd.vk.handle import Handle
 
 if TYPE_CHECKING:
@@ -138,7 +138,12 @@ class Tensor(Handle):
 
     # -- DLPack -------------------------------------------------------------------------
     def __dlpack_device__(self) -> tuple[int, int]:
-        """``(kDLCPU, 0)`` for host-visible tensors; device memory is ``(kDLVulkan, index)``."""
+        """``(kDLCPU, 0)`` for host-visible tensors; device memory is ``(kDLVulkan, index)``.
+
+        Raises:
+            ContextClosed: the context was closed.
+        """
+        self.context.check_open("Tensor.__dlpack_device__()")
         if self.allocation is None or self.allocation.host_visible:
             return (DLPACK_CPU, 0)
         return (DLPACK_VULKAN, self.context.caps.index)
@@ -146,15 +151,23 @@ class Tensor(Handle):
     def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
         """Export the tensor's memory without a copy (host-visible tensors only).
 
-        The consumer shares the bytes; this tensor stays alive until the consumer lets go.
+        The consumer shares the bytes, after the work submitted so far that uses the tensor
+        (later device work is not ordered against the consumer's reads). The memory stays
+        allocated while the consumer holds the view: after ``release()`` of this tensor it
+        is not reused until the view dies, and after ``ctx.close()`` the memory stays mapped
+        (and the device open) until the last view dies, so reading the view never touches
+        freed memory.
 
         Raises:
-            VkumdValueError: the tensor lives in memory the host cannot map (a discrete GPU,
-                or ``device_only_memory``), or is bfloat16 (which numpy cannot read).
+            ContextClosed: the context was closed.
+            VkumdValueError: the tensor was released, lives in memory the host cannot map (a
+                discrete GPU, or ``device_only_memory``), or is bfloat16 (which numpy cannot
+                read).
         """
         return self._host_array("__dlpack__").__dlpack__(**kwargs)
 
     def _host_array(self, what: str) -> np.ndarray:
+        """A numpy array over the tensor's mapped memory that pins it while it lives."""
         allocation = self._live_allocation(what)
         if self.dtype is dtypes.bfloat16:
             raise VkumdValueError(f"{what}: bfloat16 tensors cannot be shared with numpy; "
@@ -168,11 +181,13 @@ class Tensor(Handle):
                 "without a copy; copy it to the host with .numpy() instead")
         self.context.before_host_access(self, what)
         allocation.invalidate()
-        pointer = ffi.cast("uint8_t*", allocation.block.mapped + allocation.offset)
-        # The destructor closure holds the tensor, so the memory outlives every view of it.
-        pinned = ffi.gc(pointer, lambda _p, _owner=self: None)
-        return np.frombuffer(ffi.buffer(pinned, self.nbytes),
-                             dtype=self.dtype.storage).reshape(self.shape)
+        flat = np.frombuffer(allocation.host_view(), dtype=self.dtype.storage, count=self.size)
+        # Every view the consumer makes keeps `flat` alive, and `flat` is the one owner of the
+        # memoryview over the mapping; when it dies, no view is left.
+        self.context.pin_host_view(allocation)
+        done = weakref.finalize(flat, self.context.unpin_host_view, allocation)
+        done.atexit = False  # at exit the process frees everything; views may outlive this
+        return flat.reshape(self.shape)
 
     # -- lifetime -----------------------------------------------------------------------
     def _release(self) -> None:

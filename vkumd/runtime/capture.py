@@ -4,7 +4,8 @@
 record into the graph's reusable command buffer instead of running. ``graph.replay()`` then
 submits that command buffer on a stream with no Python-side recording at all. Inputs change
 by writing new values into the tensors the capture used; every tensor the graph touches
-stays allocated until the graph is released, even if the program drops it.
+stays allocated until the graph is released, even if the program drops it: the graph pins
+its memory in the context's :class:`MemoryPins`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from vkumd.errors import CaptureError, VkumdError, VkumdTypeError
+from vkumd.runtime.memory import Allocation
 from vkumd.runtime.stream import MemoryKey, Stream
 from vkumd.submission.batch import Batch
 from vkumd.submission.descriptors import BufferRange
@@ -21,6 +23,45 @@ from vkumd.submission.submitter import Submitter
 
 if TYPE_CHECKING:
     from vkumd.runtime.context import RuntimeContext
+
+
+class MemoryPins:
+    """Counts, per memory range, the holders that need it to stay allocated.
+
+    Holders are live graphs (which replay into their tensors' memory long after the program
+    dropped them) and host views exported through DLPack. A tensor released while its
+    memory is pinned parks the allocation here; the last :meth:`unpin` hands it back for the
+    context to free.
+    """
+
+    def __init__(self) -> None:
+        self._refs: dict[MemoryKey, int] = {}
+        self._parked: dict[MemoryKey, Allocation] = {}
+        # Host views are unpinned by the garbage collector, from whichever thread runs it.
+        self._lock = threading.Lock()
+
+    def pin(self, key: MemoryKey) -> None:
+        """Add one holder of the memory at ``key``."""
+        with self._lock:
+            self._refs[key] = self._refs.get(key, 0) + 1
+
+    def unpin(self, key: MemoryKey) -> Allocation | None:
+        """Drop one holder of ``key``; return its parked allocation once none is left."""
+        with self._lock:
+            refs = self._refs.get(key, 0) - 1
+            if refs > 0:
+                self._refs[key] = refs
+                return None
+            self._refs.pop(key, None)
+            return self._parked.pop(key, None)
+
+    def park(self, key: MemoryKey, allocation: Allocation) -> bool:
+        """Keep a released ``allocation`` while ``key`` is pinned; return whether it was."""
+        with self._lock:
+            if key not in self._refs:
+                return False
+            self._parked[key] = allocation
+            return True
 
 
 class Graph:
@@ -47,43 +88,69 @@ class Graph:
         self.copies = 0
         self.replays = 0
         self.released = False
+        self.capturing = True
+        """Whether the ``with ctx.capture()`` block that fills the graph is still open."""
         self._batch: Batch | None = None
         self._in_flight: dict[Stream, int] = {}
         self._lock = threading.Lock()
 
+    def _check_usable(self, what: str) -> None:
+        self.context.check_open(what)
+        if self.released:
+            raise VkumdError(f"{what}: the graph was released; capture it again")
+
     # -- capture ---------------------------------------------------------------------------
-    def _record(self) -> Batch:
+    def _record(self, what: str) -> Batch:
+        self._check_usable(what)
+        if not self.capturing:
+            raise CaptureError(f"{what}: this graph's capture has ended; capture a new graph")
         if self._batch is None:
-            if self.commands:
-                raise CaptureError("this graph's capture has ended; capture a new graph")
             # The first command orders the graph after whatever ran before each replay.
             self._batch = self.submitter.begin(reusable=True, after_earlier_work=True)
         return self._batch
 
-    def _dispatch(self, program: Any, buffers: Sequence[BufferRange], push: bytes,
-                  groups: tuple[int, int, int], writes: Sequence[int]) -> None:
-        batch = self._record()
+    def record_dispatch(self, program: Any, buffers: Sequence[BufferRange], push: bytes,
+                        groups: tuple[int, int, int], writes: Sequence[int]) -> None:
+        """Record one dispatch into the graph (what :meth:`CaptureStream.dispatch` does).
+
+        Raises:
+            CaptureError: the capture has ended.
+            ContextClosed: the context was closed.
+        """
+        batch = self._record("capturing a dispatch")
         batch.dispatch(program, buffers, push, groups, writes)
         self.dispatches += 1
         self._pin(buffers)
+
+    def record_copy(self, src: BufferRange, dst: BufferRange) -> None:
+        """Record a device copy of all of ``src`` into the start of ``dst``.
+
+        Raises:
+            CaptureError: the capture has ended.
+            ContextClosed: the context was closed.
+        """
+        batch = self._record("capturing a copy")
+        batch.copy(src, dst)
+        self.copies += 1
+        self._pin((src, dst))
 
     def _pin(self, buffers: Sequence[BufferRange]) -> None:
         for buffer, offset, _ in buffers:
             key = (buffer, offset)
             if key not in self.keys:
                 self.keys.add(key)
-                self.context.pin_for_graph(key)
+                self.context.pins.pin(key)
 
-    def _copy(self, src: BufferRange, dst: BufferRange) -> None:
-        batch = self._record()
-        batch.copy(src, dst)
-        self.copies += 1
-        self._pin((src, dst))
+    def end_capture(self, failed: BaseException | None) -> None:
+        """Finish the capture: keep the recorded commands, or drop them if it ``failed``.
 
-    def _end_capture(self, failed: BaseException | None) -> None:
+        Called by ``ctx.capture()`` as its block ends; later recording raises
+        :class:`~vkumd.errors.CaptureError`.
+        """
+        self.capturing = False
         batch, self._batch = self._batch, None
-        if batch is None:
-            return
+        if batch is None or self.released:
+            return  # a release (or the context's close) freed the batch's command buffer
         if failed is not None or batch.broken is not None:
             self.submitter.discard(batch)
             return
@@ -98,30 +165,34 @@ class Graph:
         work already recorded there. Returns without waiting.
 
         Raises:
-            VkumdError: the graph was released, or captured nothing.
+            ContextClosed: the context was closed.
+            CaptureError: called inside ``ctx.capture()`` without a stream.
+            VkumdError: the graph or the stream was released, the graph captured nothing, or
+                the stream is a transfer stream or belongs to another context.
+            VkumdTypeError: ``stream`` is not a vkumd Stream.
         """
-        if self.released:
-            raise VkumdError("the graph was released; capture it again")
+        self._check_usable("replaying a graph")
         if not self.commands:
             raise VkumdError("the graph captured no work; nothing to replay")
         context = self.context
         if stream is None:
-            stream = context.current_stream()
+            current = context.current_stream()
+            if isinstance(current, CaptureStream):
+                raise CaptureError("graph.replay() inside ctx.capture(): graphs do not nest; "
+                                   "replay it before or after the capture block, or pass "
+                                   "replay(stream=...) to run it on a stream now")
+            stream = current
         elif not isinstance(stream, Stream):
             raise VkumdTypeError(f"replay(stream=...) takes a vkumd Stream, not "
                                  f"{type(stream).__name__}")
         if not stream.compute or stream.context is not context:
             raise VkumdError("replay needs a compute stream of the graph's context")
-        context.check_open("replaying a graph")
-        with stream._lock:
-            stream._submit()
-            submitter = stream.submitter
-            value = submitter.submit(self.commands, pools=[], waits=stream._take_waits(),
-                                     describe=f"replay of a graph of {self.dispatches} "
-                                              "dispatch(es)")
-            uses = stream.uses
-            for key in self.keys:
-                uses[key] = value
+        if stream.released:
+            raise VkumdError(f"replay(stream=...): {stream.name} was released; replay on a "
+                             "live stream")
+        value = stream.submit_commands(
+            self.commands, self.keys,
+            describe=f"replay of a graph of {self.dispatches} dispatch(es)")
         with self._lock:
             self._in_flight[stream] = value
         self.replays += 1
@@ -129,23 +200,26 @@ class Graph:
     def release(self) -> None:
         """Wait for replays in flight, free the command buffer and unpin the graph's memory.
 
-        Safe to call twice.
+        Safe to call twice, and after the context closed (which released the graph).
         """
         if self.released:
             return
         self.released = True
         context = self.context
-        if not context.released:
+        if not context.closed:
             for stream, value in list(self._in_flight.items()):
                 if not stream.released:
                     stream.wait_value(value)
-            context.unpin_graph(self)
+            for key in self.keys:
+                allocation = context.pins.unpin(key)
+                if allocation is not None:
+                    context.release_tensor_memory(allocation)
         self._in_flight.clear()
         self.submitter.release()
 
     def __del__(self) -> None:
         try:
-            if not self.released and not self.context.released:
+            if not self.released and not self.context.closed:
                 self.release()
         except Exception:  # noqa: BLE001 - never raise from a finaliser at shutdown
             pass
@@ -168,11 +242,11 @@ class CaptureStream:
     def dispatch(self, program: Any, buffers: Sequence[BufferRange], push: bytes,
                  groups: tuple[int, int, int], writes: Sequence[int] = ()) -> None:
         """Record a dispatch into the graph."""
-        self.graph._dispatch(program, buffers, push, groups, writes)
+        self.graph.record_dispatch(program, buffers, push, groups, writes)
 
     def copy(self, src: BufferRange, dst: BufferRange) -> None:
         """Record a device copy into the graph."""
-        self.graph._copy(src, dst)
+        self.graph.record_copy(src, dst)
 
     def refuse(self, what: str) -> None:
         """Raise :class:`CaptureError` for an operation that needs the host."""

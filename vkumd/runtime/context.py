@@ -15,13 +15,15 @@ from vkumd.compiler import kernels as _shipped_kernels  # noqa: F401 - registers
 from vkumd.compiler.launch import Launch, LaunchPlan
 from vkumd.compiler.pipeline_cache import PipelineCache
 from vkumd.compiler.registry import KernelRegistry
-from vkumd.errors import ContextClosed, VkumdError, VkumdValueError
+from vkumd.errors import CaptureError, ContextClosed, VkumdValueError
 from vkumd.runtime import profiler
-from vkumd.runtime.capture import CaptureStream, Graph
+from vkumd.runtime.capture import CaptureStream, Graph, MemoryPins
+from vkumd.runtime.current import CurrentStreams
 from vkumd.runtime.device import Device, default_device_index, enumerate_caps, resolve_device
+from vkumd.runtime.event import timeout_ns
 from vkumd.runtime.launch import run_plan
 from vkumd.runtime.memory import DEFAULT_BLOCK_SIZE, Allocation, MemoryPool, MemoryUsage
-from vkumd.runtime.stream import MemoryKey, Stream
+from vkumd.runtime.stream import Stream
 from vkumd.runtime.transfer import Transfers
 from vkumd.submission.descriptors import DescriptorBinder
 from vkumd.submission.oneshot import OneShotQueue
@@ -69,8 +71,13 @@ class RuntimeContext(Handle):
                  memory_limit: int | None = None, push_descriptors: bool | None = None,
                  device_only_memory: bool | None = None) -> None:
         super().__init__()
-        self._close_lock = threading.Lock()
         settings.check_environment()  # a bad VKUMD_* value stops us before any Vulkan object
+        # Re-entrant: the garbage collector may end a DLPack view, which takes this lock,
+        # in the middle of close().
+        self._close_lock = threading.RLock()
+        self._closing = False
+        self._host_views = 0
+        self._device_kept = False
         self.instance = Instance(validation=validation)
         try:
             found = enumerate_caps(self.instance)
@@ -101,13 +108,12 @@ class RuntimeContext(Handle):
                                if self.caps.timestamps else None)
             self.uses_timeline_semaphores = (self.caps.timeline_semaphores and not settings.flag(
                 "VKUMD_DISABLE_TIMELINE_SEMAPHORES"))
-            self._local = threading.local()
             self._streams: list[Stream] = []
-            self._graph_refs: dict[MemoryKey, int] = {}
-            self._pinned: dict[MemoryKey, Allocation] = {}
+            self.pins = MemoryPins()
             self._graphs: weakref.WeakSet[Graph] = weakref.WeakSet()
             self._programs: dict[Any, Any] = {}
             self.default_stream = self.stream(name="default stream")
+            self._current = CurrentStreams(self, self.default_stream)
         except BaseException:
             self._teardown()
             raise
@@ -117,12 +123,12 @@ class RuntimeContext(Handle):
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` has run."""
-        return self.released
+        """Whether :meth:`close` has run (or is running)."""
+        return self.released or self._closing
 
     def check_open(self, what: str = "this operation") -> None:
         """Raise :class:`ContextClosed` if the context is closed."""
-        if self.released:
+        if self.released or self._closing:
             raise ContextClosed(f"{what} needs an open context, but its context was closed; "
                                 "create a new vkumd.Context")
 
@@ -185,29 +191,29 @@ class RuntimeContext(Handle):
     def current_stream(self) -> Any:
         """The stream ops of this thread record into: the innermost ``with stream:`` block,
         or the default stream."""
-        stack = getattr(self._local, "stack", None)
-        return stack[-1] if stack else self.default_stream
+        return self._current.current()
 
     def push_stream(self, stream: Any) -> None:
-        """Make ``stream`` current for this thread (``with stream:`` calls this)."""
-        if stream.context is not self:
-            raise VkumdError(f"{stream.name} belongs to another context")
-        stack = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        stack.append(stream)
+        """Make ``stream`` current for this thread (``with stream:`` calls this).
+
+        Raises:
+            VkumdError: ``stream`` belongs to another context.
+            CaptureError: this thread is capturing a graph.
+        """
+        self._current.push(stream)
 
     def pop_stream(self, stream: Any) -> None:
         """Undo :meth:`push_stream`."""
-        stack = getattr(self._local, "stack", None)
-        if stack and stack[-1] is stream:
-            stack.pop()
+        self._current.pop(stream)
+
+    @property
+    def capturing(self) -> bool:
+        """Whether this thread is inside ``with ctx.capture()``."""
+        return self._current.capture() is not None
 
     def refuse_during_capture(self, what: str) -> None:
         """Raise if this thread is capturing a graph: ``what`` would need the host."""
-        current = self.current_stream()
-        if isinstance(current, CaptureStream):
-            current.refuse(what)
+        self._current.refuse_during_capture(what)
 
     @contextlib.contextmanager
     def capture(self) -> Iterator[Graph]:
@@ -216,9 +222,14 @@ class RuntimeContext(Handle):
 
         Inside the block, anything that needs the host to wait (``Tensor.numpy()``,
         ``Tensor.write()``, ``synchronize()``, events) raises
-        :class:`~vkumd.runtime.capture.CaptureError`.
+        :class:`~vkumd.errors.CaptureError`, and so do ``with stream:`` and another
+        ``ctx.capture()``.
         """
         self.check_open("capturing a graph")
+        if self.capturing:
+            raise CaptureError("ctx.capture() inside another ctx.capture(): captures do not "
+                               "nest; record the inner ops into the outer graph, or end the "
+                               "outer capture before starting another")
         graph = Graph(self)
         self._graphs.add(graph)
         capture_stream = CaptureStream(self, graph)
@@ -231,25 +242,38 @@ class RuntimeContext(Handle):
             raise
         finally:
             self.pop_stream(capture_stream)
-            graph._end_capture(failed)
+            graph.end_capture(failed)
             if failed is not None:
                 graph.release()
 
-    def pin_for_graph(self, key: MemoryKey) -> None:
-        """Keep the memory at ``key`` allocated while a graph that uses it lives."""
-        self._graph_refs[key] = self._graph_refs.get(key, 0) + 1
+    # -- DLPack views ----------------------------------------------------------------------
+    def pin_host_view(self, allocation: Allocation) -> None:
+        """Keep ``allocation`` (and, past :meth:`close`, its mapping) while a host view of it
+        exported through DLPack lives; :meth:`unpin_host_view` ends it.
 
-    def unpin_graph(self, graph: Graph) -> None:
-        """Drop ``graph``'s pins; memory its tensors released meanwhile goes back now."""
-        for key in graph.keys:
-            refs = self._graph_refs.get(key, 0) - 1
-            if refs > 0:
-                self._graph_refs[key] = refs
-                continue
-            self._graph_refs.pop(key, None)
-            allocation = self._pinned.pop(key, None)
-            if allocation is not None:
-                self.release_tensor_memory(allocation)
+        Raises:
+            ContextClosed: the context is closed.
+        """
+        with self._close_lock:
+            self.check_open("exporting a host view")
+            self.pins.pin((allocation.buffer, allocation.offset))
+            self._host_views += 1
+
+    def unpin_host_view(self, allocation: Allocation) -> None:
+        """A host view of ``allocation`` died: its memory may go back to the pool, and once
+        the last view of a closed context has died, the device is released too."""
+        parked = self.pins.unpin((allocation.buffer, allocation.offset))
+        with self._close_lock:
+            self._host_views -= 1
+            last_after_close = self._device_kept and self._host_views == 0
+            if last_after_close:
+                self._device_kept = False
+        if last_after_close:
+            self._release_device()
+        elif parked is not None:
+            # Outside the close lock: freeing may take a stream's lock, and the garbage
+            # collector runs this from whatever thread, possibly one holding that lock.
+            self.release_tensor_memory(parked)
 
     # -- work -----------------------------------------------------------------------------
     def _compiled(self, kernel: str, seconds: float, spirv_cached: bool) -> None:
@@ -273,17 +297,15 @@ class RuntimeContext(Handle):
             return
         key = (allocation.buffer, allocation.offset)
         for stream in self._streams:
-            value = stream.uses.get(key)
-            if value is not None and value > stream.submitter.timeline._completed:
-                stream.wait_value(value, what=what)
+            stream.wait_for_memory(key, what)
 
     def release_tensor_memory(self, allocation: Allocation) -> None:
-        """Return a released tensor's memory once no submitted work or live graph uses it."""
-        if self.released:
+        """Return a released tensor's memory once no submitted work, live graph or DLPack view
+        uses it (a no-op after :meth:`close`, which frees all memory)."""
+        if self.closed:
             return
         key = (allocation.buffer, allocation.offset)
-        if key in self._graph_refs:
-            self._pinned[key] = allocation
+        if self.pins.park(key, allocation):
             return
         pending = []
         for stream in self._streams:
@@ -332,13 +354,27 @@ class RuntimeContext(Handle):
         :func:`vkumd.runtime.launch.run_plan`), with the scratch memory the plan asks for."""
         run_plan(self, plan, operands)
 
-    def synchronize(self) -> None:
-        """Submit recorded work on every stream and wait until the device has finished it."""
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Submit recorded work on every stream and wait until the device has finished it.
+
+        Args:
+            timeout: seconds to wait at most, for all streams together; ``None`` waits as
+                long as it takes.
+
+        Raises:
+            TimeoutError: the work had not finished in time (the context stays usable).
+            VkumdTypeError, VkumdValueError: ``timeout`` is not a number of seconds >= 0.
+            ContextClosed: the context was closed.
+            CaptureError: this thread is capturing a graph.
+        """
+        timeout_ns(timeout)
         self.check_open("synchronize")
         self.refuse_during_capture("ctx.synchronize()")
+        deadline = None if timeout is None else time.monotonic() + timeout
         for stream in list(self._streams):
             if not stream.released:
-                stream.synchronize()
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                stream.synchronize(left)
 
     def close(self) -> None:
         """Wait for the device, then release every Vulkan object. Safe to call twice."""
@@ -349,39 +385,42 @@ class RuntimeContext(Handle):
 
     def _teardown(self) -> None:
         with self._close_lock:
+            self._closing = True
             device = getattr(self, "device", None)
             for stream in getattr(self, "_streams", ()):
-                if stream.released:
-                    continue
-                # Work the program recorded still runs before close; a batch whose recording
-                # broke has already raised to its caller and is dropped here.
-                with contextlib.suppress(VkumdError):
-                    stream.flush()
+                # Work the program recorded still runs before close.
+                stream.submit_pending()
             if device is not None and not device.released:
                 device.wait_idle()
             for graph in list(getattr(self, "_graphs", ())):
-                if not graph.released:
-                    graph.released = True
-                    graph.submitter.release()
+                graph.release()
             for stream in getattr(self, "_streams", ()):
-                if not stream.released:
-                    stream.released = True
-                    stream.submitter.release()
+                stream.release()
             timestamps = getattr(self, "timestamps", None)
             if timestamps is not None:
                 timestamps.release()
             cache = getattr(self, "pipeline_cache", None)
             if cache is not None and not cache.released:
                 cache.save()
-            for name in ("kernels", "pipeline_cache", "transfers", "_oneshot", "memory"):
+            for name in ("kernels", "pipeline_cache", "transfers", "_oneshot"):
                 part: Any = getattr(self, name, None)
                 if part is not None:
                     part.release()
-            if device is not None:
-                device.release()
-            instance = getattr(self, "instance", None)
-            if instance is not None:
-                instance.release()
+            if self._host_views:
+                # A numpy view from np.from_dlpack(tensor) points into mapped memory; the
+                # memory, the device and the instance stay until the last view dies, so
+                # reading it after close still reads the tensor's bytes (not freed memory).
+                log.info("context closed with %d DLPack view(s) alive: its memory stays "
+                         "mapped until they are gone", self._host_views)
+                self._device_kept = True
+                return
+            self._release_device()
+
+    def _release_device(self) -> None:
+        for name in ("memory", "device", "instance"):
+            part: Any = getattr(self, name, None)
+            if part is not None:
+                part.release()
 
     def __enter__(self) -> RuntimeContext:
         return self

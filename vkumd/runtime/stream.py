@@ -1,9 +1,9 @@
-"""Streams and events: ordered, asynchronous work on one queue, as in CuPy and PyTorch.
+"""Streams: ordered, asynchronous work on one queue, as in CuPy and PyTorch.
 
 A :class:`Stream` records dispatches and copies into the current command buffer and submits
 it on :meth:`Stream.flush`, :meth:`Stream.synchronize`, a host read or write of a tensor it
 uses, or when the batch passes its dispatch or byte budget. Work on one stream runs in order;
-work on two streams is unordered unless one waits for an :class:`Event` of the other.
+work on two is unordered unless one waits for an :class:`~vkumd.runtime.event.Event`.
 
 A stream also remembers, for each memory range it touched, the submission that last used it,
 so that a host access waits for exactly that submission and a released tensor's memory is
@@ -12,40 +12,31 @@ returned to the pool only after it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from vkumd.errors import VkumdError, VkumdTypeError, VkumdValueError
 from vkumd.runtime import profiler
+from vkumd.runtime.event import Event, timeout_ns
 from vkumd.runtime.memory import MemoryUsage
 from vkumd.runtime.transfer import STAGING_MAX_BYTES, as_bytes
 from vkumd.submission.batch import Batch
 from vkumd.submission.descriptors import BufferRange
 from vkumd.submission.submitter import Submitter
-from vkumd.submission.timeline import FOREVER_NS
-from vkumd.vk.binding import ffi, vk
+from vkumd.vk.binding import vk
 
 if TYPE_CHECKING:
     from vkumd.runtime.context import RuntimeContext
 
 DEFAULT_BATCH_DISPATCHES = 256
 DEFAULT_BATCH_BYTES = 256 << 20
-_TOP = vk.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT
 _BOTTOM = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
 _PRUNE_AT = 8192
 
 MemoryKey = tuple[Any, int]  # (VkBuffer, offset) of an allocation
-
-
-def _timeout_ns(timeout: float | None) -> int:
-    if timeout is None:
-        return FOREVER_NS
-    if timeout < 0:
-        raise VkumdValueError(f"timeout={timeout} is negative; pass seconds >= 0 or None")
-    return int(timeout * 1e9)
 
 
 class Stream:
@@ -92,10 +83,19 @@ class Stream:
         self._lock = threading.RLock()
         self._batch: Batch | None = None
         self._waits: list[tuple[Any, int]] = []
+        # Threads in a host wait; release() lets them leave before destroying the semaphore.
+        self._waiting = 0
+        self._no_waiters = threading.Condition(self._lock)
         self.uses: dict[MemoryKey, int] = {}
         self.dispatches = 0
         self.barriers = 0
         self.released = False
+
+    def _check_usable(self, what: str) -> None:
+        """Raise if the context or this stream is gone (before any driver call)."""
+        self.context.check_open(f"{what} on {self.name}")
+        if self.released:
+            raise VkumdError(f"{what}: {self.name} was released; create a new stream")
 
     # -- recording ------------------------------------------------------------------------
     @property
@@ -104,11 +104,9 @@ class Stream:
         return self.submitter.timeline.submitted + 1
 
     def _open(self) -> Batch:
-        if self.released:
-            raise VkumdError(f"{self.name} was released; create a new stream")
-        self.context.check_open(f"recording on {self.name}")
-        batch = self._batch = self.submitter.begin()
-        return batch
+        self._check_usable("recording")
+        self._batch = self.submitter.begin()
+        return self._batch
 
     def dispatch(self, program: Any, buffers: Sequence[BufferRange], push: bytes,
                  groups: tuple[int, int, int], writes: Sequence[int] = ()) -> None:
@@ -126,6 +124,8 @@ class Stream:
             raise VkumdValueError(f"{self.name} runs on a transfer-only queue; dispatch "
                                   "kernels on a compute stream")
         with self._lock:
+            if self.released:
+                self._check_usable("dispatching")
             batch = self._batch or self._open()
             prof = profiler.current
             if prof is not None:
@@ -152,6 +152,7 @@ class Stream:
             raise VkumdValueError(f"copy of {src[2]} bytes at offset {dst_offset} into a range "
                                   f"of {dst[2]} bytes")
         with self._lock:
+            self._check_usable("a copy")
             batch = self._batch or self._open()
             barriers = batch.hazards.barriers
             batch.copy(src, dst, dst_offset)
@@ -165,11 +166,11 @@ class Stream:
     def upload(self, allocation: Any, data: memoryview) -> None:
         """Copy host bytes into ``allocation`` through staging memory, without waiting.
 
-        Staging is taken from the memory pool in pieces of at most ``STAGING_MAX_BYTES``
-        (so a large upload never holds a staging copy of all of it at once), and each piece
-        returns to the pool once its copy's submission has completed. The host bytes are
-        copied before this returns.
+        Staging comes from the pool in pieces of at most ``STAGING_MAX_BYTES`` (never a
+        staging copy of all of a large upload), each returned once its copy has completed.
+        The host bytes are copied before this returns.
         """
+        self._check_usable("an upload")
         n = data.nbytes
         if n > allocation.size:
             raise VkumdValueError(f"upload of {n} bytes into an allocation of "
@@ -181,8 +182,7 @@ class Stream:
             size = min(STAGING_MAX_BYTES, n - start)
             staging = memory.allocate(size, MemoryUsage.UPLOAD)
             try:
-                ffi.memmove(staging.block.mapped + staging.offset, source[start:start + size],
-                            size)
+                staging.host_view()[:size] = source[start:start + size]
                 staging.flush()
                 self.copy((staging.buffer, staging.offset, size), dst, start)
             except BaseException:
@@ -230,17 +230,74 @@ class Stream:
     def flush(self) -> None:
         """Submit the work recorded so far without waiting for it."""
         with self._lock:
+            self._check_usable("flush()")
             self._submit()
 
+    def submit_pending(self) -> None:
+        """Submit what is recorded, even while the context closes (whose ``close()`` calls
+        this so recorded work still runs); a no-op once released. A batch whose recording
+        broke has already raised to its caller and is dropped."""
+        with self._lock, contextlib.suppress(VkumdError):
+            if not self.released:
+                self._submit()
+
+    def submit_commands(self, commands: Sequence[Any], keys: Iterable[MemoryKey],
+                        describe: str) -> int:
+        """Submit pre-recorded command buffers (a graph's) after the work recorded so far.
+
+        Args:
+            commands: ended command buffers, submitted as they are (not recycled).
+            keys: the memory ranges they use; host access to them then waits for this.
+            describe: what is submitted, for a device-lost report.
+
+        Returns:
+            The timeline value the submission signals.
+
+        Raises:
+            ContextClosed, VkumdError: the context was closed, or this stream released.
+        """
+        with self._lock:
+            self._check_usable("submitting recorded commands")
+            self._submit()
+            value = self.submitter.submit(commands, pools=[], waits=self._take_waits(),
+                                          describe=describe)
+            for key in keys:
+                self.uses[key] = value
+        return value
+
     def wait_value(self, value: int, timeout: float | None = None, what: str = "") -> None:
-        """Block until this stream's submission ``value`` has completed (submitting it first)."""
-        self.flush_to(value)
+        """Block until this stream's submission ``value`` has completed (submitting it first).
+
+        Raises:
+            ContextClosed, VkumdError: the context was closed, or this stream released.
+            VkumdTypeError, VkumdValueError: ``timeout`` is not a number of seconds >= 0.
+            TimeoutError: not completed within ``timeout`` seconds.
+        """
+        limit_ns = timeout_ns(timeout)
+        with self._lock:
+            self._check_usable(what or "a wait")
+            if value > self.submitter.timeline.submitted:
+                self._submit()
+            self._waiting += 1
         prof = profiler.current
         started = time.perf_counter_ns() if prof is not None else 0
-        self.submitter.wait(min(value, self.submitter.timeline.submitted), _timeout_ns(timeout))
+        try:
+            self.submitter.wait(min(value, self.submitter.timeline.submitted), limit_ns)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+                self._no_waiters.notify_all()
         if prof is not None:
             prof.host_event("wait", what or self.name, started, time.perf_counter_ns(),
                             {"value": value})
+
+    def wait_for_memory(self, key: MemoryKey, what: str) -> None:
+        """Block until the last work of this stream that used memory ``key`` has completed
+        (a no-op if none did, or it already completed)."""
+        self._check_usable(what)
+        value = self.uses.get(key)
+        if value is not None and value > self.submitter.timeline.completed():
+            self.wait_value(value, what=what)
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Submit what is recorded and block until all of this stream's work is done.
@@ -251,7 +308,11 @@ class Stream:
         Raises:
             TimeoutError: the work had not finished in time (the stream stays usable).
             DeviceLost: the device was lost; the message names the last work submitted.
+            VkumdTypeError, VkumdValueError: ``timeout`` is not a number of seconds >= 0.
+            ContextClosed, VkumdError: the context was closed, or this stream released.
         """
+        timeout_ns(timeout)
+        self._check_usable("synchronize()")
         self.context.refuse_during_capture(f"{self.name}.synchronize()")
         self.wait_value(self.recording_value, timeout)
 
@@ -259,18 +320,21 @@ class Stream:
     def done(self) -> bool:
         """Whether every piece of work recorded on this stream has finished."""
         with self._lock:
+            self._check_usable("done")
             if self._batch is not None and not self._batch.empty:
                 return False
-            timeline = self.submitter.timeline
-            return self.submitter.collect() >= timeline.submitted
+            return self.submitter.collect() >= self.submitter.timeline.submitted
 
     def completed_value(self) -> int:
         """The highest submission value known to have completed."""
-        return self.submitter.collect()
+        with self._lock:
+            self._check_usable("completed_value()")
+            return self.submitter.collect()
 
     def defer_until(self, release: Any, value: int) -> None:
         """Run ``release()`` once submission ``value`` of this stream completes."""
         with self._lock:
+            self._check_usable("defer_until()")
             if value > self.submitter.timeline.submitted:
                 batch = self._batch or self._open()
                 batch.on_retire.append(release)
@@ -283,17 +347,30 @@ class Stream:
 
         With timestamp queries the event also records when the device passed that point,
         for :meth:`Event.elapsed_time`.
+
+        Raises:
+            CaptureError: this thread is capturing a graph.
+            ContextClosed, VkumdError: the context was closed, or this stream or ``event``
+                released.
+            VkumdValueError: ``event`` belongs to another context.
         """
+        self._check_usable("record()")
         self.context.refuse_during_capture(f"{self.name}.record()")
         if event is None:
             event = Event(self.context)
+        elif not isinstance(event, Event):
+            raise VkumdTypeError(f"{self.name}.record() takes an Event or None, not "
+                                 f"{type(event).__name__}")
+        else:
+            event.check_usable(f"{self.name}.record(event)", self.context)
         with self._lock:
             batch = self._batch or self._open()
             slots = self.timestamps
-            if slots is not None and event._slot is not None:
-                pool, index = slots.location(event._slot)
+            slot = event.timestamp_slot
+            if slots is not None and slot is not None:
+                pool, index = slots.location(slot)
                 batch.timestamp(pool, index, _BOTTOM)
-            event._set(self, self.recording_value)
+            event.set_point(self, self.recording_value)
         return event
 
     def wait(self, event: Event) -> None:
@@ -301,19 +378,26 @@ class Stream:
 
         The host does not block (except on devices without timeline semaphores, where the
         wait happens on the host).
+
+        Raises:
+            VkumdTypeError, VkumdValueError: ``event`` is not an Event of this context.
+            ContextClosed, VkumdError: the context was closed, or this stream or ``event``
+                released.
         """
         if not isinstance(event, Event):
-            raise VkumdTypeError(f"{self.name}.wait() takes an Event, not "
-                                 f"{type(event).__name__}")
+            raise VkumdTypeError(f"{self.name}.wait() takes an Event, not {type(event).__name__}")
+        event.check_usable(f"{self.name}.wait(event)", self.context)
+        self._check_usable("wait()")
         source = event.stream
-        if source is None or source is self:
-            return
+        if source is None or source is self or source.released:
+            return  # a released stream waited for all of its work: the event has passed
         source.flush_to(event.value)
         if not (source.submitter.timeline.uses_semaphore
                 and self.submitter.timeline.uses_semaphore):
             event.synchronize()
             return
         with self._lock:
+            self._check_usable("wait()")
             self._waits.append((source.submitter.timeline.handle, event.value))
             if self._batch is None:
                 self._open()
@@ -325,11 +409,13 @@ class Stream:
     def flush_to(self, value: int) -> None:
         """Make sure submission ``value`` has been submitted."""
         with self._lock:
+            self._check_usable("flush_to()")
             if value > self.submitter.timeline.submitted:
                 self._submit()
 
     # -- context manager and lifetime ------------------------------------------------------
     def __enter__(self) -> Stream:
+        self._check_usable("'with stream:'")
         self.context.push_stream(self)
         return self
 
@@ -337,94 +423,28 @@ class Stream:
         self.context.pop_stream(self)
 
     def release(self) -> None:
-        """Wait for this stream's work and free its command buffers, pools and semaphore."""
-        if self.released:
-            return
-        if self is self.context.default_stream and not self.context.released:
-            raise VkumdError("the default stream lives as long as its context; close the "
-                             "context instead")
-        if not self.context.released:
-            self.synchronize()
-            self.context.forget_stream(self)
-        self.released = True
-        self.submitter.release()
+        """Wait for this stream's work and free its command buffers, pools and semaphore.
 
-    def __repr__(self) -> str:
-        return f"<vkumd.Stream {self.name!r}>"
-
-
-class Event:
-    """A point in a stream's work. Get one from :meth:`Stream.record`.
-
-    Attributes:
-        stream: the stream it was last recorded on (``None`` before that).
-        value: that stream's submission value it completes with.
-    """
-
-    def __init__(self, context: RuntimeContext, timing: bool = True) -> None:
-        self.context = context
-        self.stream: Stream | None = None
-        self.value = 0
-        self.host_ns = 0
-        self._timed = False
-        slots = context.timestamps if timing else None
-        self._slot = slots.allocate() if slots is not None else None
-        if self._slot is not None:
-            weakref.finalize(self, _free_slot, weakref.ref(context), self._slot)
-
-    def _set(self, stream: Stream, value: int) -> None:
-        self.stream = stream
-        self.value = value
-        self.host_ns = time.perf_counter_ns()
-        self._timed = stream.timestamps is not None
-
-    @property
-    def done(self) -> bool:
-        """Whether the device has passed the event (True if it was never recorded)."""
-        if self.stream is None:
-            return True
-        return self.stream.completed_value() >= self.value
-
-    def query(self) -> bool:
-        """Same as :attr:`done`, for CuPy's spelling."""
-        return self.done
-
-    def synchronize(self, timeout: float | None = None) -> None:
-        """Block until the device has passed the event.
+        Safe to call twice, and from any thread: recording on the stream from another
+        thread then raises :class:`~vkumd.errors.VkumdError`. A no-op once the context closed.
 
         Raises:
-            TimeoutError: not passed within ``timeout`` seconds.
+            VkumdError: this is the default stream, which lives as long as its context.
         """
-        if self.stream is not None:
-            self.context.refuse_during_capture("Event.synchronize()")
-            self.stream.wait_value(self.value, timeout, what="Event.synchronize()")
+        with self._lock:
+            if self.released:
+                return
+            if self is self.context.default_stream and not self.context.closed:
+                raise VkumdError("the default stream lives as long as its context; close the "
+                                 "context instead")
+            if not self.context.closed:
+                self.synchronize()
+                self.context.forget_stream(self)
+            self.released = True
+            while self._waiting:
+                self._no_waiters.wait()
+            self.submitter.release()
 
-    def timestamp_ns(self) -> int:
-        """The device time of the event in nanoseconds (waits for it first)."""
-        if self.stream is None:
-            raise VkumdValueError("the event was never recorded; call stream.record(event)")
-        self.synchronize()
-        slots = self.context.timestamps
-        if slots is None or self._slot is None or not self._timed:
-            return self.host_ns
-        stamp = slots.read(self._slot)
-        if stamp is None:
-            raise VkumdError("the event's timestamp was not written; record it again")
-        return stamp
-
-    def elapsed_time(self, end: Event) -> float:
-        """Milliseconds of device time from this event to ``end``.
-
-        Both events are waited for. Timestamps come from GPU timestamp queries; on a device
-        without them, from the host clock when each event was recorded (which includes
-        queueing delays).
-        """
-        if not isinstance(end, Event):
-            raise VkumdTypeError(f"elapsed_time() takes an Event, not {type(end).__name__}")
-        return (end.timestamp_ns() - self.timestamp_ns()) / 1e6
-
-
-def _free_slot(context_ref: Any, slot: int) -> None:
-    context = context_ref()
-    if context is not None and not context.released and context.timestamps is not None:
-        context.timestamps.free(slot)
+    def __repr__(self) -> str:
+        state = " released" if self.released else ""
+        return f"<vkumd.Stream {self.name!r}{state}>"
