@@ -354,3 +354,18 @@ def test_events_fall_back_to_host_time_without_timestamp_queries(ctx, monkeypatc
     assert end.elapsed_time(start) <= 0.0 <= start.elapsed_time(end)
     assert start.timestamp_ns() == start.host_ns
     stream.release()
+
+
+def test_an_upload_submitted_by_the_byte_budget_keeps_its_staging_until_it_ran() -> None:
+    with vkumd.Context(device_only_memory=True) as ctx:
+        stream = ctx.stream(max_batch_bytes=1)  # each copy submits its batch at once
+        big = _heavy_work(ctx, stream)  # keeps the copies below pending for a while
+        first, second = ctx.empty(1024), ctx.empty(1024)
+        ones = np.ones(1024, np.float32)
+        first.write(ones, stream=stream)
+        stream.flush()  # the batch after the copy holds nothing: it is discarded
+        second.write(ones * 2, stream=stream)  # staging from the pool again
+        assert np.array_equal(first.numpy(), ones)
+        assert np.array_equal(second.numpy(), ones * 2)
+        assert big.numpy()[0] == 4096.0
+        stream.release()
