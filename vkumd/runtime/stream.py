@@ -51,6 +51,16 @@ class Stream:
         max_batch_bytes: submit once a batch's commands have touched this many bytes.
 
     Use ``with stream:`` to make it the current stream of this thread for the ops inside.
+
+    Threads may share a stream (the default stream is shared by all of them). Each dispatch,
+    copy, :meth:`record`, :meth:`wait` and :meth:`flush` takes the stream's lock, so each is
+    atomic and work from several threads is serialised in the order the calls took it; an
+    op of several dispatches may have another thread's dispatches between its own, still
+    correct, since barriers follow the memory each dispatch uses. A thread's own work runs
+    in the order it recorded it. :meth:`synchronize`, :attr:`done` and events cover the
+    work of every thread up to that point. Waits (:meth:`synchronize`, host reads,
+    :meth:`Event.synchronize`) hold no lock and release the GIL, so other threads keep
+    recording and submitting meanwhile.
     """
 
     def __init__(self, context: RuntimeContext, queue: str = "compute", *, name: str = "",
@@ -184,11 +194,16 @@ class Stream:
             try:
                 staging.host_view()[:size] = source[start:start + size]
                 staging.flush()
-                self.copy((staging.buffer, staging.offset, size), dst, start)
+                # The value the copy records into, read under the lock: after the copy it
+                # may already be the next one (its batch submitted by the byte budget or by
+                # another thread), whose batch may be discarded empty, freeing too early.
+                with self._lock:
+                    value = self.recording_value
+                    self.copy((staging.buffer, staging.offset, size), dst, start)
             except BaseException:
                 memory.free(staging)
                 raise
-            self.defer_until(lambda piece=staging: memory.free(piece), self.recording_value)
+            self.defer_until(lambda piece=staging: memory.free(piece), value)
 
     # -- submission -----------------------------------------------------------------------
     def _submit(self) -> int:
