@@ -277,7 +277,8 @@ class DimTable:
         return name
 
     def equate(self, a: str | int, b: str | int) -> None:
-        """Declare symbol ``a`` the same size as ``b`` (another symbol, or an int).
+        """Declare symbol ``a`` the same size as ``b`` (another symbol, or an int); shapes
+        then write ``a`` as ``b``.
 
         Raises:
             VkumdValueError: both sides are ints, or the classes already hold different ints.
@@ -303,9 +304,10 @@ class DimTable:
         va, vb = self._value.get(ra), self._value.get(rb)
         if va is not None and vb is not None and va != vb:
             raise VkumdValueError(f"symbols {a} ({va}) and {b} ({vb}) cannot be equal")
-        self._parent[rb] = ra
-        if vb is not None:
-            self._value[ra] = vb
+        # ``a`` is the newcomer described in terms of ``b``: ``b``'s class keeps its name.
+        self._parent[ra] = rb
+        if va is not None:
+            self._value[rb] = va
 
     def pairs(self) -> list[tuple[str, str | int]]:
         """Every declared equality as ``(symbol, representative)``, for printing."""
@@ -358,8 +360,10 @@ class DimTable:
                     continue
                 hint = ""
                 if isinstance(d, Dim) or isinstance(acc, Dim):
+                    a, b = (d, acc) if isinstance(d, Dim) else (acc, d)
+                    other = f"'{b}'" if isinstance(b, Dim) else str(b)
                     hint = ("; symbols are distinct sizes unless declared equal (e.g. "
-                            "GraphBuilder.assume_equal('seq', 'kv_seq'))")
+                            f"GraphBuilder.assume_equal('{a}', {other}))")
                 listed = ", ".join(format_shape(s) for s in shapes)
                 raise VkumdValueError(f"shapes {listed} do not broadcast: axis {axis - rank} has "
                                       f"{acc} and {d}{hint}")

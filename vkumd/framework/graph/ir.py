@@ -179,7 +179,9 @@ class Graph:
         self._check_name(name)
         array = np.asarray(data)
         dt = dtypes.from_array(array, dtype)
-        stored = dtypes.from_storage(dtypes.to_storage(array, dt), dt).copy()
+        # to_storage's ascontiguousarray turns a 0-d array into 1-d; keep the shape.
+        stored = dtypes.from_storage(dtypes.to_storage(array, dt), dt).reshape(array.shape)
+        stored = stored.copy()
         stored.setflags(write=False)
         value = self._value(TensorType(tuple(stored.shape), dt), ValueKind.WEIGHT, name,
                             data=stored)

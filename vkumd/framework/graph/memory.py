@@ -143,6 +143,31 @@ def _buffers(graph: Graph, spans: dict[int, tuple[int, int]], sizes: dict[int, i
     return root, reuses
 
 
+def place(buffers: list[tuple[int, int, int, int]], alignment: int) -> dict[int, int]:
+    """Offsets for ``buffers`` of ``(size, first step, last step, key)``, by key.
+
+    Greedy by size: largest first (ties by first step, then key, so plans are
+    deterministic); each goes into the smallest aligned gap between the already placed
+    buffers whose lifetimes (inclusive) overlap its own, else just past the highest of them.
+    """
+    placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
+    offsets: dict[int, int] = {}
+    for size, start, end, key in sorted(buffers, key=lambda b: (-b[0], b[1], b[3])):
+        if size == 0:
+            offsets[key] = 0
+            continue
+        live = sorted((o, s) for o, s, a, b in placed if a <= end and start <= b)
+        best, best_gap, cursor = None, None, 0
+        for o, s in live:
+            gap = o - cursor
+            if gap >= size and (best_gap is None or gap < best_gap):
+                best, best_gap = cursor, gap
+            cursor = max(cursor, _align(o + s, alignment))
+        offsets[key] = cursor if best is None else best
+        placed.append((offsets[key], size, start, end))
+    return offsets
+
+
 def plan_memory(graph: Graph, bindings: Mapping[str, int] | None = None, *,
                 alignment: int = DEFAULT_ALIGNMENT, inplace: bool = True) -> MemoryPlan:
     """Offsets in one arena for the intermediates of ``graph``, in its node order.
@@ -175,29 +200,12 @@ def plan_memory(graph: Graph, bindings: Mapping[str, int] | None = None, *,
         start = min(spans[v][0] for v in vids)
         end = max(spans[v][1] for v in vids)
         buffers.append((_align(sizes[r], alignment), start, end, r))
-    # Largest first; equal sizes by first use, so the plan is deterministic.
-    buffers.sort(key=lambda b: (-b[0], b[1], b[3]))
-    placed: list[tuple[int, int, int, int]] = []  # (offset, size, start, end)
-    offsets: dict[int, int] = {}
-    for size, start, end, r in buffers:
-        if size == 0:
-            offsets[r] = 0
-            continue
-        live = sorted((o, s) for o, s, a, b in placed if a <= end and start <= b)
-        best, best_gap, cursor = None, None, 0
-        for o, s in live:
-            gap = o - cursor
-            if gap >= size and (best_gap is None or gap < best_gap):
-                best, best_gap = cursor, gap
-            cursor = max(cursor, _align(o + s, alignment))
-        offset = cursor if best is None else best
-        offsets[r] = offset
-        placed.append((offset, size, start, end))
+    offsets = place(buffers, alignment)
     allocations = {
         vid: Allocation(vid, offsets[root[vid]], sizes[vid], spans[vid][0], spans[vid][1],
                         reuses.get(vid))
         for vid in spans}
-    arena = max((o + s for o, s, _, _ in placed), default=0)
+    arena = max((offsets[r] + size for size, _, _, r in buffers), default=0)
     total = sum(_align(s, alignment) for s in sizes.values())
     return MemoryPlan(allocations, arena, total, alignment, graph.dims.normalize_env(env),
                       tuple(n.id for n in graph.nodes))

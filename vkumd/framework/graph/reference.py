@@ -44,8 +44,9 @@ def round_to(array: np.ndarray, dtype: dtypes.DType) -> np.ndarray:
     if dtype.is_float:
         if dtype is dtypes.bfloat16:
             array = np.asarray(array, np.float32)  # the bfloat16 rounding starts from float32
-        return np.asarray(dtypes.from_storage(dtypes.to_storage(array, dtype), dtype),
-                          np.float64)
+        shape = np.shape(array)
+        stored = dtypes.from_storage(dtypes.to_storage(array, dtype), dtype)
+        return np.asarray(stored, np.float64).reshape(shape)
     with np.errstate(invalid="ignore"):
         return np.trunc(np.asarray(array, np.float64)).astype(dtype.numpy).astype(np.float64)
 
