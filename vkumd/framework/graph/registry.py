@@ -125,10 +125,20 @@ def normalize_attrs(info: OpInfo, attrs: Mapping[str, Any], where: str | None) -
     out: dict[str, Any] = {}
     for key, value in attrs.items():
         default = info.attrs[key]
+        value = _frozen(value)
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)  # alpha=1 and alpha=1.0 are one attribute to CSE
         if type(value) is type(default) and value == default:
             continue
         out[key] = value
     return out
+
+
+def _frozen(value: Any) -> Any:
+    """Lists as tuples, so attributes hash (CSE keys nodes by them)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
 
 
 def infer(op: str, inputs: Sequence[TensorType | None], attrs: Mapping[str, Any],
@@ -170,9 +180,15 @@ def infer(op: str, inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]
     except GraphError:
         raise
     except VkumdTypeError as exc:
-        raise GraphTypeError(str(exc), where) from None
+        raise GraphTypeError(_unprefixed(op, exc), where) from None
     except VkumdValueError as exc:
-        raise GraphError(str(exc), where) from None
+        raise GraphError(_unprefixed(op, exc), where) from None
+
+
+def _unprefixed(op: str, exc: Exception) -> str:
+    # Rules word their messages as the ops do ("matmul: ..."); the node's name replaces it.
+    text = str(exc)
+    return text[len(op) + 2:] if text.startswith(f"{op}: ") else text
 
 
 def supported_ops() -> list[str]:
