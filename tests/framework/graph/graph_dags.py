@@ -18,7 +18,7 @@ from vkumd.framework.graph import Graph, GraphBuilder
 
 BASE = (2, 3, 4)
 BATCH = BASE[0]
-UNARY = ("relu", "silu", "gelu_tanh", "scale")
+UNARY = ("relu", "silu", "gelu_tanh", "scale", "sum_keep", "reshape_twice")
 BINARY = ("add", "sub", "mul", "maximum", "safe_div")
 
 
@@ -41,7 +41,13 @@ class Program:
             vals = [pool[i] for i in args]
             if op == "scale":
                 pool.append(b.scale(vals[0], alpha))
-            elif op in ("relu", "silu", "gelu_tanh"):
+            elif op == "sum_keep" and vals[0].type.ndim:
+                pool.append(b.sum(vals[0], keepdims=True))
+            elif op == "reshape_twice":
+                pool.append(b.reshape(b.reshape(vals[0], (-1,)), vals[0].shape))
+            elif op in ("sum_keep", "relu"):
+                pool.append(b.relu(vals[0]))
+            elif op in ("silu", "gelu_tanh"):
                 pool.append(getattr(b, op)(vals[0]))
             elif op == "maximum":
                 pool.append(b.where(b.gt(vals[0], vals[1]), vals[0], vals[1]))
@@ -61,7 +67,11 @@ class Program:
             c = pool[args[1]] if len(args) > 1 else None
             if op == "scale":
                 pool.append(a * alpha)
-            elif op == "relu":
+            elif op == "sum_keep" and a.ndim:
+                pool.append(a.sum(axis=-1, keepdims=True))
+            elif op == "reshape_twice":
+                pool.append(a)
+            elif op in ("sum_keep", "relu"):
                 pool.append(np.maximum(a, 0.0))
             elif op == "silu":
                 pool.append(a / (1.0 + np.exp(-a)))

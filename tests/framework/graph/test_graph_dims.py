@@ -7,7 +7,6 @@ import pytest
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.graph.dims import (
     Dim,
-    DimTable,
     as_dim,
     as_shape,
     divide_exact,
@@ -15,6 +14,7 @@ from vkumd.framework.graph.dims import (
     product,
     sym,
 )
+from vkumd.framework.graph.symbols import DimTable
 
 batch, seq = sym("batch"), sym("seq")
 

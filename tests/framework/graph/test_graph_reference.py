@@ -133,3 +133,14 @@ def test_keep_returns_every_value() -> None:
     b.output(b.scale(y, 2.0))
     values = evaluate(b.build(), {"x": np.array([-1.0, 2.0], np.float32)}, keep=True)
     assert isinstance(values, dict) and values[y.id].tolist() == [0.0, 2.0]
+
+
+def test_generic_op_pads_absent_optional_inputs() -> None:
+    b = GraphBuilder()
+    x = b.input("x", (2, 3))
+    y = b.op("softmax", x, scale=2.0)
+    b.output(y)
+    g = b.build()
+    assert len(g.nodes[0].inputs) == 2 and "softmax(%0) {scale=2.0}" in str(g)
+    (got,) = evaluate(g, {"x": np.zeros((2, 3), np.float32)})
+    np.testing.assert_allclose(got, np.full((2, 3), 1 / 3), rtol=1e-15)

@@ -5,13 +5,14 @@ numpy. Lowering a graph to kernel launches is a later layer's job.
 """
 
 from vkumd.framework.graph.builder import GraphBuilder
-from vkumd.framework.graph.dims import Dim, DimTable, as_dim, as_shape, product, sym
+from vkumd.framework.graph.dims import Dim, as_dim, as_shape, product, sym
 from vkumd.framework.graph.errors import GraphError, GraphTypeError, UnsupportedOpError
 from vkumd.framework.graph.ir import Graph, Node, Value, ValueKind
 from vkumd.framework.graph.memory import Allocation, MemoryPlan, plan_memory
 from vkumd.framework.graph.passes import PASSES, PIPELINE, disabled_passes, run_passes
 from vkumd.framework.graph.reference import evaluate
 from vkumd.framework.graph.shapes import OpInfo, TensorType, infer, op_info, supported_ops
+from vkumd.framework.graph.symbols import DimTable
 
 __all__ = ["PASSES", "PIPELINE", "Allocation", "Dim", "DimTable", "Graph", "GraphBuilder",
            "GraphError", "GraphTypeError", "MemoryPlan", "Node", "OpInfo", "TensorType",

@@ -23,7 +23,12 @@ def shape_attr(shape: Iterable[object]) -> tuple[int | Dim, ...]:
 
 
 class OpMethods:
-    """Mixin of op methods over ``_apply(op, inputs, attrs)`` and ``operand(x, like)``."""
+    """Mixin of op methods over ``_apply(op, inputs, attrs)`` and ``operand(x, like)``.
+
+    Every method returns the new node's output value and raises, naming the node,
+    ``GraphError`` for shapes or attributes its op refuses and ``GraphTypeError`` for
+    dtypes; number operands (``b.add(x, 1.0)``) become constants of the other's dtype.
+    """
 
     def _apply(self, op: str, inputs: Sequence[Value | None], attrs: dict[str, Any]) -> Any:
         raise NotImplementedError
@@ -45,8 +50,23 @@ class OpMethods:
                alpha: float = 1.0, trans_a: bool = False, trans_b: bool = False) -> Value:
         """``act(alpha * op(a) @ op(b) + bias) + residual`` (as ``vkumd.ops.matmul``).
 
+        Args:
+            a: ``[..., M, K]`` (``[..., K, M]`` with ``trans_a``).
+            b: ``[K, N]`` (``[N, K]`` with ``trans_b``), shared by a's batch, or with a's
+                batch dimensions; either side may be 2-D while the other is batched.
+            bias: ``[N]``, added before the activation.
+            activation: None, ``"relu"``, ``"gelu"``, ``"gelu_tanh"`` or ``"silu"``.
+            residual: the output's shape or ``[M, N]``, added after the activation.
+            alpha: scales the product.
+            trans_a: use a's last two dimensions transposed.
+            trans_b: use b's last two dimensions transposed (``x @ W.T``).
+
         Returns:
-            ``batch + [M, N]``, a's dtype (int32 for int8).
+            ``batch + [M, N]``, a's dtype (int32 for int8, which takes no epilogue).
+
+        Raises:
+            GraphError: inner or batch dimensions that differ, a bias or residual of the
+                wrong shape, an unknown activation. GraphTypeError: dtypes that differ.
         """
         return self._apply("matmul", [a, b, bias, residual],
                            {"activation": activation, "alpha": alpha, "trans_a": trans_a,
@@ -57,8 +77,21 @@ class OpMethods:
                   scale: float | None = None) -> Value:
         """``softmax(q @ k^T * scale + attn_mask) @ v`` over ``[b, h, s, d]``.
 
+        Args:
+            q: ``[batch, q_heads, q_len, head_dim]``, float32 or float16.
+            k: ``[batch, kv_heads, k_len, head_dim]``; kv_heads divides q_heads.
+            v: k's shape and dtype.
+            causal: mask keys after each query, aligned bottom-right.
+            key_lengths: int32 ``[batch]``; keys at or past the length are masked.
+            attn_mask: additive, broadcastable to ``[batch, q_heads, q_len, k_len]``.
+            scale: multiplies the scores (default ``1 / sqrt(head_dim)``).
+
         Returns:
             q's shape and dtype.
+
+        Raises:
+            GraphError: not 4-D, batch/head_dim mismatch, heads not divisible, a bad
+                key_lengths or mask. GraphTypeError: dtypes other than float32/float16.
         """
         return self._apply("attention", [q, k, v, key_lengths, attn_mask],
                            {"causal": causal, "scale": scale})
@@ -142,7 +175,19 @@ class OpMethods:
 
     def softmax(self, x: Value, *, scale: float | None = None, mask: Value | None = None
                 ) -> Value:
-        """``softmax(x * scale + mask)`` over the last axis."""
+        """``softmax(x * scale + mask)`` over the last axis.
+
+        Args:
+            x: a float tensor, at least 1-D.
+            scale: multiplies x before the mask is added (default 1).
+            mask: additive, x's dtype, broadcastable to x without growing it.
+
+        Returns:
+            x's shape and dtype.
+
+        Raises:
+            GraphError: a mask that does not broadcast. GraphTypeError: non-float x.
+        """
         return self._apply("softmax", [x, mask], {"scale": scale})
 
     def layer_norm(self, x: Value, weight: Value | None = None, bias: Value | None = None, *,
@@ -177,7 +222,19 @@ class OpMethods:
         return self._apply("permute", [x], {"dims": tuple(dims)})
 
     def reshape(self, x: Value, shape: Iterable[object]) -> Value:
-        """``x`` viewed as ``shape`` (ints, one ``-1``, symbol names, Dims)."""
+        """``x`` viewed as ``shape``.
+
+        Args:
+            x: any value (row-major; reshape moves no data).
+            shape: ints, at most one ``-1`` (solved from the element count: ``(-1, 384)`` of
+                ``[batch, seq, 384]`` is ``[batch*seq, 384]``), symbol names and Dims.
+
+        Returns:
+            A value of the new shape and x's dtype.
+
+        Raises:
+            GraphError: element counts that differ, or a ``-1`` that cannot be solved.
+        """
         return self._apply("reshape", [x], {"shape": shape_attr(shape)})
 
     def embedding(self, ids: Value, table: Value) -> Value:
@@ -185,14 +242,33 @@ class OpMethods:
         return self._apply("embedding", [ids, table], {})
 
     def concat(self, xs: Sequence[Value], axis: int) -> Value:
-        """``xs`` joined along ``axis``."""
+        """``xs`` joined along ``axis``.
+
+        Args:
+            xs: values of one dtype whose shapes agree off ``axis``.
+            axis: the axis (negative counts from the end).
+
+        Returns:
+            The joined value; its axis is the sum (``past + 1`` for symbolic dims).
+
+        Raises:
+            GraphError: shapes that differ off the axis. GraphTypeError: dtypes that differ.
+        """
         return self._apply("concat", list(xs), {"axis": axis})
 
     def split(self, x: Value, sizes: Sequence[object], axis: int) -> tuple[Value, ...]:
-        """``x`` cut along ``axis`` into pieces of ``sizes`` (which add up to the axis).
+        """``x`` cut along ``axis`` into pieces of ``sizes``.
+
+        Args:
+            x: the value to cut.
+            sizes: the pieces' lengths (ints or symbolic dims) adding up to the axis.
+            axis: the axis (negative counts from the end).
 
         Returns:
             One value per piece.
+
+        Raises:
+            GraphError: sizes that do not add up, an axis out of range.
         """
         out = self._apply("split", [x], {"axis": axis,
                                          "sizes": tuple(as_dim(s) for s in sizes)})
@@ -200,6 +276,21 @@ class OpMethods:
 
     def slice(self, x: Value, axis: int, start: int = 0, stop: int | None = None,
               step: int = 1) -> Value:
-        """``x[..., start:stop:step, ...]`` along ``axis``."""
+        """``x[..., start:stop:step, ...]`` along ``axis``.
+
+        Args:
+            x: the value to slice.
+            axis: the axis (negative counts from the end).
+            start: first index (negative counts from the end).
+            stop: end index (None: the axis' end).
+            step: >= 1; only 1 along a symbolic axis, where the slice is taken to lie
+                inside the axis (it cannot be clamped as numpy clamps).
+
+        Returns:
+            The slice.
+
+        Raises:
+            GraphError: an axis out of range, a bad step, an empty or reversed slice.
+        """
         return self._apply("slice", [x], {"axis": axis, "start": start, "stop": stop,
                                           "step": step})

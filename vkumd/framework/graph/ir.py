@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from vkumd.framework import dtypes
-from vkumd.framework.graph.dims import DimTable, Shape, as_shape
+from vkumd.framework.graph.dims import Shape, as_shape
 from vkumd.framework.graph.errors import GraphError
 from vkumd.framework.graph.shapes import TensorType, infer, normalize_attrs, op_info
+from vkumd.framework.graph.symbols import DimTable
 
 
 class ValueKind(str, enum.Enum):
@@ -223,7 +224,7 @@ class Graph:
         clean = normalize_attrs(info, dict(attrs or {}), where)
         types = infer(op, [v.type if v is not None else None for v in inputs], clean,
                       self.dims, where)
-        node = Node(self._next_node, op, list(inputs), clean, name)
+        node = Node(self._next_node, op, info.padded(inputs), clean, name)
         self._next_node += 1
         node.outputs = [self._value(t, ValueKind.INTERMEDIATE, producer=node) for t in types]
         for v in inputs:
@@ -360,6 +361,10 @@ class Graph:
         from vkumd.framework.graph.summary import summarize
 
         return summarize(self, bindings, alignment=alignment)
+
+    def __repr__(self) -> str:
+        return (f"<Graph {self.name}: {len(self.inputs)} inputs, {len(self.weights)} weights, "
+                f"{len(self.nodes)} nodes, {len(self.outputs)} outputs>")
 
     def __str__(self) -> str:
         from vkumd.framework.graph.printing import format_graph

@@ -247,8 +247,7 @@ def run_node(node: Node, args: Sequence[np.ndarray | None], shapes: list[tuple[i
     fn = REFERENCES.get(node.op)
     if fn is None:
         raise GraphError(f"no reference implementation of {node.op}", node.describe())
-    attrs = dict(OPS[node.op].attrs)
-    attrs.update(node.attrs)
+    attrs = OPS[node.op].full_attrs(node.attrs)
     outs = [np.asarray(o, np.float64) for o in fn(list(args), attrs, shapes)]
     for out, want in zip(outs, shapes, strict=True):
         if out.shape != want:

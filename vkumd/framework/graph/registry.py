@@ -15,8 +15,9 @@ from typing import Any
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
-from vkumd.framework.graph.dims import DimTable, Shape, format_shape
+from vkumd.framework.graph.dims import Shape, format_shape
 from vkumd.framework.graph.errors import GraphError, GraphTypeError, UnsupportedOpError
+from vkumd.framework.graph.symbols import DimTable
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,18 @@ class OpInfo:
     attrs: Mapping[str, Any]
     rule: Rule
     inplace: bool = False
+
+    def full_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
+        """``attrs`` with every default filled in (what rules, references and lowering read)."""
+        full = dict(self.attrs)
+        full.update(attrs)
+        return full
+
+    def padded(self, inputs: Sequence[Any]) -> list[Any]:
+        """``inputs`` with absent trailing optional ones as None (variadic ops: unchanged)."""
+        if any(n.endswith("*") for n in self.inputs):
+            return list(inputs)
+        return list(inputs) + [None] * (len(self.inputs) - len(inputs))
 
     def arity(self) -> tuple[int, int | None]:
         """``(least, most)`` inputs the op takes (``most`` None: unbounded)."""
@@ -169,12 +182,11 @@ def infer(op: str, inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]
     for i, name in enumerate(fixed[:count]):
         if inputs[i] is None and not name.endswith("?"):
             raise GraphError(f"{op}'s input {name} is required", where)
-    full = dict(info.attrs)
-    full.update(attrs)
+    full = info.full_attrs(attrs)
     missing = [k for k, v in full.items() if v is REQUIRED]
     if missing:
         raise GraphError(f"{op} needs the attribute {', '.join(missing)}", where)
-    padded = list(inputs) + [None] * (len(fixed) - count if most is not None else 0)
+    padded = info.padded(inputs)
     try:
         return info.rule(padded, full, dims)
     except GraphError:

@@ -14,8 +14,9 @@ from typing import Any
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
-from vkumd.framework.graph.dims import DimTable, format_shape
+from vkumd.framework.graph.dims import format_shape
 from vkumd.framework.graph.registry import REQUIRED, TensorType, register
+from vkumd.framework.graph.symbols import DimTable
 
 FLOATS = ("float32", "float16", "bfloat16")
 CAST_TARGETS = ("float32", "float16", "bfloat16", "int32")

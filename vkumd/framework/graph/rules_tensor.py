@@ -15,7 +15,6 @@ from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.graph.dims import (
     Dim,
-    DimTable,
     Shape,
     as_dim,
     divide_exact,
@@ -31,6 +30,7 @@ from vkumd.framework.graph.rules_elementwise import (
     real,
     same_dtype,
 )
+from vkumd.framework.graph.symbols import DimTable
 
 MATMUL_DTYPES = ("float32", "float16", "bfloat16", "int8")
 ATTENTION_DTYPES = ("float32", "float16")
