@@ -191,3 +191,25 @@ def test_multi_output_split() -> None:
     assert "%1, %2, %3 = split(%0) {axis=-1, sizes=(384, 384, 384)}" in str(g)
     assert [o.kind for o in g.nodes[0].outputs] == [
         ValueKind.OUTPUT, ValueKind.INTERMEDIATE, ValueKind.OUTPUT]
+
+
+def test_check_catches_broken_bookkeeping() -> None:
+    _, g = mlp()
+    h = g.nodes[0].outputs[0]
+    h.users.clear()
+    with pytest.raises(GraphError, match="node %4 = sum: input %3 does not list this node"):
+        g.check()
+    _, g = mlp()
+    g.nodes[0].outputs[0].kind = ValueKind.OUTPUT
+    with pytest.raises(GraphError, match="%3 has kind output, expected intermediate"):
+        g.check()
+    _, g = mlp()
+    g.weights[0].kind = ValueKind.INPUT
+    with pytest.raises(GraphError, match=r"weight %1 \(w\) has kind input"):
+        g.check()
+
+
+def test_repr_and_unique_names() -> None:
+    b, g = mlp()
+    assert repr(g) == "<Graph mlp: 1 inputs, 2 weights, 2 nodes, 1 outputs>"
+    assert g.unique_name("w") == "w_1" and g.unique_name("fresh") == "fresh"

@@ -245,3 +245,6 @@ def test_concat_split_slice() -> None:
         b.slice(seq, 0, 0, None, 2)
     with pytest.raises(GraphError, match="axis 3 is out of range"):
         b.slice(seq, 3)
+    with pytest.raises(GraphError, match="concat's inputs xs may not be absent"):
+        b.op("concat", seq, None, axis=0)
+    assert shape_of(b.op("slice", seq, axis=0, start=None, stop=2)) == (2, 8)

@@ -5,6 +5,9 @@ numpy. Lowering a graph to kernel launches is a later layer's job.
 """
 
 from vkumd.framework.graph.builder import GraphBuilder
+from vkumd.framework.graph.constant_folding import fold_constants
+from vkumd.framework.graph.cse import eliminate_common_subexpressions
+from vkumd.framework.graph.dce import eliminate_dead_code
 from vkumd.framework.graph.dims import Dim, as_dim, as_shape, product, sym
 from vkumd.framework.graph.errors import GraphError, GraphTypeError, UnsupportedOpError
 from vkumd.framework.graph.ir import Graph, Node, Value, ValueKind
@@ -17,5 +20,6 @@ from vkumd.framework.graph.symbols import DimTable
 __all__ = ["PASSES", "PIPELINE", "Allocation", "Dim", "DimTable", "Graph", "GraphBuilder",
            "GraphError", "GraphTypeError", "MemoryPlan", "Node", "OpInfo", "TensorType",
            "UnsupportedOpError", "Value", "ValueKind", "as_dim", "as_shape", "disabled_passes",
-           "evaluate", "infer", "op_info", "plan_memory", "product", "run_passes",
+           "eliminate_common_subexpressions", "eliminate_dead_code", "evaluate",
+           "fold_constants", "infer", "op_info", "plan_memory", "product", "run_passes",
            "supported_ops", "sym"]

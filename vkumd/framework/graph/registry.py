@@ -182,6 +182,8 @@ def infer(op: str, inputs: Sequence[TensorType | None], attrs: Mapping[str, Any]
     for i, name in enumerate(fixed[:count]):
         if inputs[i] is None and not name.endswith("?"):
             raise GraphError(f"{op}'s input {name} is required", where)
+    if len(fixed) < len(info.inputs) and any(v is None for v in inputs[len(fixed):]):
+        raise GraphError(f"{op}'s inputs {info.inputs[-1][:-1]} may not be absent", where)
     full = info.full_attrs(attrs)
     missing = [k for k, v in full.items() if v is REQUIRED]
     if missing:

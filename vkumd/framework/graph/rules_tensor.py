@@ -276,6 +276,7 @@ def _slice(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType
     assert x is not None
     axis = axis_of("slice", attrs["axis"], x.ndim)
     start, stop, step = attrs["start"], attrs["stop"], attrs["step"]
+    start = 0 if start is None else start
     for what, v in (("start", start), ("stop", stop), ("step", step)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
             raise VkumdTypeError(f"slice: {what} must be an int or None, not {v!r}")

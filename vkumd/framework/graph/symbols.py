@@ -20,7 +20,8 @@ class DimTable:
     """Which symbols a graph treats as the same size (and which are known ints).
 
     A union-find over symbol names; a class's representative is an int when one was equated
-    to it, else its first symbol. Shapes are compared after :meth:`resolve`.
+    to it, else the symbol the others were declared equal to (``equate("kv", "seq")`` writes
+    ``kv`` as ``seq``). Shapes are compared after :meth:`resolve`.
     """
 
     def __init__(self) -> None:
@@ -134,7 +135,7 @@ class DimTable:
         return tuple(out)
 
     def normalize_env(self, env: Mapping[str, int]) -> dict[str, int]:
-        """``env`` keyed by class representatives (plus the ints declared by equate).
+        """``env`` keyed by class representatives (any symbol of a class may name it).
 
         Raises:
             VkumdValueError: two equated symbols are given different sizes, or a symbol
