@@ -1,9 +1,17 @@
 #version 450
 // out[r, :] = softmax(x[r, :] * scale + mask[...]) over the last dimension; one workgroup
-// per row. One pass keeps a running maximum and a running sum of exponentials per lane
-// (rescaled when the maximum grows), the lanes combine them, and a second pass writes
-// exp(v - max) / sum. A row whose every value is -inf has no maximum to subtract: it is
-// written as zeros instead of NaN.
+// per row. The values are taken as v = |scale| * (y - c) + mask, y = sign(scale) * x, with
+// c a reference near the largest y: that is x * scale + mask moved by a constant (softmax does
+// not see it), but subtracts before scaling. x * scale rounded first is off by
+// eps * |x * scale| (7e-4 relative error measured for x ~ 1e4 and scale 3), and overflows
+// for huge x although the probabilities are ordinary; y - c is exact near the maximum.
+// With scale 0, +-inf or NaN, c is 0 and v the plain x * scale + mask.
+// One pass keeps, per lane, the reference, a running maximum of v and a running sum of
+// exponentials (rescaled when the maximum grows); the lanes combine them, and a second pass
+// writes exp(v - max) / sum.
+// A row where some v is NaN or +inf is written as NaN, as in numpy (GLSL's max() may drop a
+// NaN, so it is tested for, on the bits). A row whose every v is -inf has no maximum to
+// subtract: it is written as zeros instead of NaN.
 //
 // The mask (same storage type as x) broadcasts against x: the row's offset in the mask is
 // sum(coord[d] * mstride[d]) over x's leading dimensions, and along the row it either steps
@@ -31,8 +39,6 @@ layout(push_constant) uniform Shape {
     uint mstride[5];   // mask element strides along them (0 = broadcast)
 } pc;
 
-#define NEG_INF uintBitsToFloat(0xFF800000u)
-
 uint mask_offset(uint row) {
     uint offset = 0u;
     for (int d = int(pc.nlead) - 1; d >= 0; --d) {
@@ -42,9 +48,26 @@ uint mask_offset(uint row) {
     return offset;
 }
 
-// x * scale + mask for unit u of the row.
-VT value(uint base, uint moff, uint u) {
-    VT v = UNIT_TO_F(x[base + u]) * pc.scale;
+// +inf or NaN: all exponent bits set, and not -inf (tested on the bits; see rows.glsl).
+bool rises(float v) {
+    uint bits = floatBitsToUint(v);
+    return (bits & 0x7F800000u) == 0x7F800000u && bits != 0xFF800000u;
+}
+
+#if VEC == 4
+bool rises(vec4 v) {
+    return rises(v.x) || rises(v.y) || rises(v.z) || rises(v.w);
+}
+#endif
+
+// sign(scale) * x for unit u of the row.
+VT signed_x(uint base, uint u) {
+    return UNIT_TO_F(x[base + u]) * (pc.scale < 0.0 ? -1.0 : 1.0);
+}
+
+// |scale| * (y - reference) + mask for unit u; with reference 0, exactly x * scale + mask.
+VT value(VT y, float reference, uint moff, uint u) {
+    VT v = abs(pc.scale) * (y - reference);
     if (pc.mask_mode == 1u) {
         v += UNIT_TO_F(mask[moff + u]);
     } else if (pc.mask_mode == 2u) {
@@ -66,11 +89,40 @@ void main() {
     }
     uint lane = gl_LocalInvocationID.x;
     uint width = gl_WorkGroupSize.x;
+    // Without a mask and with |scale| a power of two at most 1 (1, 1/8, ...), x * scale is
+    // exact and so is v - max near the maximum: no reference needed, which saves its cost
+    // (7% single-threaded at bench/transformer.py's softmax shape). 0, inf and NaN take
+    // none either (see the top).
+    float a = abs(pc.scale);
+    uint a_bits = floatBitsToUint(a);
+    bool exact = pc.mask_mode == 0u && (a_bits & 0x007FFFFFu) == 0u && a <= 1.0
+        && a_bits >= 0x00800000u;
+    bool referenced = is_finite(a) && a > 0.0 && !exact;
 
+    // Each lane keeps its own reference c (the largest y it has seen; 0 until one is above
+    // -inf), and m and s relative to it: moving c moves every v and m alike, so s stays and
+    // m moves by a * (c_old - c_new). The lanes' references meet in one more reduction. (A
+    // first pass finding the row's reference instead cost 20-25% at bench/transformer.py's
+    // softmax shape; this costs 3-10%, measured single-threaded, which is less noisy here.)
+    float top = NEG_INF;
+    float c = 0.0;
     float m = NEG_INF;
     float s = 0.0;
+    bool poisoned = false;
     for (uint u = lane; u < units; u += width) {
-        VT v = value(base, moff, u);
+        VT y = signed_x(base, u);
+        if (referenced) {
+            // No finiteness test needed: a y of +inf (or NaN, if max() keeps it) makes the row
+            // NaN whatever the reference; -inf and NaN never pass the comparison.
+            float t = HMAX(y);
+            if (t > top) {
+                m += a * (c - t);  // -inf stays -inf; so does an overflow, making s moot
+                c = t;
+                top = t;
+            }
+        }
+        VT v = value(y, c, moff, u);
+        poisoned = poisoned || rises(v);
         float m_new = max(m, HMAX(v));
         if (m_new == NEG_INF) {
             continue;  // everything so far is -inf: nothing to add yet
@@ -78,17 +130,29 @@ void main() {
         s = s * exp(m - m_new) + HSUM(exp(v - m_new));
         m = m_new;
     }
+    // The row's reference, then each lane's m moved to it.
+    float row_c = 0.0;
+    if (referenced) {
+        row_c = row_max(top);
+        row_c = row_c == NEG_INF ? 0.0 : row_c;
+        m += a * (c - row_c);
+    }
+    if (poisoned) {
+        m = POS_INF;  // never NaN, which row_max might drop: +inf marks the row
+    }
     float row_m = row_max(m);
     float part = m == NEG_INF ? 0.0 : s * exp(m - row_m);
     float total = row_sum(part);
-    if (row_m == NEG_INF) {
+    if (row_m == NEG_INF || row_m == POS_INF) {
+        VT fill = VT(row_m == NEG_INF ? 0.0 : QNAN);
         for (uint u = lane; u < units; u += width) {
-            result[base + u] = F_TO_UNIT(VT(0.0));
+            result[base + u] = F_TO_UNIT(fill);
         }
         return;
     }
     float inv = 1.0 / total;
     for (uint u = lane; u < units; u += width) {
-        result[base + u] = F_TO_UNIT(exp(value(base, moff, u) - row_m) * inv);
+        VT v = value(signed_x(base, u), row_c, moff, u);
+        result[base + u] = F_TO_UNIT(exp(v - row_m) * inv);
     }
 }

@@ -61,7 +61,7 @@ bool is_finite(float v) {
 }
 
 // VT is what one load yields in float32; a row of `cols` elements is cols / VEC units.
-// FINITE(v) is is_finite per component (bool or bvec4), HALL(b) whether all of them hold.
+// FINITE(v) is is_finite per component (bool or bvec4), for mix().
 #if VEC == 4
 #define UNIT ELEM4
 #define VT vec4
@@ -70,7 +70,6 @@ bool is_finite(float v) {
 #define HSUM(v) (((v).x + (v).y) + ((v).z + (v).w))
 #define HMAX(v) max(max((v).x, (v).y), max((v).z, (v).w))
 #define FINITE(v) notEqual(floatBitsToUint(v) & uvec4(0x7F800000u), uvec4(0x7F800000u))
-#define HALL(b) all(b)
 #elif VEC == 1
 #define UNIT ELEM
 #define VT float
@@ -79,7 +78,6 @@ bool is_finite(float v) {
 #define HSUM(v) (v)
 #define HMAX(v) (v)
 #define FINITE(v) is_finite(v)
-#define HALL(b) (b)
 #else
 #error "VEC must be 1 or 4"
 #endif
