@@ -61,7 +61,8 @@ bool is_finite(float v) {
 }
 
 // VT is what one load yields in float32; a row of `cols` elements is cols / VEC units.
-// FINITE(v) is is_finite per component (bool or bvec4), for mix().
+// FINITE(v) is is_finite per component (bool or bvec4), for mix(); UVT is VT's bits as
+// unsigned integers, HMAXU their largest component.
 #if VEC == 4
 #define UNIT ELEM4
 #define VT vec4
@@ -70,6 +71,8 @@ bool is_finite(float v) {
 #define HSUM(v) (((v).x + (v).y) + ((v).z + (v).w))
 #define HMAX(v) max(max((v).x, (v).y), max((v).z, (v).w))
 #define FINITE(v) notEqual(floatBitsToUint(v) & uvec4(0x7F800000u), uvec4(0x7F800000u))
+#define UVT uvec4
+#define HMAXU(v) max(max((v).x, (v).y), max((v).z, (v).w))
 #elif VEC == 1
 #define UNIT ELEM
 #define VT float
@@ -78,6 +81,8 @@ bool is_finite(float v) {
 #define HSUM(v) (v)
 #define HMAX(v) (v)
 #define FINITE(v) is_finite(v)
+#define UVT uint
+#define HMAXU(v) (v)
 #else
 #error "VEC must be 1 or 4"
 #endif
