@@ -235,3 +235,17 @@ def test_scaled_path_on_every_reduction_path(ctx, shape: tuple[int, ...]) -> Non
         got = run(ctx.tensor(x.astype(np.float32)), poisoned(ctx, shape, "float32")).numpy()
         assert np.isnan(got[0]).all(), op
         assert_close(got[1:], expected, "float32", f"{op} {shape}")
+
+
+@pytest.mark.parametrize("cols", NUMERIC_COLS, ids=lambda c: f"cols{c}")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_rows_near_the_float32_limit(ctx, op: str, dtype: str, cols: int) -> None:
+    # |x| up to 3.3e38 (bfloat16 rounds 3.4e38 to inf) with both signs: x - x[0] itself
+    # overflows, not only its square.
+    rng = np.random.default_rng()
+    shape = (2, cols)
+    x = stored(rng.uniform(1e38, 3.3e38, shape) * rng.choice([-1.0, 1.0], shape), dtype)
+    run, expected = _norm_case(op, x, 1e-5)
+    got = run(tensor(ctx, x, dtype), poisoned(ctx, shape, dtype)).numpy()
+    assert_close(got, expected, dtype, f"{op} {dtype} {shape} |x| near FLT_MAX")
