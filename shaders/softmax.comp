@@ -128,7 +128,7 @@ void main() {
             accumulate(value(UNIT_TO_F(x[base + u]), 0.0, moff, u), m, s, magnitude);
         }
     }
-    bool poisoned = HMAXU(magnitude) > 0x7F800000u || m == POS_INF;
+    bool poisoned = HMAX(magnitude) > 0x7F800000u || m == POS_INF;
     // The row's reference, then each lane's m moved to it.
     float row_c = 0.0;
     if (referenced) {

@@ -62,7 +62,7 @@ bool is_finite(float v) {
 
 // VT is what one load yields in float32; a row of `cols` elements is cols / VEC units.
 // FINITE(v) is is_finite per component (bool or bvec4), for mix(); UVT is VT's bits as
-// unsigned integers, HMAXU their largest component.
+// unsigned integers (HMAX takes them too).
 #if VEC == 4
 #define UNIT ELEM4
 #define VT vec4
@@ -72,7 +72,6 @@ bool is_finite(float v) {
 #define HMAX(v) max(max((v).x, (v).y), max((v).z, (v).w))
 #define FINITE(v) notEqual(floatBitsToUint(v) & uvec4(0x7F800000u), uvec4(0x7F800000u))
 #define UVT uvec4
-#define HMAXU(v) max(max((v).x, (v).y), max((v).z, (v).w))
 #elif VEC == 1
 #define UNIT ELEM
 #define VT float
@@ -82,7 +81,6 @@ bool is_finite(float v) {
 #define HMAX(v) (v)
 #define FINITE(v) is_finite(v)
 #define UVT uint
-#define HMAXU(v) (v)
 #else
 #error "VEC must be 1 or 4"
 #endif
