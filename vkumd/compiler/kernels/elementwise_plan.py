@@ -151,7 +151,55 @@ def unary_plan(caps: DeviceCaps, kind: str, src: str, dst: str, src_shape: tuple
                                             "OP": ELEMENTWISE_UNARY_OPS[kind],
                                             WORKGROUP: ELEMENTWISE_WORKGROUP})
     size = math.prod(out_shape)
-    push = UNARY_PUSH.pack(*shape_words(out_shape, src_shape), alpha_bits)
+    words = shape_words(out_shape, src_shape)
+    dims = words[2:2 + words[1]]
+    push = UNARY_PUSH.pack(*words, alpha_bits, 0, 0, *_padded(_row_major(dims)))
+    return FixedLaunch(program, push, _grid(caps, size), (1,))
+
+
+def _row_major(shape: Sequence[int]) -> list[int]:
+    """Element strides of a contiguous row-major ``shape``."""
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    return strides
+
+
+def _padded(words: list[int], fill: int = 0) -> list[int]:
+    return words + [fill] * (ELEMENTWISE_MAX_DIMS - len(words))
+
+
+@functools.lru_cache(maxsize=_PLANS)
+def strided_copy_plan(caps: DeviceCaps, src: str, dst: str, shape: tuple[int, ...],
+                      src_strides: tuple[int, ...], src_offset: int,
+                      dst_strides: tuple[int, ...], dst_offset: int) -> FixedLaunch:
+    """``out[dst_offset + c . dst_strides] = convert(src[src_offset + c . src_strides])`` for
+    every coordinate ``c`` of ``shape``: a copy between strided windows of two tensors (a
+    slice read out of ``src``, or a block written into a slice of ``out``).
+
+    Operands: src, out. ``src`` and ``dst`` are element-type codes; strides and offsets
+    count elements. The windows' dimensions that both step through contiguously are merged
+    first, so a leading-dimension slice runs as one flat copy.
+
+    Raises:
+        VkumdValueError: more than :data:`ELEMENTWISE_MAX_DIMS` dimensions remain after
+            merging.
+    """
+    program = ELEMENTWISE_UNARY.specialize({"SRC": src, "DST": dst,
+                                            "OP": ELEMENTWISE_UNARY_OPS["convert"],
+                                            WORKGROUP: ELEMENTWISE_WORKGROUP})
+    size = math.prod(shape)
+    dims, (read, write) = _collapse(shape, [list(src_strides), list(dst_strides)])
+    if not dims:  # every dimension is 1: one element
+        dims, read, write = [1], [0], [0]
+    if len(dims) > ELEMENTWISE_MAX_DIMS:
+        raise VkumdValueError(f"a strided copy of shape {shape} needs {len(dims)} dimensions "
+                              f"after merging; the copy kernel takes at most "
+                              f"{ELEMENTWISE_MAX_DIMS}")
+    # One flat run on both sides is the kernel's index-free path (ndim 0).
+    ndim = 0 if len(dims) == 1 and read == [1] and write == [1] else len(dims)
+    push = UNARY_PUSH.pack(size, ndim, *_padded(dims, 1), *_padded(read), 0, src_offset,
+                           dst_offset, *_padded(write))
     return FixedLaunch(program, push, _grid(caps, size), (1,))
 
 
