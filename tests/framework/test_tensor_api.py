@@ -87,6 +87,28 @@ def test_numbers_on_either_side(ctx, rng, dtype, value) -> None:
         assert_matches(got.numpy(), stored(want, dtype), dtype)
 
 
+def test_numbers_take_the_cheapest_exact_launch(ctx, rng, monkeypatch) -> None:
+    t, _ = put(ctx, rng, "float32", (4, 5))
+    kernels: list[str] = []
+    run = ctx.run
+
+    def counting(plan, operands):
+        kernels.append(plan.program.kernel.name)
+        run(plan, operands)
+
+    monkeypatch.setattr(ctx, "run", counting)
+    expected = {"t * 3": ["elementwise_unary"], "3 * t": ["elementwise_unary"],
+                "t / 4": ["elementwise_unary"], "t / 0.25": ["elementwise_unary"],
+                "t / 3": ["elementwise_fill", "elementwise_binary"],
+                "t + 3": ["elementwise_fill", "elementwise_binary"],
+                "1 - t": ["elementwise_fill", "elementwise_binary"],
+                "-t": ["elementwise_unary"]}
+    for text, launches in expected.items():
+        kernels.clear()
+        eval(text, {"t": t})  # noqa: S307 - the expressions above
+        assert kernels == launches, text
+
+
 def test_numpy_scalars_stay_on_the_device_and_arrays_are_refused(ctx, rng) -> None:
     t, h = put(ctx, rng, "float32", (3, 4))
     for scalar in (np.float32(2.0), np.int64(2), np.float64(2.0)):

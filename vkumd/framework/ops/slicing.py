@@ -46,6 +46,10 @@ def _copy_window(src: Tensor, out: Tensor, shape: tuple[int, ...],
     src.context.run(plan, (src, out))
 
 
+def _off_axis(shape: tuple[int, ...], d: int) -> tuple[int, ...]:
+    return shape[:d] + shape[d + 1:]
+
+
 def _ints(op: str, values: Any, what: str) -> list[int]:
     if isinstance(values, (int, np.integer)) and not isinstance(values, bool):
         values = [values]
@@ -130,8 +134,7 @@ def concat(tensors: Sequence[Tensor], axis: int = 0, *, out: Tensor | None = Non
         if t.dtype is not first.dtype:
             raise VkumdTypeError(f"{op}: tensors[{i}] is {t.dtype.name} and tensors[0] is "
                                  f"{first.dtype.name}; cast them to one dtype")
-        if t.ndim != first.ndim or t.shape[:d] + t.shape[d + 1:] != \
-                first.shape[:d] + first.shape[d + 1:]:
+        if t.ndim != first.ndim or _off_axis(t.shape, d) != _off_axis(first.shape, d):
             raise VkumdValueError(f"{op}: tensors[{i}] has shape {t.shape} and tensors[0] "
                                   f"{first.shape}; they must agree except along axis {axis}")
     shape = list(first.shape)
