@@ -266,3 +266,24 @@ def test_bad_concat_and_split_are_clear_errors(ctx) -> None:
     with vkumd.Context() as other:
         with pytest.raises(vkumd.VkumdValueError, match="different context"):
             ops.concat([a, other.tensor(np.ones((2, 3), np.float32))])
+
+
+def test_operators_views_and_slices_replay_in_a_graph(ctx, rng) -> None:
+    """Numbers are filled by a recorded launch, views keep their memory inside the graph, and
+    every replay recomputes from the current inputs."""
+    x = ctx.tensor(np.zeros((6, 8), np.float32))
+    out = nan_out(ctx, (3, 8), "float32")
+    with ctx.capture() as graph:
+        y = (1 - x.reshape(48)) / 3  # a view, then two filled numbers
+        ops.concat([y.reshape(6, 8)[1:3], y.view(6, 8)[-1:]], out=out)
+    del y
+    gc.collect()
+    assert np.isnan(out.numpy()).all()  # capture ran nothing
+    for _ in range(2):
+        a = sample(rng, "float32", (6, 8))
+        x.write(a)
+        graph.replay()
+        want = (1 - a.astype(np.float64)) / 3
+        assert_matches(out.numpy(), stored(np.concatenate([want[1:3], want[-1:]]), "float32"),
+                       "float32")
+    graph.release()
