@@ -39,23 +39,22 @@ def normalize_shape(shape: Any) -> tuple[int, ...]:
     return dims
 
 
+# Guards every count below: tensors die in whatever thread the garbage collector runs in, and
+# two threads may view one tensor at once.
+_SHARING = threading.Lock()
+
+
 class _SharedMemory:
     """How many live tensors view one allocation; the last one to go frees it."""
 
-    __slots__ = ("count", "_lock")
+    __slots__ = ("count",)
 
     def __init__(self) -> None:
         self.count = 1
-        # Tensors die in whatever thread the garbage collector runs in.
-        self._lock = threading.Lock()
-
-    def join(self) -> None:
-        with self._lock:
-            self.count += 1
 
     def leave(self) -> bool:
         """Drop one tensor; return whether it was the last."""
-        with self._lock:
+        with _SHARING:
             self.count -= 1
             return self.count == 0
 
@@ -121,10 +120,11 @@ class Tensor(TensorMethods, Handle):
                                   f"elements) as shape {shape} ({math.prod(shape)} elements)")
         view = Tensor(self.context, shape, self.dtype, allocation)
         if allocation is not None:
-            if self._shared is None:
-                self._shared = _SharedMemory()
-            self._shared.join()
-            view._shared = self._shared
+            with _SHARING:
+                if self._shared is None:
+                    self._shared = _SharedMemory()
+                self._shared.count += 1
+                view._shared = self._shared
         return view
 
     @property

@@ -6,7 +6,7 @@ started elsewhere in the allocation would not be ordered against work on the who
 (Writing into a slice is done by :func:`concat`, or by building the tensor from pieces.)
 
 All three run the ``elementwise_unary`` copy with source and destination strides and offsets
-(:func:`~vkumd.compiler.kernels.elementwise_plan.strided_copy_plan`): stored bits are copied
+(:func:`~vkumd.compiler.kernels.elementwise_plan.window_copy_plan`): stored bits are copied
 unchanged (NaN payloads and -0.0 included). Element types: float32, float16, bfloat16 and
 int32.
 """
@@ -21,15 +21,11 @@ from typing import Any
 import numpy as np
 
 from vkumd.compiler.kernels.elementwise import ELEMENTWISE_CODES
-from vkumd.compiler.kernels.elementwise_plan import strided_copy_plan
+from vkumd.compiler.kernels.elementwise_plan import window_copy_plan
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.ops.checks import check_context, check_dtype, check_tensor, output
 from vkumd.framework.ops.shape import dim_index
 from vkumd.framework.tensor import Tensor
-
-
-def _row_major(shape: Sequence[int]) -> tuple[int, ...]:
-    return tuple(math.prod(shape[d + 1:]) for d in range(len(shape)))
 
 
 def _copy_window(src: Tensor, out: Tensor, shape: tuple[int, ...],
@@ -37,12 +33,9 @@ def _copy_window(src: Tensor, out: Tensor, shape: tuple[int, ...],
     """Copy the ``shape`` window of ``src`` at ``src_start`` into ``out`` at ``dst_start``."""
     if math.prod(shape) == 0:
         return
-    src_strides, dst_strides = _row_major(src.shape), _row_major(out.shape)
     code = ELEMENTWISE_CODES[src.dtype.name]
-    plan = strided_copy_plan(src.context.caps, code, code, shape, src_strides,
-                             sum(i * s for i, s in zip(src_start, src_strides, strict=True)),
-                             dst_strides,
-                             sum(i * s for i, s in zip(dst_start, dst_strides, strict=True)))
+    plan = window_copy_plan(src.context.caps, code, code, shape, src.shape, tuple(src_start),
+                            out.shape, tuple(dst_start))
     src.context.run(plan, (src, out))
 
 
