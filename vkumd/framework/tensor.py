@@ -40,8 +40,9 @@ def normalize_shape(shape: Any) -> tuple[int, ...]:
 
 
 # Guards every count below: tensors die in whatever thread the garbage collector runs in, and
-# two threads may view one tensor at once.
-_SHARING = threading.Lock()
+# two threads may view one tensor at once. Re-entrant: a collection that starts while the lock
+# is held may release a tensor on the same thread.
+_SHARING = threading.RLock()
 
 
 class _SharedMemory:

@@ -203,10 +203,19 @@ class TensorMethods:
 
     # -- shapes: views over the same memory ---------------------------------------------
     def reshape(self, *shape: Any) -> Tensor:
-        """A view with another shape of as many elements; one entry may be -1.
+        """A view with another shape of as many elements (never a copy: every vkumd tensor
+        is contiguous), as :func:`vkumd.ops.reshape`.
 
-        ``t.reshape(2, 3)`` and ``t.reshape((2, 3))`` are the same. Never a copy: every vkumd
-        tensor is contiguous.
+        Args:
+            shape: ints, or one sequence of them (``reshape(2, 3)`` is ``reshape((2, 3))``);
+                one entry may be -1.
+
+        Returns:
+            A tensor over this tensor's memory.
+
+        Raises:
+            VkumdValueError: the element counts differ, or -1 cannot be inferred.
+            VkumdTypeError: entries that are not ints.
         """
         return _ops().reshape(self, _shape_args(shape))
 
@@ -215,7 +224,11 @@ class TensorMethods:
         return _ops().reshape(self, _shape_args(shape))
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
-        """A view with dimensions ``start_dim`` to ``end_dim`` merged."""
+        """A view with dimensions ``start_dim`` to ``end_dim`` (inclusive) merged.
+
+        Raises:
+            VkumdValueError: a dim out of range, or ``start_dim`` after ``end_dim``.
+        """
         return _ops().flatten(self, start_dim, end_dim)
 
     def squeeze(self, dim: int | None = None) -> Tensor:
@@ -228,12 +241,22 @@ class TensorMethods:
 
     # -- copies -------------------------------------------------------------------------
     def transpose(self, dim0: int, dim1: int) -> Tensor:
-        """A contiguous copy with ``dim0`` and ``dim1`` swapped (PyTorch gives a view)."""
+        """A contiguous copy with ``dim0`` and ``dim1`` swapped (PyTorch gives a view).
+
+        Raises:
+            VkumdValueError: a dim out of range, or a 0-d tensor.
+        """
         return _ops().transpose(self, dim0, dim1)
 
     def permute(self, *dims: Any) -> Tensor:
-        """A contiguous copy with dimensions reordered; ``permute(1, 0)`` or
-        ``permute((1, 0))``."""
+        """A contiguous copy with dimensions reordered (PyTorch gives a view).
+
+        Args:
+            dims: a permutation of the dimensions: ``permute(1, 0)`` or ``permute((1, 0))``.
+
+        Raises:
+            VkumdValueError: not a permutation.
+        """
         return _ops().permute(self, _shape_args(dims))
 
     @property
@@ -242,7 +265,14 @@ class TensorMethods:
         return _ops().permute(self, tuple(range(len(self.shape) - 1, -1, -1)))
 
     def astype(self, dtype: Any) -> Tensor:
-        """A copy converted to ``dtype``, as :func:`vkumd.ops.cast`."""
+        """A copy converted to ``dtype``, as :func:`vkumd.ops.cast`.
+
+        Args:
+            dtype: float32, float16, bfloat16 or int32 (a name, numpy dtype or vkumd DType).
+
+        Raises:
+            VkumdTypeError: another dtype.
+        """
         return _ops().cast(self, dtype)
 
     def to(self, dtype: Any) -> Tensor:
@@ -259,7 +289,15 @@ class TensorMethods:
 
     def __getitem__(self, key: Any) -> Tensor:
         """Basic indexing, copied into a new tensor: ``t[i]``, ``t[a:b]``, ``t[:, a:b]``,
-        ``t[..., i]``, ``t[None]``; slice steps must be 1 (see :func:`parse_index`)."""
+        ``t[..., i]``, ``t[None]`` (a slice is :func:`vkumd.ops.slice`, then the dropped
+        dimensions are a view).
+
+        Returns:
+            A new contiguous tensor (slices never alias ``t``).
+
+        Raises:
+            As :func:`parse_index`: fancy indexing, steps other than 1, indices out of range.
+        """
         starts, stops, shape = parse_index(self.shape, key)
         ops = _ops()
         window = ops.slice(self, starts, stops, tuple(range(len(starts))))
@@ -278,29 +316,53 @@ class TensorMethods:
             yield self[i]
 
     def split(self, sizes_or_sections: Any, dim: int = 0) -> list[Tensor]:
-        """Pieces along ``dim``, each a copy: an int is each piece's size (as PyTorch), a list
-        gives every size."""
+        """Pieces along ``dim``, each a copy, as :func:`vkumd.ops.split`.
+
+        Args:
+            sizes_or_sections: an int is each piece's size (the last may be shorter), as
+                ``torch.split``; a list gives every size and must add up to the dimension.
+            dim: the dimension cut.
+
+        Returns:
+            The pieces, in order.
+
+        Raises:
+            VkumdValueError: sizes that do not add up, a size below 1, a 0-d tensor.
+        """
         return _ops().split(self, sizes_or_sections, dim)
 
     # -- reductions and activations (the last dimension) --------------------------------
     def sum(self, dim: int = -1, keepdim: bool = False) -> Tensor:
-        """The sum over the last dimension (the only ``dim`` supported)."""
+        """The sum over the last dimension, as :func:`vkumd.ops.sum`.
+
+        Args:
+            dim: -1 or ``ndim - 1``: the row kernels reduce the last dimension only.
+            keepdim: keep it, as 1.
+
+        Raises:
+            VkumdValueError: another ``dim`` (permute that dimension last first).
+            VkumdTypeError: a non-float tensor.
+        """
         _last_dim("sum", self, dim)
         return _ops().sum(self, keepdims=keepdim)
 
     def mean(self, dim: int = -1, keepdim: bool = False) -> Tensor:
-        """The mean over the last dimension (the only ``dim`` supported)."""
+        """The mean over the last dimension; arguments and errors as :meth:`sum`."""
         _last_dim("mean", self, dim)
         return _ops().mean(self, keepdims=keepdim)
 
     def max(self, dim: int = -1, keepdim: bool = False) -> Tensor:
         """The maximum over the last dimension (values only, unlike PyTorch's
-        ``(values, indices)``)."""
+        ``(values, indices)``); arguments and errors as :meth:`sum`."""
         _last_dim("max", self, dim)
         return _ops().max(self, keepdims=keepdim)
 
     def softmax(self, dim: int = -1) -> Tensor:
-        """Softmax over the last dimension (the only ``dim`` supported)."""
+        """Softmax over the last dimension, as :func:`vkumd.ops.softmax`.
+
+        Raises:
+            VkumdValueError: a ``dim`` other than the last.
+        """
         _last_dim("softmax", self, dim)
         return _ops().softmax(self)
 
