@@ -101,6 +101,29 @@ def test_memory_returns_once_every_view_is_gone(ctx, rng, order) -> None:
     assert ctx.memory.used_bytes() == used
 
 
+def test_a_dlpack_export_of_a_view_outlives_every_tensor(ctx, rng) -> None:
+    if not ctx.memory.tensors_mapped:
+        pytest.skip("tensors are in memory the host cannot map; DLPack exports need it")
+    base, h = put(ctx, rng, "float32", (4, 6))
+    view = base.reshape(24)
+    shared = np.from_dlpack(view)
+    ctx.synchronize()
+    gc.collect()
+    used = ctx.memory.used_bytes()
+    base.release()
+    view.release()
+    others = [ctx.tensor(np.zeros(24, np.float32)) for _ in range(3)]  # must not reuse it
+    np.testing.assert_array_equal(shared, h.reshape(24))
+    for t in others:
+        t.release()
+    ctx.synchronize()
+    assert ctx.memory.used_bytes() == used
+    del shared
+    gc.collect()
+    ctx.synchronize()
+    assert ctx.memory.used_bytes() < used
+
+
 def test_views_of_empty_and_released_tensors(ctx) -> None:
     empty = ctx.empty((0, 4))
     assert empty.reshape(4, 0, 3).shape == (4, 0, 3) and empty.reshape(-1).shape == (0,)
