@@ -9,7 +9,8 @@ from pathlib import Path
 
 import vkumd.framework.graph as graph
 
-ALLOWED = ("vkumd.errors", "vkumd.framework.dtypes", "vkumd.framework.graph", "numpy")
+ALLOWED = ("vkumd.errors", "vkumd.settings", "vkumd.framework.dtypes", "vkumd.framework.graph",
+           "numpy")
 PACKAGE = Path(graph.__file__).parent
 
 

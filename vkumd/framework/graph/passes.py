@@ -8,7 +8,6 @@ Every pass can be switched off by name, with ``disable=`` or the environment var
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Sequence
 
 from vkumd.errors import VkumdValueError
@@ -16,6 +15,7 @@ from vkumd.framework.graph.constant_folding import fold_constants
 from vkumd.framework.graph.cse import eliminate_common_subexpressions
 from vkumd.framework.graph.dce import eliminate_dead_code
 from vkumd.framework.graph.ir import Graph
+from vkumd.settings import text as setting
 
 Pass = Callable[[Graph], Graph]
 
@@ -43,7 +43,8 @@ def disabled_passes(disable: Iterable[str] | None = None) -> set[str]:
         VkumdValueError: a name that is no registered pass (a typo would otherwise be
             silently ignored); the message lists the passes.
     """
-    names = {n.strip() for n in os.environ.get(DISABLE_VARIABLE, "").split(",") if n.strip()}
+    listed = setting(DISABLE_VARIABLE) or ""
+    names = {n.strip() for n in listed.split(",") if n.strip()}
     names |= set(disable or ())
     unknown = sorted(names - set(PASSES))
     if unknown:
