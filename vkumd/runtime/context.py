@@ -347,13 +347,17 @@ class RuntimeContext(Handle):
             if len(self._programs) >= _MAX_PROGRAMS:
                 self._programs.clear()  # the registry still holds every pipeline
             self._programs[kernel_variant] = program
-        self.current_stream().dispatch(program, launch.buffers, launch.push, launch.groups,
-                                       launch.writes)
+        self._current.current().dispatch(program, launch.buffers, launch.push, launch.groups,
+                                         launch.writes)
 
     def run(self, plan: LaunchPlan, operands: Sequence[Any]) -> None:
         """Record a planner's launches for ``operands`` (see
         :func:`vkumd.runtime.launch.run_plan`), with the scratch memory the plan asks for."""
-        run_plan(self, plan, operands)
+        if plan.scratch:
+            run_plan(self, plan, operands)
+            return
+        for launch in plan.launches(operands, ()):  # the common case, without a call more
+            self.launch(launch)
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Submit recorded work on every stream and wait until the device has finished it.

@@ -35,7 +35,8 @@ def check_tensor(op: str, t: Any, what: str) -> Tensor:
     if not isinstance(t, Tensor):
         raise VkumdTypeError(f"{op}: {what} must be a vkumd Tensor, not {type(t).__name__}; "
                              "convert with ctx.tensor(array)")
-    t.context.check_open(op)
+    if t.context.released:
+        t.context.check_open(op)
     if t.released:
         raise VkumdValueError(f"{op}: {what} was released")
     return t
@@ -52,7 +53,8 @@ def check_dtype(op: str, t: Tensor, what: str, allowed: Iterable[str]) -> dtypes
     if dt.name not in allowed:
         raise VkumdTypeError(f"{op}: {what} is {dt.name}, which is not supported; {op} takes "
                              f"{', '.join(allowed)} (cast() converts)")
-    check_storage(op, dt, t.context)
+    if dt.itemsize < 4:  # 32-bit types need no storage feature (and are the common case)
+        check_storage(op, dt, t.context)
     return dt
 
 
@@ -180,7 +182,7 @@ def broadcast(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     Raises:
         VkumdValueError: the shapes do not broadcast.
     """
-    if all(shape == shapes[0] for shape in shapes):
+    if shapes.count(shapes[0]) == len(shapes):
         return shapes[0]
     try:
         return _broadcast(shapes)
