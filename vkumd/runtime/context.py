@@ -25,6 +25,7 @@ from vkumd.submission.descriptors import BufferRange, DescriptorBinder
 from vkumd.submission.oneshot import OneShotQueue
 from vkumd.submission.queries import TimestampSlots
 from vkumd.vk.caps import DeviceCaps
+from vkumd.vk.errors import DeviceLost
 from vkumd.vk.handle import Handle
 from vkumd.vk.instance import Instance
 
@@ -115,10 +116,12 @@ class RuntimeContext(Handle):
         return self.released
 
     def check_open(self, what: str = "this operation") -> None:
-        """Raise :class:`ContextClosed` if the context is closed."""
+        """Raise :class:`ContextClosed` if the context is closed, ``DeviceLost`` if its device
+        was lost."""
         if self.released:
             raise ContextClosed(f"{what} needs an open context, but its context was closed; "
                                 "create a new vkumd.Context")
+        self.device.health.check(what)
 
     def allocate(self, size: int, usage: MemoryUsage = MemoryUsage.DEVICE,
                  zero: bool = False) -> Allocation:
@@ -128,7 +131,11 @@ class RuntimeContext(Handle):
         started = time.perf_counter_ns() if prof is not None else 0
         allocation = self.memory.allocate(size, usage)
         if zero or self.zero_memory:
-            self.transfers.fill_zero(allocation)
+            try:
+                self.transfers.fill_zero(allocation)
+            except BaseException:
+                self.memory.free(allocation)
+                raise
         if prof is not None:
             prof.host_event("alloc", f"{size} B", started, time.perf_counter_ns(),
                             {"bytes": size, "usage": usage.value})
@@ -262,6 +269,7 @@ class RuntimeContext(Handle):
             CaptureError: called while this thread captures a graph.
         """
         self.refuse_during_capture(what)
+        self.device.health.check(what)
         allocation = tensor.allocation
         if allocation is None:
             return
@@ -274,6 +282,9 @@ class RuntimeContext(Handle):
     def release_tensor_memory(self, allocation: Allocation) -> None:
         """Return a released tensor's memory once no submitted work or live graph uses it."""
         if self.released:
+            return
+        if self.device.health.lost is not None:  # no work runs on a lost device any more
+            self.memory.free(allocation)
             return
         key = (allocation.buffer, allocation.offset)
         if key in self._graph_refs:
@@ -345,7 +356,8 @@ class RuntimeContext(Handle):
                 with contextlib.suppress(VkumdError):
                     stream.flush()
             if device is not None and not device.released:
-                device.wait_idle()
+                with contextlib.suppress(DeviceLost):  # a lost device still must be released
+                    device.wait_idle()
             for graph in list(getattr(self, "_graphs", ())):
                 if not graph.released:
                     graph.released = True

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import enum
 import logging
+import operator
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from vkumd import settings
-from vkumd.errors import VkumdValueError
+from vkumd.errors import ContextClosed, VkumdTypeError, VkumdValueError
 from vkumd.runtime.suballoc import RangeAllocator
 from vkumd.vk.binding import (
     BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT,
@@ -27,7 +28,7 @@ from vkumd.vk.binding import (
     vk,
 )
 from vkumd.vk.caps import DeviceCaps, MemoryType
-from vkumd.vk.errors import OutOfDeviceMemory, VulkanError, check
+from vkumd.vk.errors import OutOfDeviceMemory, OutOfHostMemory, VulkanError, check
 from vkumd.vk.handle import Handle
 
 log = logging.getLogger("vkumd.memory")
@@ -70,6 +71,28 @@ def _score(mem_type: MemoryType, usage: MemoryUsage, unified: bool) -> int | Non
     return score
 
 
+def _limit_bytes(size: object) -> int | None:
+    """A memory limit in bytes from an int or a size string, checked."""
+    if size is None:
+        return None
+    if isinstance(size, str):
+        try:
+            size = settings.parse_size(size)
+        except ValueError as exc:
+            raise VkumdValueError(f"memory limit: {exc}") from None
+    try:
+        if isinstance(size, bool):
+            raise TypeError("a bool is no byte count")
+        # numpy integers pass through __index__; floats are refused (bytes are whole).
+        size = operator.index(size)  # type: ignore[arg-type]
+    except TypeError:
+        raise VkumdTypeError(f"memory limit must be a byte count or a size string such as "
+                             f"'1GB', got {type(size).__name__}: {size!r}") from None
+    if size < 0:
+        raise VkumdValueError(f"memory limit size={size} must not be negative")
+    return size
+
+
 class Block(Handle):
     """One ``VkDeviceMemory`` with a ``VkBuffer`` bound over all of it.
 
@@ -99,30 +122,39 @@ class Block(Handle):
         check("vkCreateBuffer", lib.vkCreateBuffer(device, buffer_info, NULL, buffer),
               f"{size} bytes")
         self.buffer = buffer[0]
+        self.mapped: Any = None
+        self.address = 0
         try:
-            reqs = ffi.new("VkMemoryRequirements*")
-            lib.vkGetBufferMemoryRequirements(device, self.buffer, reqs)
-            alloc_info = new("VkMemoryAllocateInfo", vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
-                             allocationSize=reqs.size, memoryTypeIndex=mem_type.index)
-            if pool.caps.buffer_device_address:
-                flags = new("VkMemoryAllocateFlagsInfo",
-                            vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
-                            flags=MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT)
-                alloc_info.pNext = flags
-            memory = ffi.new("VkDeviceMemory*")
-            check("vkAllocateMemory", lib.vkAllocateMemory(device, alloc_info, NULL, memory),
-                  f"{reqs.size} bytes of memory type {mem_type.index}")
+            self._back(device, mem_type, size, map_memory)
         except BaseException:
+            # Whatever step failed, nothing of the block may outlive the error.
             lib.vkDestroyBuffer(device, self.buffer, NULL)
+            if self.handle is not None:
+                lib.vkFreeMemory(device, self.handle, NULL)
             raise
+
+    def _back(self, device: Any, mem_type: MemoryType, size: int, map_memory: bool) -> None:
+        """Allocate, bind and map the memory behind :attr:`buffer`."""
+        pool = self.pool
+        reqs = ffi.new("VkMemoryRequirements*")
+        lib.vkGetBufferMemoryRequirements(device, self.buffer, reqs)
+        alloc_info = new("VkMemoryAllocateInfo", vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                         allocationSize=reqs.size, memoryTypeIndex=mem_type.index)
+        if pool.caps.buffer_device_address:
+            flags = new("VkMemoryAllocateFlagsInfo",
+                        vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
+                        flags=MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT)
+            alloc_info.pNext = flags
+        memory = ffi.new("VkDeviceMemory*")
+        check("vkAllocateMemory", lib.vkAllocateMemory(device, alloc_info, NULL, memory),
+              f"{reqs.size} bytes of memory type {mem_type.index}")
         self.handle = memory[0]
         check("vkBindBufferMemory", lib.vkBindBufferMemory(device, self.buffer, self.handle, 0))
-        self.mapped: Any = None
         if map_memory and mem_type.host_visible:
             pointer = ffi.new("void**")
-            check("vkMapMemory", lib.vkMapMemory(device, self.handle, 0, size, 0, pointer))
+            check("vkMapMemory", lib.vkMapMemory(device, self.handle, 0, size, 0, pointer),
+                  f"{size} bytes")
             self.mapped = ffi.cast("uint8_t*", pointer[0])
-        self.address = 0
         if pool.caps.buffer_device_address:
             info = new("VkBufferDeviceAddressInfo",
                        vk.VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, buffer=self.buffer)
@@ -242,13 +274,14 @@ class MemoryPool:
         self._lock = threading.RLock()
         self._used = 0
         self._limit: int | None = None
+        self._closed = False
         env_limit = settings.text("VKUMD_MEMORY_LIMIT")
         if limit is not None:
             self.set_limit(size=limit)
         elif env_limit is not None:
             try:
-                self.set_limit(size=settings.parse_size(env_limit))
-            except ValueError as exc:
+                self.set_limit(size=env_limit)
+            except VkumdValueError as exc:
                 raise VkumdValueError(f"VKUMD_MEMORY_LIMIT: {exc}") from None
         self.device_only = (settings.flag("VKUMD_DEVICE_ONLY_MEMORY") if device_only is None
                             else bool(device_only))
@@ -283,20 +316,31 @@ class MemoryPool:
         """The byte limit on :meth:`total_bytes`, or ``None``."""
         return self._limit
 
-    def set_limit(self, size: int | None = None, fraction: float | None = None) -> None:
+    def set_limit(self, size: int | str | None = None, fraction: float | None = None) -> None:
         """Bound the bytes the pool may hold.
 
+        A limit smaller than the block size is honoured by making smaller blocks, so any
+        request that fits the limit can be served.
+
         Args:
-            size: a byte count; ``None`` or 0 removes the limit.
+            size: a byte count, or a size string as ``VKUMD_MEMORY_LIMIT`` takes (``"1GB"``,
+                ``"512MiB"``); ``None`` or 0 removes the limit.
             fraction: a share of the device-local memory (0 < fraction <= 1) instead.
+
+        Raises:
+            VkumdTypeError: ``size`` is neither an int nor a string (or is a bool), or
+                ``fraction`` is not a number.
+            VkumdValueError: a negative size, a string that is not a size, or a fraction
+                outside (0, 1].
         """
         if fraction is not None:
+            if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+                raise VkumdTypeError(f"fraction must be a number, got "
+                                     f"{type(fraction).__name__}: {fraction!r}")
             if not 0 < fraction <= 1:
                 raise VkumdValueError(f"fraction={fraction} must be in (0, 1]")
             size = int(self.caps.device_local_bytes * fraction)
-        if size is not None and size < 0:
-            raise VkumdValueError(f"limit size={size} must not be negative")
-        self._limit = size or None
+        self._limit = _limit_bytes(size) or None
 
     def free_all_blocks(self) -> int:
         """Release every cached block that holds no allocation; return the bytes released."""
@@ -320,14 +364,20 @@ class MemoryPool:
         Raises:
             OutOfDeviceMemory: the limit or the device's memory is exhausted even after the
                 cached blocks were released.
+            OutOfHostMemory: the driver ran out of host memory, likewise.
+            ContextClosed: the pool was released (its context closed).
         """
         if size < 0:
             raise VkumdValueError(f"cannot allocate {size} bytes")
         size = max(size, 1)
         with self._lock:
+            if self._closed:
+                raise ContextClosed(f"allocating {size} bytes needs an open context, but the "
+                                    "memory pool's context was closed; create a new "
+                                    "vkumd.Context")
             try:
                 return self._allocate(size, usage)
-            except OutOfDeviceMemory:
+            except (OutOfDeviceMemory, OutOfHostMemory):
                 if self.free_all_blocks() == 0:
                     raise
                 log.info("out of memory for %d bytes: released cached blocks, retrying", size)
@@ -342,12 +392,24 @@ class MemoryPool:
                 offset = block.ranges.allocate(rounded, self.alignment)
                 if offset is not None:
                     return self._hand_out(block, offset, size, usage)
-        block_bytes = rounded if rounded >= self.dedicated_threshold else self.block_size
+        shared = rounded < self.dedicated_threshold
+        block_bytes = self._shared_block_bytes(rounded) if shared else rounded
         block_bytes = -(-block_bytes // self.alignment) * self.alignment
-        block = self._new_block(usage, block_bytes, size, dedicated=block_bytes != self.block_size)
+        # A request of exactly block_size bytes gets an ordinary block, kept after its free.
+        dedicated = not shared and block_bytes != self.block_size
+        block = self._new_block(usage, block_bytes, size, dedicated=dedicated)
         offset = block.ranges.allocate(rounded, self.alignment)
         assert offset == 0
         return self._hand_out(block, offset, size, usage)
+
+    def _shared_block_bytes(self, rounded: int) -> int:
+        """Size of a new shared block: ``block_size``, or under a limit that leaves less
+        room, what room there is (at least the request), so a small limit still serves
+        small allocations."""
+        if self._limit is None:
+            return self.block_size
+        room = (self._limit - self.total_bytes()) // self.alignment * self.alignment
+        return max(min(self.block_size, room), rounded)
 
     def _new_block(self, usage: MemoryUsage, block_bytes: int, requested: int,
                    dedicated: bool) -> Block:
@@ -356,17 +418,25 @@ class MemoryPool:
         try:
             block = Block(self, self._types[usage], block_bytes, dedicated,
                           map_memory=usage is not MemoryUsage.DEVICE or self.tensors_mapped)
-        except VulkanError as exc:
-            if exc.result in (vk.VK_ERROR_OUT_OF_DEVICE_MEMORY, vk.VK_ERROR_OUT_OF_HOST_MEMORY):
-                raise self._oom(requested, str(exc)) from exc
-            raise
+        except (OutOfDeviceMemory, OutOfHostMemory) as exc:
+            raise self._oom(requested, exc.detail, exc) from exc
         self._blocks[usage].append(block)
         return block
 
-    def _oom(self, requested: int, why: str) -> OutOfDeviceMemory:
+    def _oom(self, requested: int, why: str,
+             cause: VulkanError | None = None) -> OutOfDeviceMemory | OutOfHostMemory:
+        """The out-of-memory error for ``requested`` bytes, with the pool's numbers.
+
+        ``cause`` is the driver's refusal, whose call and result it keeps (a host
+        out-of-memory from ``vkCreateBuffer`` stays one); without it the pool's own limit
+        refused.
+        """
         limit = "no limit" if self._limit is None else f"limit {self._limit} bytes"
-        error = OutOfDeviceMemory(
-            "vkAllocateMemory", vk.VK_ERROR_OUT_OF_DEVICE_MEMORY,
+        call, result = ("vkAllocateMemory", vk.VK_ERROR_OUT_OF_DEVICE_MEMORY) if cause is None \
+            else (cause.call, cause.result)
+        kind = OutOfHostMemory if result == vk.VK_ERROR_OUT_OF_HOST_MEMORY else OutOfDeviceMemory
+        error = kind(
+            call, result,
             f"asked for {requested} bytes with {self._used} bytes in use and "
             f"{self.total_bytes()} held ({limit}): {why}. Free tensors, call "
             "free_all_blocks(), or raise the limit (set_limit / VKUMD_MEMORY_LIMIT)")
@@ -379,7 +449,7 @@ class MemoryPool:
 
     def free(self, allocation: Allocation) -> None:
         """Return a range to its block; the block stays cached (or goes, if dedicated)."""
-        if allocation.freed:
+        if allocation.freed or self._closed:
             return
         with self._lock:
             allocation.freed = True
@@ -406,8 +476,10 @@ class MemoryPool:
                   lib.vkFlushMappedMemoryRanges(self.device_handle, 1, mapped))
 
     def release(self) -> None:
-        """Release every block, in use or not (the context is closing)."""
+        """Release every block, in use or not (the context is closing); later allocations
+        raise :class:`ContextClosed`."""
         with self._lock:
+            self._closed = True
             for blocks in self._blocks.values():
                 for block in blocks:
                     block.release()

@@ -94,8 +94,9 @@ class Submitter:
                      after_earlier_work)
 
     def discard(self, batch: Batch) -> None:
-        """Throw a batch away unsubmitted (its recording failed)."""
-        lib.vkEndCommandBuffer(batch.cmd)
+        """Throw a batch away unsubmitted (its recording or its submission failed)."""
+        if not batch.ended:  # a failed submit comes after Batch.finish ended it
+            lib.vkEndCommandBuffer(batch.cmd)
         self._free_commands.append(batch.cmd)
         self.binder.recycle(self.binder.take_pools())
         for release in batch.on_retire:
@@ -160,7 +161,10 @@ class Submitter:
         detail = doing
         if result == vk.VK_ERROR_DEVICE_LOST:
             detail = f"{doing}; the last work submitted was {self.last_work}"
-        return error_for(call, result, detail)
+        error = error_for(call, result, detail)
+        if isinstance(error, DeviceLost):
+            self.queue.health.mark_lost(error)  # every later use of the context says so
+        return error
 
     # -- completion -----------------------------------------------------------------------
     def collect(self) -> int:
