@@ -22,6 +22,10 @@ from vkumd.vk.binding import NULL, ffi, lib, new, vk
 from vkumd.vk.errors import DeviceLost, check, error_for
 
 _ALL_COMMANDS = vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
+MAX_IN_FLIGHT = 32
+"""Submissions a submitter lets run at once; the next waits for the oldest. Without a bound a
+host that records faster than the device runs (eager ops on lavapipe: 9 us against 50-90 us
+per dispatch) queues command buffers without end: 200 in flight and +70 MB after 10^5 ops."""
 
 
 @dataclass
@@ -117,6 +121,8 @@ class Submitter:
             on_retire: callables run then (deferred frees).
             describe: what was submitted, for a device-lost report.
         """
+        if len(self._in_flight) >= MAX_IN_FLIGHT:
+            self.wait(self._in_flight[0].value)
         value = self.timeline.submitted + 1
         n = len(commands)
         cmd_array = ffi.new("VkCommandBuffer[]", list(commands))
@@ -148,6 +154,7 @@ class Submitter:
             result = lib.vkQueueSubmit(self.queue.handle, 1, submit, fence)
         describe = describe or f"{n} command buffer(s)"
         if result != vk.VK_SUCCESS:
+            self.timeline.cancel_fence(value)
             raise self._failure("vkQueueSubmit", result, f"submitting {describe}")
         self.timeline.submitted = value
         self.submissions += 1

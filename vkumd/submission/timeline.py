@@ -70,6 +70,12 @@ class Timeline(Handle):
         self._fences.append((value, fence))
         return fence
 
+    def cancel_fence(self, value: int) -> None:
+        """Take back the fence :meth:`next_fence` gave for ``value``, whose submission failed:
+        it would never signal, and a wait for the next submission would wait on it forever."""
+        if self._fences and self._fences[-1][0] == value:
+            self._spare_fences.append(self._fences.pop()[1])
+
     def completed(self) -> int:
         """The highest value whose submission (and every earlier one) has finished."""
         if self._completed == self.submitted:
