@@ -19,7 +19,7 @@ from typing import Any
 from vkumd import settings
 from vkumd.vk.binding import NULL, ffi, lib, new, vk
 from vkumd.vk.caps import DeviceCaps
-from vkumd.vk.errors import check
+from vkumd.vk.errors import VulkanError, check
 from vkumd.vk.handle import Handle
 
 log = logging.getLogger("vkumd.compiler")
@@ -107,7 +107,11 @@ class PipelineCache(Handle):
         """Write the cache to its file; return whether it was written (warns on failure)."""
         if self.path is None or self.handle is None:
             return False
-        payload = self.data()
+        try:
+            payload = self.data()
+        except VulkanError as exc:  # a cache is never worth failing a context's close
+            log.warning("cannot read the pipeline cache back (%s); not saved", exc)
+            return False
         blob = MAGIC + hashlib.sha256(payload).digest() + payload
         tmp: str | None = None
         try:

@@ -25,7 +25,7 @@ from vkumd.submission.descriptors import BufferRange, DescriptorBinder
 from vkumd.submission.oneshot import OneShotQueue
 from vkumd.submission.queries import TimestampSlots
 from vkumd.vk.caps import DeviceCaps
-from vkumd.vk.errors import DeviceLost
+from vkumd.vk.errors import VulkanError
 from vkumd.vk.handle import Handle
 from vkumd.vk.instance import Instance
 
@@ -356,8 +356,10 @@ class RuntimeContext(Handle):
                 with contextlib.suppress(VkumdError):
                     stream.flush()
             if device is not None and not device.released:
-                with contextlib.suppress(DeviceLost):  # a lost device still must be released
+                try:
                     device.wait_idle()
+                except VulkanError as exc:  # a lost device, say: it still must be released
+                    log.warning("closing the context: %s", exc)
             for graph in list(getattr(self, "_graphs", ())):
                 if not graph.released:
                     graph.released = True

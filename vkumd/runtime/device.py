@@ -212,9 +212,14 @@ class Device(Handle):
 
         Raises:
             DeviceLost: the device was lost (now, or earlier).
+            VulkanError: the wait failed twice for another reason.
         """
+        result = lib.vkDeviceWaitIdle(self.handle)
+        if result < 0 and result != vk.VK_ERROR_DEVICE_LOST:
+            # Running out of memory while waiting says nothing about the work: ask once more.
+            result = lib.vkDeviceWaitIdle(self.handle)
         try:
-            check("vkDeviceWaitIdle", lib.vkDeviceWaitIdle(self.handle))
+            check("vkDeviceWaitIdle", result)
         except DeviceLost as exc:
             self.health.mark_lost(exc)
             raise

@@ -248,13 +248,16 @@ class MemoryPool:
         return self._hand_out(block, offset, size, usage)
 
     def _shared_block_bytes(self, rounded: int) -> int:
-        """Size of a new shared block: ``block_size``, or under a limit that leaves less
-        room, what room there is (at least the request), so a small limit still serves
-        small allocations."""
+        """Size of a new shared block: ``block_size``, or, under a limit that leaves less room
+        than that, half the room (at least the request). A limit below the block size then
+        still serves small allocations, and each use (tensors, upload and read-back staging
+        keep blocks apart) still finds room after another took its block."""
         if self._limit is None:
             return self.block_size
-        room = (self._limit - self.total_bytes()) // self.alignment * self.alignment
-        return max(min(self.block_size, room), rounded)
+        room = self._limit - self.total_bytes()
+        if room >= self.block_size:
+            return self.block_size
+        return max(room // 2 // self.alignment * self.alignment, rounded)
 
     def _new_block(self, usage: MemoryUsage, block_bytes: int, requested: int,
                    dedicated: bool) -> Block:

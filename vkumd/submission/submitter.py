@@ -56,7 +56,11 @@ class Submitter:
         self.binder = DescriptorBinder(device, push_descriptors)
         self.barriers = BarrierKind(compute)
         self.timeline = Timeline(device, semaphore=timeline_semaphore, name=name)
-        self.pool = create_command_pool(device, queue.family)
+        try:
+            self.pool = create_command_pool(device, queue.family)
+        except BaseException:
+            self.timeline.release()  # now: a context being torn down destroys its device next
+            raise
         self._free_commands: list[Any] = []
         self._in_flight: deque[_InFlight] = deque()
         self.last_work = "nothing yet"

@@ -163,6 +163,19 @@ def result_name(result: int) -> str:
     return _NAMES.get(result, f"VkResult({result})")
 
 
+# The binding's convenience wrappers (vk.vkX(...)) raise classes of their own, one per code.
+_BINDING_CODES: dict[type, int] = {
+    cls: (-code if cls.__name__.startswith("VkError") and code > 0 else code)
+    for code, cls in _vk.exception_codes.items() if isinstance(code, int)
+}
+
+
+def from_binding(call: str, exc: Exception, detail: str = "") -> VulkanError:
+    """The typed error for what the binding's wrapper ``vk.<call>(...)`` raised (a
+    ``vulkan.VkError``), so that callers see vkumd's hierarchy only."""
+    return error_for(call, _BINDING_CODES.get(type(exc), _vk.VK_ERROR_UNKNOWN), detail)
+
+
 def error_for(call: str, result: int, detail: str = "") -> VulkanError:
     """Build the typed exception for a failing ``result`` of ``call``."""
     return _BY_RESULT.get(result, VulkanError)(call, result, detail)
