@@ -53,7 +53,8 @@ class RuntimeContext(Handle):
         validation: enable the Khronos validation layer; ``None`` reads ``VKUMD_VALIDATION``.
         zero_memory: zero-fill every allocation; ``None`` reads ``VKUMD_ZERO_MEMORY``.
         block_size: bytes per pooled ``VkDeviceMemory`` block.
-        memory_limit: cap on pooled bytes; ``None`` reads ``VKUMD_MEMORY_LIMIT``.
+        memory_limit: cap on pooled bytes, an int or a size string (``"1GB"``); ``None``
+            reads ``VKUMD_MEMORY_LIMIT``.
         push_descriptors: bind buffers with push descriptors where the device has them;
             ``False`` forces descriptor pools; ``None`` reads ``VKUMD_DISABLE_PUSH_DESCRIPTORS``.
         device_only_memory: never map tensor memory, so host access goes through staging as
@@ -62,7 +63,7 @@ class RuntimeContext(Handle):
 
     def __init__(self, device: int | str | None = None, *, validation: bool | None = None,
                  zero_memory: bool | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-                 memory_limit: int | None = None, push_descriptors: bool | None = None,
+                 memory_limit: int | str | None = None, push_descriptors: bool | None = None,
                  device_only_memory: bool | None = None) -> None:
         super().__init__()
         self._close_lock = threading.Lock()

@@ -81,7 +81,8 @@ class MemoryPool:
         caps: the device's capabilities.
         block_size: size of each shared block.
         dedicated_threshold: requests at least this large get their own block.
-        limit: most bytes of blocks the pool may hold; ``None`` reads ``VKUMD_MEMORY_LIMIT``.
+        limit: most bytes of blocks the pool may hold, as :meth:`set_limit` takes it;
+            ``None`` reads ``VKUMD_MEMORY_LIMIT``.
         queue_families: the queue families that use the buffers; more than one makes every
             block's buffer ``VK_SHARING_MODE_CONCURRENT`` across them.
         device_only: never map tensor (``DEVICE``) memory, so every host access to a tensor
@@ -98,7 +99,7 @@ class MemoryPool:
 
     def __init__(self, device_handle: Any, caps: DeviceCaps, *,
                  block_size: int = DEFAULT_BLOCK_SIZE, dedicated_threshold: int | None = None,
-                 limit: int | None = None, queue_families: tuple[int, ...] = (),
+                 limit: int | str | None = None, queue_families: tuple[int, ...] = (),
                  device_only: bool | None = None) -> None:
         if block_size < MiB:
             raise VkumdValueError(f"block_size={block_size} is below the 1 MiB minimum")

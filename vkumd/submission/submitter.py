@@ -59,7 +59,7 @@ class Submitter:
         try:
             self.pool = create_command_pool(device, queue.family)
         except BaseException:
-            self.timeline.release()  # now: a context being torn down destroys its device next
+            self.timeline.release()  # at once: a failed context creation destroys the device next
             raise
         self._free_commands: list[Any] = []
         self._in_flight: deque[_InFlight] = deque()
