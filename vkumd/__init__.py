@@ -63,6 +63,19 @@ def _configure_logging() -> None:
 
 _configure_logging()
 
+
+def _arm_faults() -> None:
+    """Honour ``VKUMD_FAULTS`` (see :mod:`vkumd.testing.faults`); nothing loads when unset."""
+    from vkumd import settings
+
+    if settings.text("VKUMD_FAULTS") is not None:
+        from vkumd.testing import faults
+
+        faults.arm_from_environment()
+
+
+_arm_faults()
+
 __all__ = [
     "CapabilityMissing", "CaptureError", "Context", "ContextClosed", "CoopMatShape", "DType",
     "DeviceCaps", "DeviceLost", "DeviceUnavailable", "Event", "ExtensionNotPresent",

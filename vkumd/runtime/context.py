@@ -29,6 +29,7 @@ from vkumd.submission.descriptors import DescriptorBinder
 from vkumd.submission.oneshot import OneShotQueue
 from vkumd.submission.queries import TimestampSlots
 from vkumd.vk.caps import DeviceCaps
+from vkumd.vk.errors import VulkanError
 from vkumd.vk.handle import Handle
 from vkumd.vk.instance import Instance
 
@@ -59,7 +60,8 @@ class RuntimeContext(Handle):
         validation: enable the Khronos validation layer; ``None`` reads ``VKUMD_VALIDATION``.
         zero_memory: zero-fill every allocation; ``None`` reads ``VKUMD_ZERO_MEMORY``.
         block_size: bytes per pooled ``VkDeviceMemory`` block.
-        memory_limit: cap on pooled bytes; ``None`` reads ``VKUMD_MEMORY_LIMIT``.
+        memory_limit: cap on pooled bytes, an int or a size string (``"1GB"``); ``None``
+            reads ``VKUMD_MEMORY_LIMIT``.
         push_descriptors: bind buffers with push descriptors where the device has them;
             ``False`` forces descriptor pools; ``None`` reads ``VKUMD_DISABLE_PUSH_DESCRIPTORS``.
         device_only_memory: never map tensor memory, so host access goes through staging as
@@ -68,7 +70,7 @@ class RuntimeContext(Handle):
 
     def __init__(self, device: int | str | None = None, *, validation: bool | None = None,
                  zero_memory: bool | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-                 memory_limit: int | None = None, push_descriptors: bool | None = None,
+                 memory_limit: int | str | None = None, push_descriptors: bool | None = None,
                  device_only_memory: bool | None = None) -> None:
         super().__init__()
         settings.check_environment()  # a bad VKUMD_* value stops us before any Vulkan object
@@ -127,10 +129,12 @@ class RuntimeContext(Handle):
         return self.released or self._closing
 
     def check_open(self, what: str = "this operation") -> None:
-        """Raise :class:`ContextClosed` if the context is closed."""
+        """Raise :class:`ContextClosed` if the context is closed, ``DeviceLost`` if its device
+        was lost."""
         if self.released or self._closing:
             raise ContextClosed(f"{what} needs an open context, but its context was closed; "
                                 "create a new vkumd.Context")
+        self.device.health.check(what)
 
     def allocate(self, size: int, usage: MemoryUsage = MemoryUsage.DEVICE,
                  zero: bool = False) -> Allocation:
@@ -140,7 +144,11 @@ class RuntimeContext(Handle):
         started = time.perf_counter_ns() if prof is not None else 0
         allocation = self.memory.allocate(size, usage)
         if zero or self.zero_memory:
-            self.transfers.fill_zero(allocation)
+            try:
+                self.transfers.fill_zero(allocation)
+            except BaseException:
+                self.memory.free(allocation)
+                raise
         if prof is not None:
             prof.host_event("alloc", f"{size} B", started, time.perf_counter_ns(),
                             {"bytes": size, "usage": usage.value})
@@ -292,6 +300,7 @@ class RuntimeContext(Handle):
             CaptureError: called while this thread captures a graph.
         """
         self.refuse_during_capture(what)
+        self.device.health.check(what)
         allocation = tensor.allocation
         if allocation is None:
             return
@@ -303,6 +312,9 @@ class RuntimeContext(Handle):
         """Return a released tensor's memory once no submitted work, live graph or DLPack view
         uses it (a no-op after :meth:`close`, which frees all memory)."""
         if self.closed:
+            return
+        if self.device.health.lost is not None:  # no work runs on a lost device any more
+            self.memory.free(allocation)
             return
         key = (allocation.buffer, allocation.offset)
         if self.pins.park(key, allocation):
@@ -396,7 +408,10 @@ class RuntimeContext(Handle):
                 # Work the program recorded still runs before close.
                 stream.submit_pending()
             if device is not None and not device.released:
-                device.wait_idle()
+                try:
+                    device.wait_idle()
+                except VulkanError as exc:  # a lost device, say: it still must be released
+                    log.warning("closing the context: %s", exc)
             for graph in list(getattr(self, "_graphs", ())):
                 graph.release()
             for stream in getattr(self, "_streams", ()):

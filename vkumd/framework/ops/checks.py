@@ -35,8 +35,7 @@ def check_tensor(op: str, t: Any, what: str) -> Tensor:
     if not isinstance(t, Tensor):
         raise VkumdTypeError(f"{op}: {what} must be a vkumd Tensor, not {type(t).__name__}; "
                              "convert with ctx.tensor(array)")
-    if t.context.released:
-        t.context.check_open(op)
+    t.context.check_open(op)
     if t.released:
         raise VkumdValueError(f"{op}: {what} was released")
     return t
