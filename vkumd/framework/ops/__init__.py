@@ -14,3 +14,8 @@ __all__ += ["embedding", "gelu", "gelu_tanh", "layer_norm", "max", "mean", "perm
             "rms_norm", "silu", "softmax", "sum", "transpose"]
 __all__ += ["attention"]
 __all__ += ["matmul"]
+
+# Last: every public op records a graph node when called on a TracedTensor (vkumd.compile).
+from vkumd.framework.ops.tracing_dispatch import install as _install_tracing  # noqa: E402
+
+_install_tracing(globals(), __all__)
