@@ -220,3 +220,23 @@ def test_every_ir_op_has_an_eager_form() -> None:
     from vkumd.framework.graph import supported_ops
 
     assert set(supported_ops()) <= set(EAGER)
+
+
+def test_attention_op_matches_eager_and_reference(ctx) -> None:
+    def attend(q, k, v, wo, mask):
+        o = ops.attention(q, k, v, attn_mask=mask, scale=0.3)
+        return ops.matmul(o, wo, activation="silu"), ops.attention(q, k, v, causal=True)
+
+    arrays = {"q": f32(2, 4, 5, 8), "k": f32(2, 2, 7, 8), "v": f32(2, 2, 7, 8),
+              "wo": f32(8, 8, scale=0.3), "mask": f32(1, 1, 5, 7)}
+    check(ctx, attend, arrays, dynamic={"k": {2: "kv"}, "v": {2: "kv"}, "mask": {3: "kv"}})
+
+
+def test_attention_key_lengths_from_a_list(ctx) -> None:
+    def attend(q, k, v):
+        return ops.attention(q, k, v, key_lengths=[3, 7])
+
+    arrays = {"q": f32(2, 2, 4, 8), "k": f32(2, 2, 7, 8), "v": f32(2, 2, 7, 8)}
+    cf = check(ctx, attend, arrays)
+    lengths = [w for w in cf.graph.weights if w.name == "key_lengths"]
+    assert len(lengths) == 1 and lengths[0].dtype.name == "int32"
