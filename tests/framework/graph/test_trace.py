@@ -50,12 +50,15 @@ def test_tensor_operators_and_numpy_operands() -> None:
 
     def f(x, y, m):
         return {"sum": x + y, "prod": x * y, "ratio": x / (y * y + 1), "mm": x @ m,
-                "rmm": m.T @ x.T, "left": c - x, "right": x + c}
+                "rmm": m.T @ x.T, "left": c - x, "right": x + c,
+                "half": np.float16(0.5) * x.astype("float16")}
 
     t, outs = run(f, {"x": x, "y": y, "m": m})
     xd, yd, md = (a.astype(np.float64) for a in (x, y, m))
-    assert t.output_keys == ("sum", "prod", "ratio", "mm", "rmm", "left", "right")
-    want = [xd + yd, xd * yd, xd / (yd * yd + 1), xd @ md, md.T @ xd.T, c - xd, xd + c]
+    assert t.output_keys == ("sum", "prod", "ratio", "mm", "rmm", "left", "right", "half")
+    assert t.graph.outputs[-1].dtype.name == "float16"
+    half = (x.astype(np.float16) * np.float16(0.5)).astype(np.float64)
+    want = [xd + yd, xd * yd, xd / (yd * yd + 1), xd @ md, md.T @ xd.T, c - xd, xd + c, half]
     for got, exp in zip(outs, want, strict=True):
         np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-6)
 

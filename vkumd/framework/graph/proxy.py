@@ -22,14 +22,13 @@ from vkumd.framework.graph.trace_errors import (
     DataDependentError,
     SymbolicDimError,
     TraceError,
-)
-from vkumd.framework.graph.trace_errors import (
-    at_site as _at,
+    at_site,
 )
 
 if TYPE_CHECKING:
     from vkumd.framework.graph.ir import Value
     from vkumd.framework.graph.trace import Tracer
+
 
 class SymbolicDim(Dim):
     """A symbolic dimension as a traced tensor's ``.shape`` shows it.
@@ -54,7 +53,7 @@ class SymbolicDim(Dim):
 
     def _refuse(self, what: str) -> SymbolicDimError:
         return SymbolicDimError(
-            f"symbolic dimension {self} is used as {what}{_at()}; its size is known only "
+            f"symbolic dimension {self} is used as {what}{at_site()}; its size is known only "
             "when the compiled function runs. Use it in reshape/view shapes, or make the "
             "dimension static (leave it out of dynamic=)")
 
@@ -111,11 +110,11 @@ def plain_dim(d: Any) -> Any:
 def _int_arg(value: Any, what: str, call: str) -> int:
     """``value`` as an int argument of ``call`` (an axis, an index, a slice bound)."""
     if isinstance(value, Dim):
-        raise SymbolicDimError(f"{call}: {what} is the symbolic dimension {value}{_at()}; it "
+        raise SymbolicDimError(f"{call}: {what} is the symbolic dimension {value}{at_site()}; it "
                                "needs an int")
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TraceError(f"{call}: {what} must be an int, not {type(value).__name__} "
-                         f"{value!r}{_at()}")
+                         f"{value!r}{at_site()}")
     return int(value)
 
 
@@ -161,7 +160,7 @@ class TracedTensor:
     def __getattr__(self, name: str) -> Any:
         # Only reached for names the class lacks: say what a traced tensor offers.
         raise AttributeError(
-            f"TracedTensor has no attribute {name!r}{_at()}; inside vkumd.compile a tensor "
+            f"TracedTensor has no attribute {name!r}{at_site()}; inside vkumd.compile a tensor "
             "offers + - * / @, reshape/view/flatten/(un)squeeze, transpose/permute/.T, "
             "slicing, astype, sum/mean/max/softmax/relu/gelu/silu/layer_norm and vkumd.ops")
 
@@ -169,17 +168,32 @@ class TracedTensor:
 
     def _host_read(self, what: str) -> DataDependentError:
         return DataDependentError(
-            f"{what} of {self!r}{_at()} reads tensor data on the host: data-dependent control "
+            f"{what} of {self!r}{at_site()} reads tensor data on the host: data-dependent control "
             "flow is not supported; vkumd.compile records one graph for every input. Keep "
             "value-dependent Python outside the compiled function, or compute both branches")
 
     def numpy(self) -> Any:
+        """Refused: a traced tensor has no values yet.
+
+        Raises:
+            DataDependentError: always, naming the user's line.
+        """
         raise self._host_read(".numpy()")
 
     def item(self) -> Any:
+        """Refused: a traced tensor has no values yet.
+
+        Raises:
+            DataDependentError: always, naming the user's line.
+        """
         raise self._host_read(".item()")
 
     def tolist(self) -> Any:
+        """Refused: a traced tensor has no values yet.
+
+        Raises:
+            DataDependentError: always, naming the user's line.
+        """
         raise self._host_read(".tolist()")
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
@@ -202,10 +216,10 @@ class TracedTensor:
 
     def __len__(self) -> int:
         if not self.value.shape:
-            raise TraceError(f"len() of 0-d {self!r}{_at()}")
+            raise TraceError(f"len() of 0-d {self!r}{at_site()}")
         first = self.value.shape[0]
         if isinstance(first, Dim):
-            raise SymbolicDimError(f"len() of {self!r}{_at()}: its first dimension is the "
+            raise SymbolicDimError(f"len() of {self!r}{at_site()}: its first dimension is the "
                                    f"symbolic {first}, whose size is known only at run time; "
                                    "use .shape[0] in shapes instead")
         return first
@@ -215,7 +229,7 @@ class TracedTensor:
             yield self[i]
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        raise TraceError(f"assignment into {self!r}{_at()}: a traced function cannot write "
+        raise TraceError(f"assignment into {self!r}{at_site()}: a traced function cannot write "
                          "into a tensor in place; build a new one (e.g. with ops.concat)")
 
     # -- operators -------------------------------------------------------------------------
@@ -260,7 +274,7 @@ class TracedTensor:
         return self
 
     def __pow__(self, other: Any) -> TracedTensor:
-        raise TraceError(f"{self!r} ** {other!r}{_at()}: the graph has no power op; write "
+        raise TraceError(f"{self!r} ** {other!r}{at_site()}: the graph has no power op; write "
                          "x * x, or use an op of vkumd.ops")
 
     # Comparisons record uint8 nodes; using one in an `if` then fails in __bool__.
@@ -299,7 +313,7 @@ class TracedTensor:
         lo, hi = (self._axis(d, "flatten", "dim") for d in (start_dim, end_dim))
         if lo > hi:
             raise TraceError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}"
-                             f"{_at()}")
+                             f"{at_site()}")
         dims = self.value.shape
         merged: int | Dim = 1
         for d in dims[lo:hi + 1]:
@@ -310,7 +324,7 @@ class TracedTensor:
         """``x`` with a new dimension of size 1 at ``dim`` (``-1``: the end)."""
         dim = _int_arg(dim, "dim", "unsqueeze")
         if not -self.ndim - 1 <= dim <= self.ndim:
-            raise TraceError(f"unsqueeze: dim {dim} is out of range for {self!r}{_at()}")
+            raise TraceError(f"unsqueeze: dim {dim} is out of range for {self!r}{at_site()}")
         dim = dim + self.ndim + 1 if dim < 0 else dim
         dims = self.value.shape
         return self._call("reshape", self, (*dims[:dim], 1, *dims[dim:]))
@@ -324,7 +338,7 @@ class TracedTensor:
             axis = self._axis(dim, "squeeze", "dim")
             if dims[axis] != 1:
                 raise TraceError(f"squeeze: dimension {dim} of {self!r} has size {dims[axis]}"
-                                 f", not 1{_at()}")
+                                 f", not 1{at_site()}")
             keep = [d for i, d in enumerate(dims) if i != axis]
         return self._call("reshape", self, tuple(keep))
 
@@ -358,7 +372,7 @@ class TracedTensor:
     def _axis(self, axis: Any, call: str, what: str = "axis") -> int:
         axis = _int_arg(axis, what, call)
         if not -self.ndim <= axis < self.ndim:
-            raise TraceError(f"{call}: {what} {axis} is out of range for {self!r}{_at()}")
+            raise TraceError(f"{call}: {what} {axis} is out of range for {self!r}{at_site()}")
         return axis + self.ndim if axis < 0 else axis
 
     # -- row-wise and elementwise methods ----------------------------------------------------
@@ -366,7 +380,7 @@ class TracedTensor:
     def _last_axis(self, axis: Any, call: str) -> None:
         if self._axis(axis, call) != self.ndim - 1:
             raise TraceError(f"{call}: only the last axis is supported (axis=-1), not {axis}"
-                             f"{_at()}; permute the axis last first")
+                             f"{at_site()}; permute the axis last first")
 
     def sum(self, axis: int = -1, keepdims: bool = False) -> TracedTensor:
         """The sum over the last axis."""

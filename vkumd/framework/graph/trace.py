@@ -28,9 +28,9 @@ from vkumd.framework.graph.trace_errors import (
     DataDependentError,
     SymbolicDimError,
     TraceError,
+    at_site,
     user_site,
 )
-from vkumd.framework.graph.trace_errors import at_site as _at
 
 __all__ = ["DataDependentError", "SymbolicDimError", "Trace", "TraceError", "TracedTensor",
            "Tracer", "index", "input_types", "record_op", "trace"]
@@ -69,10 +69,12 @@ class Tracer(GraphBuilder):
         if isinstance(x, TracedTensor):
             if x.tracer is not self or not self.open:
                 raise TraceError(f"{op}: {x!r} belongs to another trace (a tensor kept from "
-                                 f"an earlier vkumd.compile?){_at()}")
+                                 f"an earlier vkumd.compile?){at_site()}")
             return x.value
         if isinstance(x, (list, tuple)):
             return type(x)(self.lift(v, op) for v in x)
+        if isinstance(x, np.generic):
+            return x  # a numpy scalar is a number (np.float32(2) * x keeps x's dtype)
         if isinstance(x, np.ndarray) and op in _BINARY:
             return x  # the builder gives it the other operand's dtype
         if isinstance(x, np.ndarray) or (hasattr(x, "__array__") and hasattr(x, "dtype")):
@@ -100,9 +102,9 @@ class Tracer(GraphBuilder):
         """
         if not self.open:
             raise TraceError(f"{op}: this trace has finished; a TracedTensor cannot be used "
-                             f"after vkumd.compile returned{_at()}")
+                             f"after vkumd.compile returned{at_site()}")
         if op not in _OP_NAMES:
-            raise TraceError(f"vkumd.ops.{op} has no graph form and cannot be traced{_at()}; "
+            raise TraceError(f"vkumd.ops.{op} has no graph form and cannot be traced{at_site()}; "
                              f"traceable ops: {', '.join(sorted(_OP_NAMES))}")
         method = getattr(self, op)
         args = tuple(self.lift(a, op) for a in args)
@@ -110,7 +112,7 @@ class Tracer(GraphBuilder):
         try:
             inspect.signature(method).bind(*args, **kwargs)
         except TypeError as exc:
-            raise TraceError(f"{op}: {exc}{_at()}") from None
+            raise TraceError(f"{op}: {exc}{at_site()}") from None
         return self._wrap(method(*args, **kwargs))
 
     def _wrap(self, out: Any) -> Any:
@@ -135,19 +137,19 @@ def record_op(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         raise TraceError(f"vkumd.ops.{name}: no TracedTensor among the arguments")
     kwargs = dict(kwargs)
     if kwargs.pop("out", None) is not None:
-        raise TraceError(f"vkumd.ops.{name}(..., out=...){_at()}: a traced function cannot "
+        raise TraceError(f"vkumd.ops.{name}(..., out=...){at_site()}: a traced function cannot "
                          "write into a tensor; use the returned tensor instead")
     if name == "matmul":
         if kwargs.pop("beta", 0.0):
-            raise TraceError(f"vkumd.ops.matmul(..., beta=...){_at()}: beta scales out=, "
+            raise TraceError(f"vkumd.ops.matmul(..., beta=...){at_site()}: beta scales out=, "
                              "which tracing has not; add a residual= instead")
         if kwargs.pop("variant", None) is not None:
-            raise TraceError(f"vkumd.ops.matmul(..., variant=...){_at()}: the compiled graph "
+            raise TraceError(f"vkumd.ops.matmul(..., variant=...){at_site()}: the compiled graph "
                              "chooses kernels itself; drop variant=")
     if name == "copy":
         return args[0] if args else kwargs["src"]
     if name == "fill":
-        raise TraceError(f"vkumd.ops.fill{_at()} writes into a tensor in place, which a "
+        raise TraceError(f"vkumd.ops.fill{at_site()} writes into a tensor in place, which a "
                          "traced function cannot do; build the value from a constant")
     if name == "attention":
         lengths = kwargs.get("key_lengths")
@@ -165,13 +167,13 @@ def _expand(key: Any, ndim: int) -> list[Any]:
     items = list(key) if isinstance(key, tuple) else [key]
     for item in items:
         if isinstance(item, TracedTensor) or isinstance(item, (list, np.ndarray)):
-            raise TraceError(f"indexing with {type(item).__name__}{_at()}: only ints, slices, "
+            raise TraceError(f"indexing with {type(item).__name__}{at_site()}: only ints, slices, "
                              "None and ... are supported (no gather by tensor)")
     if sum(1 for i in items if i is Ellipsis) > 1:
-        raise TraceError(f"an index can hold only one ...{_at()}")
+        raise TraceError(f"an index can hold only one ...{at_site()}")
     used = sum(1 for i in items if i is not None and i is not Ellipsis)
     if used > ndim:
-        raise TraceError(f"too many indices ({used}) for a {ndim}-D tensor{_at()}")
+        raise TraceError(f"too many indices ({used}) for a {ndim}-D tensor{at_site()}")
     if any(i is Ellipsis for i in items):
         at = next(n for n, i in enumerate(items) if i is Ellipsis)
         items[at:at + 1] = [slice(None)] * (ndim - used)
@@ -184,10 +186,10 @@ def _bound(v: Any, what: str) -> int | None:
     if v is None:
         return None
     if isinstance(v, Dim):
-        raise SymbolicDimError(f"slice {what} is the symbolic dimension {v}{_at()}; slices "
+        raise SymbolicDimError(f"slice {what} is the symbolic dimension {v}{at_site()}; slices "
                                "take int bounds")
     if isinstance(v, bool) or not hasattr(v, "__index__"):
-        raise TraceError(f"slice {what} must be an int or None, not {v!r}{_at()}")
+        raise TraceError(f"slice {what} must be an int or None, not {v!r}{at_site()}")
     return int(v)
 
 
@@ -218,7 +220,7 @@ def index(t: TracedTensor, key: Any) -> TracedTensor:
             assert i is not None
             if isinstance(size, int) and not -size <= i < size:
                 raise TraceError(f"index {i} is out of range for axis {axis} of size {size}"
-                                 f"{_at()}")
+                                 f"{at_site()}")
             stop = i + 1 if i != -1 else None
             out = tracer.call("slice", out, axis, i, stop)
             shape.append(None)
