@@ -186,6 +186,11 @@ def test_symbolic_dims_print_as_symbols_and_shapes_are_dims() -> None:
     shapes = [d for n in t.graph.nodes for d in n.attrs.get("shape", ())]
     assert shapes and not any(isinstance(d, SymbolicDim) for d in shapes)
     assert any(isinstance(d, Dim) for d in shapes)
+    split = trace(lambda x: ops.split(x, [x.shape[0] - 1, 1], axis=0) if hasattr(ops, "split")
+                  else x.tracer.call("split", x, [x.shape[0] - 1, 1], 0),
+                  {"x": f32(3, 2)}, dynamic={"x": {0: "n"}})
+    sizes = split.graph.nodes[0].attrs["sizes"]
+    assert str(sizes[0]) == "n - 1" and type(sizes[0]) is Dim
     xs, ms = f32(3, 5, 4), f32(3, 5, 1)
     out, flat = evaluate(t.graph, {"x": xs, "mask": ms})
     y = xs.astype(np.float64).reshape(15, 4)

@@ -80,6 +80,8 @@ SYMBOLIC_AS_INT = {
     "slice bound": lambda x: x[: x.shape[0]],
     "axis": lambda x: x.transpose(x.shape[0], 1),
     "scale alpha": lambda x: ops.scale(x, x.shape[0]),
+    "comparison": lambda x: x if x.shape[0] > 1 else -x,
+    "truth value": lambda x: x if x.shape[0] else -x,
 }
 
 

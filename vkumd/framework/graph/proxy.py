@@ -75,6 +75,22 @@ class SymbolicDim(Dim):
     def __pow__(self, other: object) -> Any:
         raise self._refuse("a number in a power")
 
+    # An `if` on a size would bake one example's answer into the graph for every input.
+    def __bool__(self) -> bool:
+        raise self._refuse("a truth value")
+
+    def __lt__(self, other: object) -> bool:
+        raise self._refuse("a number in a comparison")
+
+    def __le__(self, other: object) -> bool:
+        raise self._refuse("a number in a comparison")
+
+    def __gt__(self, other: object) -> bool:
+        raise self._refuse("a number in a comparison")
+
+    def __ge__(self, other: object) -> bool:
+        raise self._refuse("a number in a comparison")
+
     def _rewrap(self, result: Any, other: object) -> Any:
         if result is NotImplemented:
             raise self._refuse(f"a number next to {type(other).__name__} {other!r}")

@@ -23,7 +23,7 @@ from vkumd.framework.graph.builder import GraphBuilder
 from vkumd.framework.graph.builder_ops import OpMethods
 from vkumd.framework.graph.dims import Dim, as_dim
 from vkumd.framework.graph.ir import Graph, Value
-from vkumd.framework.graph.proxy import TracedTensor, find_traced, plain_dim
+from vkumd.framework.graph.proxy import SymbolicDim, TracedTensor, find_traced, plain_dim
 from vkumd.framework.graph.trace_errors import (
     DataDependentError,
     SymbolicDimError,
@@ -72,7 +72,10 @@ class Tracer(GraphBuilder):
                                  f"an earlier vkumd.compile?){at_site()}")
             return x.value
         if isinstance(x, (list, tuple)):
-            return type(x)(self.lift(v, op) for v in x)
+            # Sizes in a list (split's) are stored as ordinary Dims; a lone SymbolicDim stays,
+            # so float()/int() of it by the builder raise the clear error.
+            return type(x)(plain_dim(v) if isinstance(v, SymbolicDim) else self.lift(v, op)
+                           for v in x)
         if isinstance(x, np.generic):
             return x  # a numpy scalar is a number (np.float32(2) * x keeps x's dtype)
         if isinstance(x, np.ndarray) and op in _BINARY:
