@@ -10,8 +10,9 @@ import pytest
 
 from vkumd import ops
 from vkumd.framework.graph import Dim, GraphError, evaluate, run_passes, sym
-from vkumd.framework.graph.proxy import SymbolicDim, TracedTensor
+from vkumd.framework.graph.proxy import TracedTensor
 from vkumd.framework.graph.trace import trace
+from vkumd.framework.graph.trace_dims import SymbolicDim
 
 rng = np.random.default_rng(11)
 

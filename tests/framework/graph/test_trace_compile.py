@@ -240,3 +240,11 @@ def test_attention_key_lengths_from_a_list(ctx) -> None:
     cf = check(ctx, attend, arrays)
     lengths = [w for w in cf.graph.weights if w.name == "key_lengths"]
     assert len(lengths) == 1 and lengths[0].dtype.name == "int32"
+
+
+def test_public_names() -> None:
+    import vkumd.framework.graph as graph
+
+    assert vkumd.compile is compile_module.compile
+    assert vkumd.CompiledFunction is compile_module.CompiledFunction
+    assert {"trace", "TracedTensor", "TraceError", "Tracer", "Trace"} <= set(graph.__all__)

@@ -23,7 +23,8 @@ from vkumd.framework.graph.builder import GraphBuilder
 from vkumd.framework.graph.builder_ops import OpMethods
 from vkumd.framework.graph.dims import Dim, as_dim
 from vkumd.framework.graph.ir import Graph, Value
-from vkumd.framework.graph.proxy import SymbolicDim, TracedTensor, find_traced, plain_dim
+from vkumd.framework.graph.proxy import TracedTensor, find_traced
+from vkumd.framework.graph.trace_dims import SymbolicDim, plain_dim
 from vkumd.framework.graph.trace_errors import (
     DataDependentError,
     SymbolicDimError,
