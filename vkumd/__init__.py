@@ -17,6 +17,7 @@ from vkumd.errors import (
     VkumdTypeError,
     VkumdValueError,
 )
+from vkumd.framework.compile import CompiledFunction, compile  # noqa: A004
 from vkumd.framework.context import Context, from_dlpack
 from vkumd.framework.dtypes import DType, bfloat16, float16, float32, int8, int32, uint8
 from vkumd.framework.tensor import Tensor
@@ -85,3 +86,4 @@ __all__ = [
     "VkumdTypeError", "VkumdValueError", "VulkanError", "bfloat16", "devices", "float16",
     "float32", "from_dlpack", "int8", "int32", "live_objects", "ops", "profile", "uint8",
 ]
+__all__ += ["CompiledFunction", "compile"]
