@@ -5,7 +5,14 @@ memory planner chose; a reshape is the same bytes under another shape. Both are
 :class:`TensorView` objects, made by :func:`view`: a view binds ``(buffer, base offset +
 offset, nbytes)`` and has its own device address, so every op takes it like any tensor.
 Releasing a view frees nothing; the base tensor owns the memory, and a view keeps the base
-object alive. Host access to a view waits for the work that used the view's own range.
+object alive. Host access to a view waits for the work that used the view's own range and
+the base's.
+
+Hazards are tracked by a range's start: work recorded on views that overlap (or on a view
+and its base) is ordered only inside a capture that declared the ranges with
+``Graph.track_overlaps`` (as :class:`~vkumd.framework.execute.CompiledGraph` does); outside
+one, separate such work with ``synchronize()``. Host access to the base does not wait for
+work recorded through its views.
 """
 
 from __future__ import annotations
@@ -40,6 +47,21 @@ class TensorView(Tensor):
         super().__init__(base.context, shape, dtype, allocation)
         self.base = base
         self.byte_offset = offset
+
+    def numpy(self) -> Any:
+        """Copy the view to a new numpy array (after the work on its base, too)."""
+        self._wait_for_base("Tensor.numpy()")
+        return super().numpy()
+
+    def write(self, array: Any, *, stream: Any = None) -> None:
+        """Overwrite the view's bytes (see :meth:`Tensor.write`)."""
+        self._wait_for_base("Tensor.write()")
+        super().write(array, stream=stream)
+
+    def _wait_for_base(self, what: str) -> None:
+        # Work that bound the whole base is keyed by the base's start, not the view's.
+        if not self.base.released and self.base.allocation is not None:
+            self.context.before_host_access(self.base, what)
 
     def _release(self) -> None:
         # The base owns the memory: a view only forgets its range.
