@@ -71,7 +71,8 @@ class CompiledGraph(Handle):
         self.policy = BucketPolicy(graph, buckets, exact=tuple(self.leaky))
         self._plan_graph = planning_graph(graph)
         self._recordings: OrderedDict[tuple, Recording] = OrderedDict()
-        self._released_stats: list[BucketStats] = []
+        self.evicted = 0
+        """Recordings released to make room for another bucket."""
         self.calls = 0
         self.recorded = 0
         """Recordings made so far (a bucket evicted and needed again counts twice)."""
@@ -123,8 +124,8 @@ class CompiledGraph(Handle):
             return found
         while len(self._recordings) >= self.max_recordings:
             _, old = self._recordings.popitem(last=False)
-            self._released_stats.append(old.stats())
             old.release()
+            self.evicted += 1
         padded = frozenset(s for s in env if s not in self.leaky)
         made = Recording(self.context, self.graph, self._plan_graph, self.weights, env, padded)
         self._recordings[key] = made
@@ -144,8 +145,8 @@ class CompiledGraph(Handle):
         """A text table: per bucket, nodes, kernels launched, barriers, arena bytes against
         the intermediates' sum, replays; then the symbols kept exact and why."""
         lines = [f"CompiledGraph {self.graph.name}: {len(self.graph.nodes)} nodes, "
-                 f"{len(self._recordings)} recording(s) of at most {self.max_recordings}, "
-                 f"{self.calls} call(s)",
+                 f"{len(self._recordings)} recording(s) of at most {self.max_recordings} "
+                 f"({self.evicted} evicted), {self.calls} call(s)",
                  f"{'bucket':<28}{'nodes':>6}{'kernels':>8}{'barriers':>9}{'arena':>12}"
                  f"{'intermediates':>15}{'replays':>8}"]
         for s in self.buckets():
