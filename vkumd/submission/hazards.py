@@ -33,13 +33,14 @@ class HazardTracker:
             profiler: independent work should record none).
     """
 
-    __slots__ = ("_reads", "_writes", "_aliases", "barriers")
+    __slots__ = ("_reads", "_writes", "_aliases", "_declared", "barriers")
 
     def __init__(self) -> None:
         self._reads: set[MemoryKey] = set()
         self._writes: set[MemoryKey] = set()
         # key -> keys of the other declared ranges sharing bytes with it; None: none declared.
         self._aliases: dict[MemoryKey, frozenset[MemoryKey]] | None = None
+        self._declared: dict[Any, set[tuple[int, int]]] = {}  # buffer -> (start, end) spans
         self.barriers = 0
 
     def track_overlaps(self, ranges: Iterable[tuple[Any, int, int]]) -> None:
@@ -53,15 +54,13 @@ class HazardTracker:
         Args:
             ranges: the sub-ranges, e.g. every value of a graph's arena.
         """
-        by_buffer: dict[Any, list[tuple[int, int]]] = {}
+        declared = self._declared
         for buffer, offset, nbytes in ranges:
             if nbytes > 0:
-                by_buffer.setdefault(buffer, []).append((offset, offset + nbytes))
+                declared.setdefault(buffer, set()).add((offset, offset + nbytes))
         aliases: dict[MemoryKey, set[MemoryKey]] = {}
-        if self._aliases:
-            aliases = {k: set(v) for k, v in self._aliases.items()}
-        for buffer, spans in by_buffer.items():
-            spans = sorted(set(spans))
+        for buffer, found in declared.items():
+            spans = sorted(found)
             # A sweep over starts: each span meets the later-starting spans that begin
             # before it ends.
             for i, (start, end) in enumerate(spans):
