@@ -70,7 +70,7 @@ class HazardTracker:
                     if other_start != start:
                         aliases.setdefault((buffer, start), set()).add((buffer, other_start))
                         aliases.setdefault((buffer, other_start), set()).add((buffer, start))
-        self._aliases = {k: frozenset(v) for k, v in aliases.items()}
+        self._aliases = {k: frozenset(v) for k, v in aliases.items()} or None
 
     def access(self, keys: Sequence[MemoryKey], writes: Sequence[int]) -> bool:
         """Record one command's accesses; return whether a barrier must precede it.
