@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from execute_checks import check_against_reference, random, rel
 
+import vkumd
 from vkumd.framework.execute import LOWERINGS, CompiledGraph
 from vkumd.framework.graph import GraphBuilder, UnsupportedOpError, evaluate
 
@@ -165,3 +166,20 @@ def test_an_op_without_a_lowering_is_named(ctx) -> None:
     with pytest.raises(UnsupportedOpError, match=r"node %\d+ = gt.*no lowering"):
         CompiledGraph(b.build(), ctx)
     assert "matmul" in LOWERINGS and "reshape" not in LOWERINGS
+
+
+def test_the_recordings_own_input_tensors_are_bound_without_a_copy(ctx) -> None:
+    b = GraphBuilder("bound")
+    x = b.input("x", ("seq", 8))
+    b.output(b.relu(x))
+    graph = b.build()
+    compiled = CompiledGraph(graph, ctx)
+    inputs = compiled.input_tensors(x=(5, 8))
+    assert inputs["x"].shape == (8, 8)  # the bucket's shape
+    data = random(np.random.default_rng(), 8, 8)
+    vkumd.ops.scale(ctx.tensor(data), 1.0, out=inputs["x"])  # produced on the device
+    (out,) = compiled(**inputs)
+    (stats,) = compiled.buckets()
+    assert stats.launches == 1 and compiled.recorded == 1
+    assert rel(out.numpy(), evaluate(graph, {"x": data})[0]) < 1e-6
+    compiled.release()

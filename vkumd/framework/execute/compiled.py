@@ -116,6 +116,21 @@ class CompiledGraph(Handle):
         return [read_output(t, self.graph.dims.bind(v.shape, true_env), self._indices)
                 for v, t in zip(self.graph.outputs, recording.outputs, strict=True)]
 
+    def input_tensors(self, **shapes: tuple[int, ...]) -> dict[str, Tensor]:
+        """The input tensors of the recording that serves these input shapes, recording it
+        if needed. Fill them (``Tensor.write``, or ops with ``out=``) and pass them back to
+        the call: the recording's own tensors are bound without a copy. Their shapes are
+        the bucket's, so the call then runs at the bucket's sizes.
+
+        Raises:
+            VkumdValueError: as :meth:`__call__` for shapes it does not take.
+        """
+        if self.released:
+            raise VkumdValueError("this CompiledGraph was released; compile the graph again")
+        env = self.policy.apply(bind_symbols(self.graph, {k: tuple(v) for k, v in
+                                                          shapes.items()}))
+        return dict(self._recording(env).inputs)
+
     def _recording(self, env: dict[str, int]) -> Recording:
         key = tuple(sorted(env.items()))
         found = self._recordings.get(key)

@@ -79,6 +79,8 @@ def write_input(name: str, target: Tensor, value: Any, indices: RowIndices) -> N
         VkumdTypeError: a Tensor of another dtype.
         VkumdValueError: a Tensor of another context.
     """
+    if value is target:  # the caller filled the recording's own tensor: nothing to move
+        return
     if not isinstance(value, Tensor):
         array = np.asarray(value)
         if array.shape != target.shape:
