@@ -6,6 +6,7 @@ objects with their defines, specialization constants and variants.
 
 from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their kernels)
     attention,
+    fused_elementwise,
     transformer,
 )
 from vkumd.compiler.kernels.elementwise import (

@@ -15,24 +15,27 @@ from vkumd.errors import VkumdValueError
 from vkumd.framework.graph.constant_folding import fold_constants
 from vkumd.framework.graph.cse import eliminate_common_subexpressions
 from vkumd.framework.graph.dce import eliminate_dead_code
+from vkumd.framework.graph.fusion_elementwise import fuse_elementwise
 from vkumd.framework.graph.ir import Graph
 
 Pass = Callable[[Graph], Graph]
 
 DISABLE_VARIABLE = "VKUMD_DISABLE_PASSES"
 
-# Name -> pass. Fusion passes (elementwise into generated kernels, GEMM epilogue,
-# attention, residual + norm) register here once the lowering can run what they produce.
+# Name -> pass.
 PASSES: dict[str, Pass] = {
     "dce": eliminate_dead_code,
     "constant_folding": fold_constants,
     "cse": eliminate_common_subexpressions,
+    "elementwise_fusion": fuse_elementwise,
 }
 
 # Cleanups first (so fusion sees the smallest graph), fusion in the middle, a last DCE for
 # what fusion and folding orphaned.
 CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "cse")
-FUSION: tuple[str, ...] = ()
+# Fusion: elementwise last, so it takes only what the pattern fusions (which consume the
+# scale, bias, activation and residual ops around a matmul) left.
+FUSION: tuple[str, ...] = ("elementwise_fusion",)
 PIPELINE: tuple[str, ...] = (*CLEANUP, *FUSION, "dce")
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from vkumd.errors import VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.graph.errors import GraphError
+from vkumd.framework.graph.rules_fused import STEP_ARITY
 from vkumd.framework.graph.shapes import OPS
 
 if TYPE_CHECKING:
@@ -202,6 +203,26 @@ def _attention(args: Arrays, attrs: dict[str, Any], shapes: list[tuple[int, ...]
     if mask is not None:
         scores = scores + mask
     return [np.matmul(softmax_rows(scores), v)]
+
+
+@_ref("fused_elementwise")
+def _fused_elementwise(args: Arrays, attrs: dict[str, Any], shapes: list[tuple[int, ...]]
+                       ) -> list[np.ndarray]:
+    # Each step runs the reference of the op it names, so a fused group evaluates exactly as
+    # the nodes it replaced (same float64 operations in the same order).
+    values: list[np.ndarray] = [a for a in args if a is not None]
+    for step in attrs["program"]:
+        op, rest = step[0], step[1:]
+        arity = STEP_ARITY[op]
+        operands = [np.float64(a[1]) if isinstance(a, tuple) else values[a]
+                    for a in rest[:arity]]
+        params = rest[arity:]
+        if op == "cast":
+            step_attrs = {"dtype": params[0]}
+        else:
+            step_attrs = OPS[op].full_attrs({"rounding": params[0]} if params else {})
+        values.append(np.asarray(REFERENCES[op](operands, step_attrs, shapes)[0], np.float64))
+    return [np.broadcast_to(values[-1], shapes[0]).copy()]
 
 
 REFERENCES["transpose"] = lambda a, attrs, s: [np.swapaxes(a[0], attrs["dim0"], attrs["dim1"])]

@@ -3,6 +3,7 @@
 from vkumd.framework.ops.activation import gelu, gelu_tanh, relu, silu
 from vkumd.framework.ops.attention import attention
 from vkumd.framework.ops.elementwise import add, cast, copy, div, fill, mul, scale, sub
+from vkumd.framework.ops.fused import fused_elementwise
 from vkumd.framework.ops.layout import embedding, permute, transpose
 from vkumd.framework.ops.matmul import matmul
 from vkumd.framework.ops.norm import layer_norm, rms_norm
@@ -14,3 +15,4 @@ __all__ += ["embedding", "gelu", "gelu_tanh", "layer_norm", "max", "mean", "perm
             "rms_norm", "silu", "softmax", "sum", "transpose"]
 __all__ += ["attention"]
 __all__ += ["matmul"]
+__all__ += ["fused_elementwise"]
