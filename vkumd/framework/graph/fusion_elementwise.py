@@ -117,7 +117,9 @@ def _step(node: Node, refs: list[object]) -> tuple:
 
 
 def _program(group: _Group, order: dict[int, int]) -> tuple[list[Value], tuple]:
-    members = sorted(group.members, key=lambda n: order[n.id])
+    # Node order, so inputs are numbered as the program first reads them.
+    group.members.sort(key=lambda n: order[n.id])
+    members = group.members
     inputs, consts = _split(group.outside())
     number = {v.id: i for i, v in enumerate(inputs)}
     steps = []

@@ -54,7 +54,8 @@ def round_to(array: np.ndarray, dtype: dtypes.DType) -> np.ndarray:
 
 def gelu(x: np.ndarray) -> np.ndarray:
     """``x * Phi(x)`` with the exact (erf) normal CDF."""
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(np.float64))
+    # np.asarray: on a 0-d array the ufunc gives a bare float, which has no astype.
+    return 0.5 * x * (1.0 + np.asarray(_erf(x / math.sqrt(2.0)), np.float64))
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
