@@ -16,6 +16,7 @@ from vkumd.framework.graph.constant_folding import fold_constants
 from vkumd.framework.graph.cse import eliminate_common_subexpressions
 from vkumd.framework.graph.dce import eliminate_dead_code
 from vkumd.framework.graph.fusion_elementwise import fuse_elementwise
+from vkumd.framework.graph.fusion_epilogue import fuse_epilogue
 from vkumd.framework.graph.ir import Graph
 
 Pass = Callable[[Graph], Graph]
@@ -27,6 +28,7 @@ PASSES: dict[str, Pass] = {
     "dce": eliminate_dead_code,
     "constant_folding": fold_constants,
     "cse": eliminate_common_subexpressions,
+    "epilogue_fusion": fuse_epilogue,
     "elementwise_fusion": fuse_elementwise,
 }
 
@@ -35,7 +37,7 @@ PASSES: dict[str, Pass] = {
 CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "cse")
 # Fusion: elementwise last, so it takes only what the pattern fusions (which consume the
 # scale, bias, activation and residual ops around a matmul) left.
-FUSION: tuple[str, ...] = ("elementwise_fusion",)
+FUSION: tuple[str, ...] = ("epilogue_fusion", "elementwise_fusion")
 PIPELINE: tuple[str, ...] = (*CLEANUP, *FUSION, "dce")
 
 
