@@ -15,6 +15,7 @@ from vkumd.errors import VkumdValueError
 from vkumd.framework.graph.constant_folding import fold_constants
 from vkumd.framework.graph.cse import eliminate_common_subexpressions
 from vkumd.framework.graph.dce import eliminate_dead_code
+from vkumd.framework.graph.fusion_attention import fuse_attention
 from vkumd.framework.graph.fusion_elementwise import fuse_elementwise
 from vkumd.framework.graph.fusion_epilogue import fuse_epilogue
 from vkumd.framework.graph.ir import Graph
@@ -28,6 +29,7 @@ PASSES: dict[str, Pass] = {
     "dce": eliminate_dead_code,
     "constant_folding": fold_constants,
     "cse": eliminate_common_subexpressions,
+    "attention_fusion": fuse_attention,
     "epilogue_fusion": fuse_epilogue,
     "elementwise_fusion": fuse_elementwise,
 }
@@ -35,9 +37,9 @@ PASSES: dict[str, Pass] = {
 # Cleanups first (so fusion sees the smallest graph), fusion in the middle, a last DCE for
 # what fusion and folding orphaned.
 CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "cse")
-# Fusion: elementwise last, so it takes only what the pattern fusions (which consume the
-# scale, bias, activation and residual ops around a matmul) left.
-FUSION: tuple[str, ...] = ("epilogue_fusion", "elementwise_fusion")
+# Fusion: attention first (epilogue fusion would take its mask add as a residual), then the
+# GEMM epilogues, elementwise last, so it takes only what the pattern fusions left.
+FUSION: tuple[str, ...] = ("attention_fusion", "epilogue_fusion", "elementwise_fusion")
 PIPELINE: tuple[str, ...] = (*CLEANUP, *FUSION, "dce")
 
 
