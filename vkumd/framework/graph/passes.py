@@ -18,6 +18,7 @@ from vkumd.framework.graph.dce import eliminate_dead_code
 from vkumd.framework.graph.fusion_attention import fuse_attention
 from vkumd.framework.graph.fusion_elementwise import fuse_elementwise
 from vkumd.framework.graph.fusion_epilogue import fuse_epilogue
+from vkumd.framework.graph.fusion_norm import fuse_add_layer_norm
 from vkumd.framework.graph.ir import Graph
 
 Pass = Callable[[Graph], Graph]
@@ -31,6 +32,7 @@ PASSES: dict[str, Pass] = {
     "cse": eliminate_common_subexpressions,
     "attention_fusion": fuse_attention,
     "epilogue_fusion": fuse_epilogue,
+    "add_norm_fusion": fuse_add_layer_norm,
     "elementwise_fusion": fuse_elementwise,
 }
 
@@ -38,8 +40,10 @@ PASSES: dict[str, Pass] = {
 # what fusion and folding orphaned.
 CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "cse")
 # Fusion: attention first (epilogue fusion would take its mask add as a residual), then the
-# GEMM epilogues, elementwise last, so it takes only what the pattern fusions left.
-FUSION: tuple[str, ...] = ("attention_fusion", "epilogue_fusion", "elementwise_fusion")
+# GEMM epilogues (a residual stored with the product beats re-reading it in the norm), then
+# residual + norm, elementwise last, so it takes only what the pattern fusions left.
+FUSION: tuple[str, ...] = ("attention_fusion", "epilogue_fusion", "add_norm_fusion",
+                           "elementwise_fusion")
 PIPELINE: tuple[str, ...] = (*CLEANUP, *FUSION, "dce")
 
 

@@ -152,6 +152,13 @@ def _layer_norm(args: Arrays, attrs: dict[str, Any], shapes: list[tuple[int, ...
     return [y + b if b is not None else y]
 
 
+@_ref("add_layer_norm")
+def _add_layer_norm(args: Arrays, attrs: dict[str, Any], shapes: list[tuple[int, ...]]
+                    ) -> list[np.ndarray]:
+    x, residual, w, b = args
+    return _layer_norm([x + residual, w, b], attrs, shapes)
+
+
 @_ref("rms_norm")
 def _rms_norm(args: Arrays, attrs: dict[str, Any], shapes: list[tuple[int, ...]]
               ) -> list[np.ndarray]:

@@ -1,4 +1,5 @@
-"""The ``fused_elementwise`` op: its program format, the program check and the shape rule.
+"""Ops that fusion passes produce: ``fused_elementwise`` (its program format, the program
+check and the shape rule) and ``add_layer_norm``.
 
 A ``fused_elementwise`` node computes one elementwise expression over its inputs, which
 broadcast (numpy rules) to the output's shape. Attributes:
@@ -26,6 +27,9 @@ Semantics: every value is a real number; the kernel computes in float32 and roun
 ``dtype``, when it stores the result (a ``cast`` step rounds in between); the reference
 evaluator computes in float64. Inputs may be float32, float16, bfloat16, int32, int8 or
 uint8 (integer inputs are read as their value, so they suit ``where``'s condition).
+
+``add_layer_norm(x, residual, weight?, bias?) {eps}`` is ``layer_norm(x + residual)``: x and
+residual of one shape and dtype, weight and bias as layer_norm's.
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ from typing import Any
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
+from vkumd.framework.graph.dims import format_shape
 from vkumd.framework.graph.registry import REQUIRED, TensorType, register
-from vkumd.framework.graph.rules_elementwise import FLOATS, Types
+from vkumd.framework.graph.rules_elementwise import FLOATS, Types, norm_rule, same_dtype
 from vkumd.framework.graph.symbols import DimTable
 
 OP = "fused_elementwise"
@@ -125,3 +130,15 @@ def _fused_elementwise(ins: Types, attrs: dict[str, Any], dims: DimTable) -> lis
             raise VkumdTypeError(f"{OP}: xs[{i}] is {t.dtype.name}; inputs are "
                                  f"{', '.join(INPUT_DTYPES)}")
     return [TensorType(dims.broadcast(*(t.shape for t in xs)), dtypes.dtype(name))]
+
+
+@register("add_layer_norm", ("x", "residual", "weight?", "bias?"), {"eps": 1e-5})
+def _add_layer_norm(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
+    x, residual = ins[0], ins[1]
+    assert x is not None and residual is not None
+    same_dtype("add_layer_norm", ("x", x), ("residual", residual))
+    if not dims.same_shape(x.shape, residual.shape):
+        raise VkumdValueError(f"add_layer_norm: residual has shape "
+                              f"{format_shape(residual.shape)}; it must be x's "
+                              f"{format_shape(x.shape)}")
+    return norm_rule("add_layer_norm", [x, ins[2], ins[3]], attrs["eps"], dims)

@@ -1,6 +1,7 @@
 """Operations on tensors."""
 
 from vkumd.framework.ops.activation import gelu, gelu_tanh, relu, silu
+from vkumd.framework.ops.add_norm import add_layer_norm
 from vkumd.framework.ops.attention import attention
 from vkumd.framework.ops.elementwise import add, cast, copy, div, fill, mul, scale, sub
 from vkumd.framework.ops.fused import fused_elementwise
@@ -15,4 +16,4 @@ __all__ += ["embedding", "gelu", "gelu_tanh", "layer_norm", "max", "mean", "perm
             "rms_norm", "silu", "softmax", "sum", "transpose"]
 __all__ += ["attention"]
 __all__ += ["matmul"]
-__all__ += ["fused_elementwise"]
+__all__ += ["add_layer_norm", "fused_elementwise"]
