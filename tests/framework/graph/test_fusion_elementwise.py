@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vkumd.framework.graph import PASSES, GraphBuilder, evaluate, run_passes
+from vkumd.framework.graph import PASSES, GraphBuilder, evaluate, op_info, run_passes
 from vkumd.framework.graph.fusion_elementwise import MAX_INPUTS, fuse_elementwise
 from vkumd.framework.graph.ir import Graph
 from vkumd.framework.graph.passes import FUSION
@@ -170,3 +170,9 @@ def test_running_again_changes_nothing(twice: bool) -> None:
     once = fuse_elementwise(b.build())
     again = fuse_elementwise(once) if twice else once
     assert str(again) == str(once)
+
+
+def test_the_fused_op_is_not_planned_in_place() -> None:
+    """A float32 [N] input of a float16 [2, N] result has its byte size but other offsets,
+    and the memory planner matches byte sizes only."""
+    assert op_info("fused_elementwise").inplace is False
