@@ -38,7 +38,7 @@ def test_a_long_text_is_truncated_at_the_window(encoder, reference) -> None:
 
 
 def test_very_different_lengths_in_one_batch_match_one_by_one(encoder, reference) -> None:
-    texts = ["hi", LONG[:600], SHORT[1], "", NON_LATIN[3]]
+    texts = ["hi", LONG[:400], SHORT[1], "", NON_LATIN[3]]
     batched = encoder.encode(texts, batch_size=8)
     single = np.concatenate([encoder.encode([t]) for t in texts])
     assert_close(batched, reference.encode(texts), **F32)
@@ -55,7 +55,7 @@ def test_results_come_back_in_input_order_across_batches(encoder) -> None:
 
 
 def test_the_reference_masked_path_matches_its_unpadded_one(reference) -> None:
-    np.testing.assert_allclose(reference.encode_padded(SHORT[0], 40),
+    np.testing.assert_allclose(reference.encode_padded(SHORT[0], 12),
                                reference.encode([SHORT[0]])[0], atol=1e-12)
 
 
