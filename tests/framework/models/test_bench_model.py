@@ -6,8 +6,8 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from compare import assert_close
-from conftest import needs_model
+
+from .model_checks import assert_close, needs_model
 
 pytestmark = [needs_model, pytest.mark.skipif(
     importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None,

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import needs_model
 
 from vkumd.cli import main
+
+from .model_checks import needs_model
 
 pytestmark = needs_model
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from compare import assert_close
-from conftest import needs_model
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
+
+from .model_checks import assert_close, needs_model
 
 pytestmark = needs_model
 

@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import needs_model
 
 from vkumd.errors import VkumdValueError
 from vkumd.models import (
@@ -18,6 +17,8 @@ from vkumd.models import (
     find_model,
     load_model_files,
 )
+
+from .model_checks import needs_model
 
 pytestmark = needs_model
 

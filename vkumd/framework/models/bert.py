@@ -190,7 +190,17 @@ class BatchInputs:
 
 
 def pool_weights(lengths: np.ndarray, seq: int, mode: str) -> np.ndarray:
-    """The ``(batch, 1, seq)`` float32 pooling row per sentence for ``mode``."""
+    """Each token's weight in its sentence's pooled vector.
+
+    Args:
+        lengths: ``(batch,)`` tokens per sentence.
+        seq: the padded length.
+        mode: ``"mean"``, ``"cls"`` or ``"mean_sqrt_len"`` (see
+            :class:`~vkumd.framework.models.config.SentenceConfig`).
+
+    Returns:
+        float32 ``(batch, 1, seq)``: 0 on padding.
+    """
     lengths = np.asarray(lengths, dtype=np.int64)
     valid = np.arange(seq)[None, :] < lengths[:, None]
     if mode == "cls":

