@@ -3,12 +3,13 @@ and encoders on the suite's context. Tests that need the model package skip with
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .model_checks import MISSING, model_installed
+from .model_checks import MISSING, WEIGHTS, model_installed
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +44,13 @@ def encoder16(ctx, model_dir: Path) -> Iterator[object]:
     enc = SentenceEncoder.from_pretrained(model_dir, ctx=ctx, dtype="float16")
     yield enc
     enc.close()
+
+
+@pytest.fixture
+def copy(model_dir: Path, tmp_path: Path) -> Path:
+    """The model's small files copied to tmp_path; the weights linked (tests that break
+    them replace the link with a patched copy)."""
+    root = tmp_path / "model"
+    shutil.copytree(model_dir, root, ignore=shutil.ignore_patterns(WEIGHTS, "*.md"))
+    (root / WEIGHTS).symlink_to(model_dir / WEIGHTS)
+    return root

@@ -4,6 +4,8 @@ of embeddings with the float64 reference."""
 from __future__ import annotations
 
 import importlib.util
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +22,14 @@ def model_installed() -> bool:
 
 
 needs_model = pytest.mark.skipif(not model_installed(), reason=MISSING)
+WEIGHTS = "model.safetensors"
+
+
+def edit_json(path: Path, **changes: object) -> None:
+    """Set fields of the JSON object in ``path``."""
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
 
 
 def cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:

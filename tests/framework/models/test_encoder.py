@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
 
-from .model_checks import assert_close, needs_model
+from .model_checks import assert_close, edit_json, needs_model
 
 pytestmark = needs_model
 
@@ -104,3 +106,18 @@ def test_progress_bar_on_stderr_and_off(encoder, capsys) -> None:
     encoder.encode(texts, batch_size=1, progress=False)
     encoder.encode(texts, batch_size=1)  # auto: not a terminal, few batches
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("mode", ["cls", "mean_sqrt_len"])
+def test_other_pooling_modes(ctx, copy: Path, reference, mode: str) -> None:
+    from vkumd.models import SentenceEncoder
+
+    edit_json(copy / "1_Pooling" / "config.json", pooling_mode_mean_tokens=False,
+              **{f"pooling_mode_{'cls_token' if mode == 'cls' else 'mean_sqrt_len_tokens'}": True})
+    texts = SHORT[:1] + ["hi"]
+    with SentenceEncoder.from_pretrained(copy, ctx=ctx) as enc:
+        assert enc.files.sentence.pooling == mode
+        got = enc.encode(texts, normalize=False)
+    states = [reference.hidden(reference.ids(t)) for t in texts]
+    want = np.array([h[0] if mode == "cls" else h.sum(0) / np.sqrt(len(h)) for h in states])
+    assert_close(got, want, min_cos=0.99999, max_abs=1e-4)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,27 +17,9 @@ from vkumd.models import (
     load_model_files,
 )
 
-from .model_checks import needs_model
+from .model_checks import WEIGHTS, edit_json, needs_model
 
 pytestmark = needs_model
-
-WEIGHTS = "model.safetensors"
-
-
-@pytest.fixture
-def copy(model_dir: Path, tmp_path: Path) -> Path:
-    """The model's small files copied to tmp_path; the weights linked (tests that break
-    them replace the link with a patched copy)."""
-    root = tmp_path / "model"
-    shutil.copytree(model_dir, root, ignore=shutil.ignore_patterns(WEIGHTS, "*.md"))
-    (root / WEIGHTS).symlink_to(model_dir / WEIGHTS)
-    return root
-
-
-def _edit_json(path: Path, **changes: object) -> None:
-    data = json.loads(path.read_text())
-    data.update(changes)
-    path.write_text(json.dumps(data))
 
 
 def _patch_weights(root: Path, old: bytes, new: bytes, *, cut: int | None = None) -> None:
@@ -88,7 +69,7 @@ def test_unknown_names_and_directories(tmp_path: Path) -> None:
      r"field 'max_seq_length' = 1000 is past config.json's max_position_embeddings 512"),
 ])
 def test_config_fields_that_cannot_run_are_refused(copy: Path, name, changes, text) -> None:
-    _edit_json(copy / name, **changes)
+    edit_json(copy / name, **changes)
     with pytest.raises(ModelFileError, match=text):
         load_model_files(copy)
 
@@ -143,7 +124,7 @@ def test_weights_missing_a_tensor(copy: Path) -> None:
 
 def test_nothing_stays_allocated_when_loading_fails(ctx, copy: Path, monkeypatch) -> None:
     before = ctx.memory.used_bytes()
-    _edit_json(copy / "config.json", model_type="roberta")
+    edit_json(copy / "config.json", model_type="roberta")
     with pytest.raises(ModelFileError):
         SentenceEncoder.from_pretrained(copy, ctx=ctx)
     with pytest.raises(VkumdValueError, match="dtype bfloat16 is not supported"):
