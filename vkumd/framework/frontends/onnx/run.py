@@ -1,0 +1,159 @@
+"""Running an IR graph on a context: the seam between the importer and the executor.
+
+:func:`run_graph` uses the graph executor (``vkumd.framework.graph.compiled.CompiledGraph``)
+when it is importable; until then it interprets the graph node by node with the eager ops of
+:mod:`vkumd.framework.ops` (one launch or more per node, no replay). IR ops vkumd has no kernel
+for raise :class:`~vkumd.framework.frontends.onnx.errors.NoDeviceKernel`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from vkumd.framework import ops as F
+from vkumd.framework.frontends.onnx.errors import NoDeviceKernel
+from vkumd.framework.graph import Graph, Node
+from vkumd.framework.graph.reference import bindings_for
+from vkumd.framework.graph.shapes import OPS
+from vkumd.framework.tensor import Tensor
+
+Kernel = Callable[[list[Any], dict[str, Any], list[tuple[int, ...]]], list[Tensor]]
+ELEMENTWISE_TYPES = ("float32", "float16", "bfloat16", "int32")
+FLOAT_TYPES = ("float32", "float16", "bfloat16")
+# IR ops with a shape rule and a reference but no device kernel yet.
+NO_KERNEL = ("exp", "sqrt", "tanh", "erf", "sigmoid", "where")
+
+_BINARY = {"add": F.add, "sub": F.sub, "mul": F.mul, "eq": F.eq, "ne": F.ne, "lt": F.lt,
+           "le": F.le, "gt": F.gt, "ge": F.ge}
+_ROW = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": F.gelu_tanh, "silu": F.silu}
+_REDUCE = {"sum": F.sum, "mean": F.mean, "max": F.max}
+
+
+def _kernel(node: Node, args: list[Any], attrs: dict[str, Any], shapes: list[tuple[int, ...]]
+            ) -> list[Tensor]:
+    op = node.op
+    first = args[0] if args else None
+    if op in NO_KERNEL:
+        raise NoDeviceKernel(f"{op} has no device kernel yet ({node.describe()})")
+    allowed = FLOAT_TYPES if op in (*_ROW, *_REDUCE, "softmax", "layer_norm", "rms_norm") \
+        else ELEMENTWISE_TYPES
+    if op not in ("embedding", "matmul", "attention") and first is not None \
+            and first.dtype.name not in allowed:
+        raise NoDeviceKernel(f"{op} has no device kernel for {first.dtype.name} "
+                             f"({node.describe()})")
+    if op in _BINARY:
+        return [_BINARY[op](args[0], args[1])]
+    if op == "div":
+        return [F.div(args[0], args[1], rounding=attrs["rounding"])]
+    if op in _ROW:
+        return [_ROW[op](first)]
+    if op in _REDUCE:
+        return [_REDUCE[op](first, keepdims=attrs["keepdims"])]
+    if op == "scale":
+        return [F.scale(first, attrs["alpha"])]
+    if op == "cast":
+        return [F.cast(first, attrs["dtype"])]
+    if op == "softmax":
+        return [F.softmax(first, scale=attrs["scale"], mask=args[1])]
+    if op == "layer_norm":
+        return [F.layer_norm(first, args[1], args[2], eps=attrs["eps"])]
+    if op == "rms_norm":
+        return [F.rms_norm(first, args[1], eps=attrs["eps"])]
+    if op == "matmul":
+        return [F.matmul(args[0], args[1], bias=args[2], residual=args[3],
+                         activation=attrs["activation"], alpha=attrs["alpha"],
+                         trans_a=attrs["trans_a"], trans_b=attrs["trans_b"])]
+    if op == "attention":
+        return [F.attention(args[0], args[1], args[2], key_lengths=args[3],
+                            attn_mask=args[4], causal=attrs["causal"], scale=attrs["scale"])]
+    if op == "reshape":
+        return [F.reshape(first, shapes[0])]
+    if op == "permute":
+        return [F.permute(first, attrs["dims"])]
+    if op == "transpose":
+        return [F.transpose(first, attrs["dim0"], attrs["dim1"])]
+    if op == "embedding":
+        return [F.embedding(args[0], args[1])]
+    if op == "concat":
+        return [F.concat(args, attrs["axis"])]
+    if op == "split":
+        return list(F.split(first, [s[attrs["axis"]] for s in shapes], attrs["axis"]))
+    if op == "slice":
+        return [_slice(node, first, attrs, shapes[0])]
+    raise NoDeviceKernel(f"{op} has no device kernel ({node.describe()})")
+
+
+def _slice(node: Node, x: Tensor, attrs: dict[str, Any], shape: tuple[int, ...]) -> Tensor:
+    if attrs["step"] != 1:
+        raise NoDeviceKernel(f"slice with step {attrs['step']} has no device kernel "
+                             f"({node.describe()})")
+    axis = attrs["axis"] % len(x.shape)
+    start = range(x.shape[axis])[slice(attrs["start"], attrs["stop"])].start \
+        if x.shape[axis] else 0
+    return F.slice(x, [start], [start + shape[axis]], [axis])
+
+
+def interpret(graph: Graph, ctx: Any, inputs: Mapping[str, np.ndarray]) -> list[Tensor]:
+    """Run ``graph`` node by node with the eager ops.
+
+    Args:
+        graph: the graph (after passes).
+        ctx: the :class:`~vkumd.Context`.
+        inputs: an array per input name, already of the inputs' dtypes.
+
+    Returns:
+        The output tensors, in order.
+
+    Raises:
+        NoDeviceKernel: a node whose op (or dtype) has no kernel.
+        VkumdValueError: a missing input or one of the wrong shape.
+    """
+    env = bindings_for(graph, {n: np.shape(a) for n, a in inputs.items()})
+    values: dict[int, Tensor] = {}
+    for v in graph.inputs:
+        values[v.id] = ctx.tensor(np.asarray(inputs[v.name]), v.dtype)
+    for v in graph.weights:
+        values[v.id] = ctx.tensor(v.data, v.dtype)
+    for node in graph.nodes:
+        args = [values[v.id] if v is not None else None for v in node.inputs]
+        shapes = [tuple(graph.dims.bind(o.shape, env)) for o in node.outputs]
+        attrs = OPS[node.op].full_attrs(node.attrs)
+        for out, result in zip(node.outputs, _kernel(node, args, attrs, shapes), strict=True):
+            values[out.id] = result
+    return [values[v.id] for v in graph.outputs]
+
+
+def _executor() -> Any:
+    try:
+        from vkumd.framework.graph.compiled import CompiledGraph
+    except ImportError:
+        return None
+    return CompiledGraph
+
+
+def run_graph(graph: Graph, ctx: Any, inputs: Mapping[str, np.ndarray]
+              ) -> dict[str, np.ndarray]:
+    """Run ``graph`` on ``ctx`` and read its outputs back.
+
+    Args:
+        graph: the graph (after passes).
+        ctx: the :class:`~vkumd.Context`.
+        inputs: an array per input name, of the inputs' dtypes.
+
+    Returns:
+        The outputs as numpy arrays, keyed ``output_0``, ``output_1``... in the graph's order.
+
+    Raises:
+        NoDeviceKernel: the graph needs a kernel vkumd lacks.
+    """
+    compiled = _executor()
+    if compiled is None:
+        tensors = interpret(graph, ctx, inputs)
+    else:
+        result = compiled(graph, ctx)(**inputs)
+        tensors = list(result.values()) if isinstance(result, dict) else (
+            [result] if isinstance(result, Tensor) else list(result))
+    return {f"output_{i}": t.numpy() for i, t in enumerate(tensors)}
