@@ -15,11 +15,14 @@ class Refusal:
         name: the node's name in the model (may be empty).
         op_type: its ONNX operator.
         reason: why (an unknown operator, an attribute value, a dtype).
+        needs: the tensor whose value the node needs at import time (a shape, axes), when
+            that is the only reason; None otherwise.
     """
 
     name: str
     op_type: str
     reason: str
+    needs: str | None = None
 
     def __str__(self) -> str:
         return f"{self.op_type} node {self.name or '(unnamed)'!r}: {self.reason}"
@@ -46,3 +49,16 @@ class NoDeviceKernel(CapabilityMissing):
 
 class Unsupported(Exception):
     """Raised inside a converter; the importer turns it into a :class:`Refusal`."""
+
+
+class NeedsConstant(Unsupported):
+    """A converter needs the value of ``name`` (shape, axes, starts) at import time.
+
+    Args:
+        message: the refusal's text.
+        name: the ONNX tensor whose value is needed.
+    """
+
+    def __init__(self, message: str, name: str) -> None:
+        super().__init__(message)
+        self.name = name

@@ -18,7 +18,12 @@ from onnx import numpy_helper
 
 from vkumd.errors import VkumdError
 from vkumd.framework.frontends.onnx import ops_linalg, ops_math, ops_shape  # noqa: F401
-from vkumd.framework.frontends.onnx.errors import Refusal, Unsupported, UnsupportedModelError
+from vkumd.framework.frontends.onnx.errors import (
+    NeedsConstant,
+    Refusal,
+    Unsupported,
+    UnsupportedModelError,
+)
 from vkumd.framework.frontends.onnx.patterns import fuse_erf_gelu
 from vkumd.framework.frontends.onnx.state import CONVERTERS, State, ir_dtype, node_attrs
 from vkumd.framework.graph import Dim, Graph, GraphBuilder, sym
@@ -83,14 +88,16 @@ def as_model(source: str | Path | bytes | onnx.ModelProto) -> onnx.ModelProto:
     return onnx.load(str(source))
 
 
-def import_model(source: str | Path | bytes | onnx.ModelProto, dynamic: Dynamic | None = None
-                 ) -> Imported:
+def import_model(source: str | Path | bytes | onnx.ModelProto, dynamic: Dynamic | None = None,
+                 constants: Mapping[str, np.ndarray] | None = None) -> Imported:
     """Translate an ONNX model into a graph of vkumd's IR.
 
     Args:
         source: a path, serialized bytes or a ``ModelProto``.
         dynamic: per input name, axis -> symbol name, overriding the model's dims
             (``{"input_ids": {0: "batch", 1: "seq"}}``).
+        constants: graph inputs to bind to these values (folded like initializers; how a
+            model whose shapes or axes are inputs is specialized).
 
     Returns:
         The :class:`Imported` model (graph before passes, names and ONNX types).
@@ -107,8 +114,10 @@ def import_model(source: str | Path | bytes | onnx.ModelProto, dynamic: Dynamic 
     for t in g.initializer:
         st.bind(t.name, numpy_helper.to_array(t))
     out = Imported(builder.graph)
+    for name, array in (constants or {}).items():
+        st.bind(name, np.asarray(array))
     for vi in g.input:
-        if vi.name in initialized:
+        if vi.name in initialized or vi.name in (constants or {}):
             continue
         elem = vi.type.tensor_type.elem_type
         try:
@@ -160,7 +169,8 @@ def _convert(st: State, node: onnx.NodeProto, refusals: list[Refusal], poisoned:
             raise Unsupported(f"attribute {', '.join(extra)} is not supported")
         results = spec.fn(st, node, attrs)
     except (Unsupported, VkumdError) as exc:
-        refusals.append(Refusal(node.name, node.op_type, str(exc)))
+        needs = exc.name if isinstance(exc, NeedsConstant) else None
+        refusals.append(Refusal(node.name, node.op_type, str(exc), needs))
         poisoned.update(node.output)
         return
     for name, result in zip(node.output, results, strict=False):

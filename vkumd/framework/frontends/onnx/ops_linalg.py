@@ -177,6 +177,8 @@ def reduce(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
     axes = _reduce_axes(st, node, attrs, ndim)
     if axes is None:
         return [x]
+    if node.op_type == "ReduceMax" and any(x.shape[d] == 0 for d in axes):
+        raise Unsupported("ReduceMax over an empty axis (vkumd's max of nothing is undefined)")
     keep = bool(attrs.get("keepdims", 1))
     rest = [d for d in range(ndim) if d not in axes]
     moved = x if rest + axes == list(range(ndim)) else st.b.permute(x, rest + axes)

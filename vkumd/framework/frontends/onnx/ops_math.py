@@ -32,6 +32,24 @@ def _fold_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.divide(a, b)
 
 
+def _as_scale(st: State, node: onnx.NodeProto) -> Bound | None:
+    """A float ``Mul`` by a one-element constant (either side), or ``Div`` by one, as the
+    ``scale`` op a native model would write (``x / c`` becomes ``x * (1/c)``, within 1 ulp)."""
+    if node.op_type not in ("Mul", "Div"):
+        return None
+    sides = [(0, 1)] if node.op_type == "Div" else [(0, 1), (1, 0)]
+    for var, const in sides:
+        c = st.scalar(node.input[const])
+        if c is None or st.known(node.input[var]) is not None:
+            continue
+        x = st.value(node.input[var])
+        grown = len(st.shape(node.input[const])) > len(x.shape)
+        if x.dtype.name not in ("float32", "float16", "bfloat16") or grown or c == 0.0:
+            continue
+        return st.b.scale(x, c if node.op_type == "Mul" else 1.0 / c)
+    return None
+
+
 @converter(*_BINARY)
 def binary(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """Add, Sub, Mul, Div and the comparisons, with numpy broadcasting."""
@@ -43,6 +61,9 @@ def binary(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
         out = np.asarray(_FOLD[node.op_type](a, b))
         return [tidy(out) if out.dtype == object else out]
     op = _BINARY[node.op_type]
+    scaled = _as_scale(st, node)
+    if scaled is not None:
+        return [scaled]
     va, vb = st.value(x), st.value(y)
     if op == "div" and va.dtype.name in ("int32", "int8", "uint8"):
         return [st.b.div(va, vb, rounding="trunc")]

@@ -19,7 +19,7 @@ import onnx
 from onnx import helper
 
 from vkumd.framework import dtypes
-from vkumd.framework.frontends.onnx.errors import Unsupported
+from vkumd.framework.frontends.onnx.errors import NeedsConstant, Unsupported
 from vkumd.framework.graph import Dim, GraphBuilder, Value
 
 Bound = Value | np.ndarray
@@ -147,7 +147,7 @@ class State:
         """
         array = self.known(name)
         if array is None:
-            raise Unsupported(f"{what} must be a constant (it is computed at run time)")
+            raise NeedsConstant(f"{what} must be a constant (it is computed at run time)", name)
         array = tidy(array)
         if is_symbolic(array) or array.dtype.kind not in "iub":
             raise Unsupported(f"{what} must hold integers known at import time, got "
@@ -162,8 +162,8 @@ class State:
         """
         array = self.known(name)
         if array is None:
-            raise Unsupported(f"{what} must be known at import time (a constant or computed "
-                              "from shapes); it is computed at run time")
+            raise NeedsConstant(f"{what} must be known at import time (a constant or "
+                                "computed from shapes); it is computed at run time", name)
         return [v if isinstance(v, Dim) else int(v) for v in array.reshape(-1)]
 
     def scalar(self, name: str) -> float | None:
