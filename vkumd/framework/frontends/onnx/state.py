@@ -87,8 +87,12 @@ def node_attrs(node: onnx.NodeProto) -> dict[str, Any]:
     return out
 
 
-def tidy(array: np.ndarray) -> np.ndarray:
+def tidy(array: Any) -> np.ndarray:
     """An object array of plain ints becomes int64 (so numpy arithmetic on it is fast)."""
+    if not isinstance(array, np.ndarray):  # numpy hands back one element of an object array
+        boxed = np.empty((), dtype=object)
+        boxed[()] = array
+        array = boxed
     if array.dtype == object and all(isinstance(v, (int, np.integer)) for v in array.flat):
         return array.astype(np.int64)
     return array
