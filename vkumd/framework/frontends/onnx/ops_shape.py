@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from vkumd.framework.frontends.onnx.errors import Unsupported
+from vkumd.framework.frontends.onnx.errors import NeedsConstant, Unsupported
 from vkumd.framework.frontends.onnx.state import Bound, State, converter, tidy
 from vkumd.framework.graph import Dim, Value, product
 
@@ -244,8 +244,9 @@ def gather(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
         return [tidy(np.take(data, indices.astype(np.int64), axis=axis))]
     if indices is None:
         if axis != 0 or len(src) != 2:
-            raise Unsupported("run-time indices are supported for a 2-D table on axis 0 "
-                              "(an embedding) only")
+            # Known indices become slices; a model feeding them as an input is specialized.
+            raise NeedsConstant("run-time indices are supported for a 2-D table on axis 0 "
+                                "(an embedding) only", node.input[1])
         ids = st.value(node.input[1])
         if ids.dtype.name != "int32":
             raise Unsupported(f"indices of type {ids.dtype.name}")
