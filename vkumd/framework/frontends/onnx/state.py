@@ -83,6 +83,10 @@ def node_attrs(node: onnx.NodeProto) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for a in node.attribute:
         value = helper.get_attribute_value(a)
+        if a.type == onnx.AttributeProto.FLOAT:
+            # ONNX stores float attributes as float32; the shortest decimal that rounds to
+            # the same float32 is what the author wrote (epsilon 1e-12, not 9.99999996e-13).
+            value = float(str(np.float32(value)))
         out[a.name] = value.decode() if isinstance(value, bytes) else value
     return out
 
