@@ -42,7 +42,8 @@ class Net:
     def model(self, inputs: list[onnx.ValueInfoProto], outputs: list[str],
               out_types: list[int] | None = None) -> onnx.ModelProto:
         types = out_types or [T.FLOAT] * len(outputs)
-        outs = [helper.make_tensor_value_info(o, t, None) for o, t in zip(outputs, types)]
+        outs = [helper.make_tensor_value_info(o, t, None)
+                for o, t in zip(outputs, types, strict=True)]
         graph = helper.make_graph(self.nodes, "net", inputs, outs, self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
         model.ir_version = 8

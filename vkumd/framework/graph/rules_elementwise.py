@@ -2,8 +2,9 @@
 
 Elementwise: add, sub, mul, div (numpy broadcasting, one dtype), the comparisons eq, ne, lt,
 le, gt, ge (uint8 0/1 results: vkumd has no bool type), where, scale, cast, the
-activations gelu, gelu_tanh, relu, silu, and the math functions exp, sqrt, tanh, erf, sigmoid. Row-wise (over the last axis, as vkumd's kernels):
-softmax, layer_norm, rms_norm, sum, mean, max.
+activations gelu, gelu_tanh, relu, silu, and the math functions exp, sqrt, tanh, erf, sigmoid
+(for importers; no kernel yet). Row-wise (over the last axis, as vkumd's kernels): softmax,
+layer_norm, rms_norm, sum, mean, max.
 """
 
 from __future__ import annotations
