@@ -46,6 +46,16 @@ class Report:
     passed: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    operator: dict[str, str] = field(default_factory=dict)
+
+    def by_operator(self) -> dict[str, tuple[int, int, int]]:
+        """``(passed, skipped, failed)`` per operator (a multi-node case counts as
+        ``expanded``)."""
+        counts: dict[str, list[int]] = {}
+        for names, slot in ((self.passed, 0), (self.skipped, 1), (self.failed, 2)):
+            for name in names:
+                counts.setdefault(self.operator.get(name, "?"), [0, 0, 0])[slot] += 1
+        return {op: (c[0], c[1], c[2]) for op, c in sorted(counts.items())}
 
     def reasons(self) -> Counter[str]:
         """How many cases were skipped for each reason."""
@@ -63,6 +73,8 @@ class Report:
                          f"({listed})")
         lines += [f"  skip x{n}: {why}" for why, n in reasons.most_common() if why not in types]
         lines += [f"  FAIL {name}: {why}" for name, why in sorted(self.failed.items())]
+        lines.append("per operator (passed/skipped/failed):")
+        lines += [f"  {op}: {p}/{s}/{f}" for op, (p, s, f) in self.by_operator().items()]
         return "\n".join(lines)
 
 
@@ -70,6 +82,9 @@ def _category(exc: Exception) -> str:
     """A short, grouped reason for a skip (numbers and names stripped)."""
     if isinstance(exc, NoDeviceKernel):
         text = str(exc).split(" (")[0]
+        typed = re.match(r"\w+ has no device kernel for (\w+)", text)
+        if typed:
+            return f"no device kernel: elementwise ops on {typed.group(1)}"
         return f"no device kernel: {text}"
     assert isinstance(exc, UnsupportedModelError)
     refusal = exc.refusals[0]
@@ -144,6 +159,8 @@ def run(ctx: Any = None, operators: Iterable[str] = OPERATORS) -> Report:
         cases = select(collect_testcases(None), operators)
     report = Report()
     for case in cases:
+        nodes = case.model.graph.node
+        report.operator[case.name] = nodes[0].op_type if len(nodes) == 1 else "expanded"
         run_case(case, ctx, report)
     return report
 

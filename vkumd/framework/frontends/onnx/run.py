@@ -1,13 +1,15 @@
 """Running an IR graph on a context: the seam between the importer and the executor.
 
-:func:`run_graph` uses the graph executor (``vkumd.framework.graph.compiled.CompiledGraph``)
-when it is importable; until then it interprets the graph node by node with the eager ops of
-:mod:`vkumd.framework.ops` (one launch or more per node, no replay). IR ops vkumd has no kernel
-for raise :class:`~vkumd.framework.frontends.onnx.errors.NoDeviceKernel`.
+:func:`run_graph` uses the graph executor's ``CompiledGraph`` (``vkumd.framework.execute``)
+when it is importable and lowers every node; otherwise it interprets the graph node by node
+with the eager ops of :mod:`vkumd.framework.ops` (one launch or more per node, no replay).
+IR ops vkumd has no kernel for raise :class:`~vkumd.framework.frontends.onnx.errors.NoDeviceKernel`.
 """
 
 from __future__ import annotations
 
+import importlib
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,18 +34,32 @@ _ROW = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": F.gelu_tanh, "silu": F.silu
 _REDUCE = {"sum": F.sum, "mean": F.mean, "max": F.max}
 
 
+def check_device(graph: Graph) -> None:
+    """Refuse, before anything is uploaded, a graph with a node no kernel runs.
+
+    Raises:
+        NoDeviceKernel: naming the first such node (its op, or its op on that dtype).
+    """
+    for node in graph.nodes:
+        op = node.op
+        first = node.inputs[0] if node.inputs else None
+        if op in NO_KERNEL:
+            raise NoDeviceKernel(f"{op} has no device kernel yet ({node.describe()})")
+        if op == "slice" and node.attrs.get("step", 1) != 1:
+            raise NoDeviceKernel(f"slice with step {node.attrs['step']} has no device kernel "
+                                 f"({node.describe()})")
+        allowed = FLOAT_TYPES if op in (*_ROW, *_REDUCE, "softmax", "layer_norm", "rms_norm") \
+            else ELEMENTWISE_TYPES
+        if op not in ("embedding", "matmul", "attention", "reshape") and first is not None \
+                and first.dtype.name not in allowed:
+            raise NoDeviceKernel(f"{op} has no device kernel for {first.dtype.name} "
+                                 f"({node.describe()})")
+
+
 def _kernel(node: Node, args: list[Any], attrs: dict[str, Any], shapes: list[tuple[int, ...]]
             ) -> list[Tensor]:
     op = node.op
     first = args[0] if args else None
-    if op in NO_KERNEL:
-        raise NoDeviceKernel(f"{op} has no device kernel yet ({node.describe()})")
-    allowed = FLOAT_TYPES if op in (*_ROW, *_REDUCE, "softmax", "layer_norm", "rms_norm") \
-        else ELEMENTWISE_TYPES
-    if op not in ("embedding", "matmul", "attention") and first is not None \
-            and first.dtype.name not in allowed:
-        raise NoDeviceKernel(f"{op} has no device kernel for {first.dtype.name} "
-                             f"({node.describe()})")
     if op in _BINARY:
         return [_BINARY[op](args[0], args[1])]
     if op == "div":
@@ -87,9 +103,6 @@ def _kernel(node: Node, args: list[Any], attrs: dict[str, Any], shapes: list[tup
 
 
 def _slice(node: Node, x: Tensor, attrs: dict[str, Any], shape: tuple[int, ...]) -> Tensor:
-    if attrs["step"] != 1:
-        raise NoDeviceKernel(f"slice with step {attrs['step']} has no device kernel "
-                             f"({node.describe()})")
     axis = attrs["axis"] % len(x.shape)
     start = range(x.shape[axis])[slice(attrs["start"], attrs["stop"])].start \
         if x.shape[axis] else 0
@@ -111,6 +124,7 @@ def interpret(graph: Graph, ctx: Any, inputs: Mapping[str, np.ndarray]) -> list[
         NoDeviceKernel: a node whose op (or dtype) has no kernel.
         VkumdValueError: a missing input or one of the wrong shape.
     """
+    check_device(graph)
     env = bindings_for(graph, {n: np.shape(a) for n, a in inputs.items()})
     values: dict[int, Tensor] = {}
     for v in graph.inputs:
@@ -126,17 +140,37 @@ def interpret(graph: Graph, ctx: Any, inputs: Mapping[str, np.ndarray]) -> list[
     return [values[v.id] for v in graph.outputs]
 
 
-def _executor() -> Any:
-    try:
-        from vkumd.framework.graph.compiled import CompiledGraph
-    except ImportError:
-        return None
-    return CompiledGraph
+# The executor's home: vkumd.framework.execute on main, graph.compiled in the first plan.
+_EXECUTORS = ("vkumd.framework.execute", "vkumd.framework.graph.compiled")
+_compiled: weakref.WeakKeyDictionary[Graph, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+
+
+def _executor(graph: Graph) -> Any:
+    """The executor's ``CompiledGraph`` class when it is installed and lowers every node of
+    ``graph``; None otherwise (the interpreter then runs it)."""
+    for path in _EXECUTORS:
+        try:
+            module = importlib.import_module(path)
+        except ImportError:
+            continue
+        compiled = getattr(module, "CompiledGraph", None)
+        lowerings = getattr(module, "LOWERINGS", None)
+        views = getattr(module, "VIEW_OPS", ())
+        if compiled is None:
+            continue
+        if lowerings is not None and any(n.op not in lowerings and n.op not in views
+                                         for n in graph.nodes):
+            return None  # e.g. concat or slice, which the interpreter runs
+        return compiled
+    return None
 
 
 def run_graph(graph: Graph, ctx: Any, inputs: Mapping[str, np.ndarray]
               ) -> dict[str, np.ndarray]:
     """Run ``graph`` on ``ctx`` and read its outputs back.
+
+    The executor's compiled graph (recorded once per shape bucket, then replayed) is kept per
+    graph and context; graphs it cannot lower run through :func:`interpret`.
 
     Args:
         graph: the graph (after passes).
@@ -149,11 +183,16 @@ def run_graph(graph: Graph, ctx: Any, inputs: Mapping[str, np.ndarray]
     Raises:
         NoDeviceKernel: the graph needs a kernel vkumd lacks.
     """
-    compiled = _executor()
+    check_device(graph)
+    compiled = _executor(graph)
     if compiled is None:
         tensors = interpret(graph, ctx, inputs)
     else:
-        result = compiled(graph, ctx)(**inputs)
+        cached = _compiled.get(graph)
+        if cached is None or cached[0] is not ctx:
+            cached = (ctx, compiled(graph, ctx))
+            _compiled[graph] = cached
+        result = cached[1](**inputs)
         tensors = list(result.values()) if isinstance(result, dict) else (
             [result] if isinstance(result, Tensor) else list(result))
     return {f"output_{i}": t.numpy() for i, t in enumerate(tensors)}
