@@ -158,6 +158,9 @@ def _executor(graph: Graph) -> Any:
         views = getattr(module, "VIEW_OPS", ())
         if compiled is None:
             continue
+        # The executor copies inputs and outputs with the elementwise copy kernel.
+        if any(v.dtype.name not in ELEMENTWISE_TYPES for v in (*graph.inputs, *graph.outputs)):
+            return None
         if lowerings is not None and any(n.op not in lowerings and n.op not in views
                                          for n in graph.nodes):
             return None  # e.g. concat or slice, which the interpreter runs
