@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.frontends.onnx.errors import UnsupportedModelError
 from vkumd.framework.frontends.onnx.importer import Dynamic, Imported, as_model, import_model
 from vkumd.framework.frontends.onnx.run import run_graph
-from vkumd.framework.graph import Graph, run_passes
+from vkumd.framework.graph import Graph, evaluate, run_passes
 
 _INT32 = np.iinfo(np.int32)
 _INTEGER_INPUTS = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
@@ -125,7 +126,7 @@ class OnnxModel:
         return out
 
     def __call__(self, **inputs: Any) -> dict[str, np.ndarray]:
-        """Run the model.
+        """Run the model on the device.
 
         Args:
             inputs: an array per ONNX input name.
@@ -137,15 +138,34 @@ class OnnxModel:
             VkumdValueError: missing or unknown inputs, int64 values outside int32.
             NoDeviceKernel: the graph needs a kernel vkumd lacks.
         """
+        imp, feed = self._bind(inputs)
+        assert self.graph is not None
+        return self._typed(imp, run_graph(self.graph, self._context(), feed).values())
+
+    def evaluate(self, **inputs: Any) -> dict[str, np.ndarray]:
+        """Run the model's IR in float64 numpy (:func:`vkumd.framework.graph.evaluate`), with
+        no device: the check of an import whose ops have no kernel yet.
+
+        Args and errors as :meth:`__call__` (without ``NoDeviceKernel``).
+
+        Returns:
+            An array per ONNX output name, rounded to the output's ONNX type.
+        """
+        imp, feed = self._bind(inputs)
+        assert self.graph is not None
+        return self._typed(imp, evaluate(self.graph, feed))
+
+    def _bind(self, inputs: dict[str, Any]) -> tuple[Imported, dict[str, np.ndarray]]:
         if self.imported is None:
             imp, self.graph = self._specialize(inputs)
         else:
             imp = self.imported
-        assert self.graph is not None
-        results = run_graph(self.graph, self._context(), self._prepare(imp, inputs))
+        return imp, self._prepare(imp, inputs)
+
+    @staticmethod
+    def _typed(imp: Imported, arrays: Iterable[np.ndarray]) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
-        for name, elem, array in zip(imp.output_names, imp.output_types,
-                                     results.values(), strict=True):
+        for name, elem, array in zip(imp.output_names, imp.output_types, arrays, strict=True):
             target = onnx.helper.tensor_dtype_to_np_dtype(elem)
             out[name] = (array != 0) if target == np.bool_ else array.astype(target, copy=False)
         return out
