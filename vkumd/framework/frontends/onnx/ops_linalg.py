@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import onnx
 
 from vkumd.framework.frontends.onnx.errors import Unsupported
@@ -126,14 +127,14 @@ def softmax(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Boun
 
 @converter("LayerNormalization", attrs=("axis", "epsilon", "stash_type"))
 def layer_norm(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """Layer normalisation over the axes from ``axis`` on (reshaped into one row)."""
-    if any(name for name in node.output[1:]):
-        raise Unsupported("the Mean and InvStdDev outputs are not supported (only Y)")
+    """Layer normalisation over the axes from ``axis`` on (reshaped into one row); the
+    optional Mean and InvStdDev outputs are computed beside it in float32."""
     if attrs.get("stash_type", 1) != 1:
         raise Unsupported(f"stash_type={attrs['stash_type']} (only 1, float32, is supported)")
     x = st.value(node.input[0])
     ndim = len(x.shape)
     axis = _axis(attrs.get("axis", -1), ndim)
+    eps = float(attrs.get("epsilon", 1e-5))
     row = product(x.shape[axis:])
     params: list[Value | None] = []
     for i in (1, 2):
@@ -146,8 +147,23 @@ def layer_norm(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[B
                               f"{x.shape[axis:]} (broadcasting is not supported)")
         params.append(p if len(p.shape) == 1 else st.b.reshape(p, (row,)))
     flat = x if axis == ndim - 1 else st.b.reshape(x, (*x.shape[:axis], row))
-    y = st.b.layer_norm(flat, params[0], params[1], eps=float(attrs.get("epsilon", 1e-5)))
-    return [y if axis == ndim - 1 else st.b.reshape(y, x.shape)]
+    y = st.b.layer_norm(flat, params[0], params[1], eps=eps)
+    outs: list[Bound | None] = [y if axis == ndim - 1 else st.b.reshape(y, x.shape)]
+    if any(name for name in node.output[1:]):
+        outs += _moments(st, flat, eps, (*x.shape[:axis], *([1] * (ndim - axis))))
+    return outs
+
+
+def _moments(st: State, flat: Value, eps: float, shape: tuple[Any, ...]) -> list[Bound | None]:
+    """LayerNormalization's Mean and InvStdDev (``1 / sqrt(var + eps)``), float32."""
+    if flat.dtype.name != "float32":
+        flat = st.b.cast(flat, "float32")  # stash_type 1: the statistics are float32
+    mean = st.b.mean(flat, keepdims=True)
+    centred = st.b.sub(flat, mean)
+    var = st.b.mean(st.b.mul(centred, centred), keepdims=True)
+    inv = st.b.div(st.constant(np.ones((), np.float32), "float32"),
+                   st.b.sqrt(st.b.add(var, eps)))
+    return [st.b.reshape(mean, shape), st.b.reshape(inv, shape)]
 
 
 _REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max"}
