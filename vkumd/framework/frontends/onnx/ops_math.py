@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 
 from vkumd.framework.frontends.onnx.errors import Unsupported
-from vkumd.framework.frontends.onnx.state import Bound, State, converter, tidy
+from vkumd.framework.frontends.onnx.state import Bound, State, converter, ir_dtype, tidy
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Equal": "eq",
            "Less": "lt", "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge"}
@@ -131,8 +131,6 @@ def where(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound 
 @converter("Cast", attrs=("to", "saturate", "round_mode"))
 def cast(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """Cast to a stored type; to bool as ``x != 0`` (uint8)."""
-    from vkumd.framework.frontends.onnx.state import ir_dtype
-
     target = attrs["to"]
     if attrs.get("round_mode", "up") != "up":
         raise Unsupported(f"round_mode={attrs['round_mode']!r} is not supported")

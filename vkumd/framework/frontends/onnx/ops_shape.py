@@ -74,7 +74,9 @@ def shape(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound 
     """The input's shape as a known vector (symbolic dims kept)."""
     dims = list(st.shape(node.input[0]))
     picked = dims[slice(attrs.get("start", 0), attrs.get("end"))]
-    return [tidy(np.array(picked + [0], dtype=object)[:-1])]
+    vector = np.empty(len(picked), dtype=object)  # filled in place: numpy would unpack Dims
+    vector[:] = picked
+    return [tidy(vector)]
 
 
 @converter("Reshape", attrs=("allowzero",))
