@@ -18,22 +18,25 @@ time is process CPU seconds on one core, numpy on one BLAS thread (see ``bench/c
 far less disturbed by other processes than wall time. --plain skips the fused and unfused rows.
 
 Notes from tuning on lavapipe 25.0.7 (LLVM 15, 8-wide subgroups) on a 2-core AVX-512 host:
-every load a lane makes becomes an AVX-512 gather, gathers are slow there, and ``fma`` is
-split into a multiply and an add. The lanes path therefore keeps loads per FMA low (A values
-handed between lanes with subgroupBroadcast, 16-32 accumulators per lane) and reads 64-bit
-words where the layout allows (2 float32 / 4 float16 values per gathered element), which
-measured 1.2x (float32) to 1.6x (float16) over element loads. Packing B into contiguous
-panels first doubled 2048^3 (an 8 KiB row stride puts a panel's rows in few cache sets).
-Tile sizes between 16 and 32 accumulators per lane measured within noise of each other. A
-mul+add loop with no loads reaches about 37 GFLOP/s there, which bounds this path well
-below numpy's AVX-512 FMA (120-250 GFLOP/s); LP_NATIVE_VECTOR_WIDTH=512 (16-wide
-subgroups) measured 1.5x. Walking A and B with 64-bit pointers advanced by a constant per K
-step (instead of indices rebuilt from k, which lavapipe computes as vector multiplies,
-shifts and widenings per load) gave 1.10x on the plain GEMM and made the fused epilogue as
-fast as the plain GEMM at 2048^3 (one thread, CPU time: 14.3 against 13.0 GFLOP/s plain,
-14.6 against 10.3 fused). Loads whose offset is the same for every lane are still gathered
-inside loops on Mesa 25.0 (each lane in turn, with a bounds check, even from a
-descriptor-bound buffer), so a layout with B read as uniform values measured 3x slower.
+every load a lane makes becomes an AVX-512 gather, gathers are slow there, and ``fma`` is split
+into a multiply and an add. The lanes path therefore keeps loads per FMA low (A values handed
+between lanes with subgroupBroadcast, many accumulators per lane) and reads 64-bit words where
+the layout allows (2 float32 / 4 float16 values per gathered element), which measured 1.2x
+(float32) to 1.6x (float16) over element loads. Packing B into contiguous panels first doubled
+2048^3 (an 8 KiB row stride puts a panel's rows in few cache sets). On an 8-row tile, 16 and 32
+accumulators per lane measured within noise; a 16-row tile with 128 accumulators per lane (on
+the stack), K by 8, each accumulator taking all steps of an iteration in turn, measured
+1.7-2.5x (see ``LANES_TM`` in vkumd/compiler/kernels/gemm.py and docs/performance.md). The
+bound is the loads-free mul+add loop of bench/ceiling.py, measured at the start of each run (an
+early estimate of 37 GFLOP/s was not); on one AMD EPYC core it reaches 0.75-0.83 of numpy. With
+the old 8-row tile, LP_NATIVE_VECTOR_WIDTH=512 (16-wide subgroups) measured 1.5x. Walking A and
+B with 64-bit pointers advanced by a constant per K step (instead of indices rebuilt from k,
+which lavapipe computes as vector multiplies, shifts and widenings per load) gave 1.10x on the
+plain GEMM and made the fused epilogue as fast as the plain GEMM at 2048^3 (one thread, CPU
+time: 14.3 against 13.0 GFLOP/s plain, 14.6 against 10.3 fused). Loads whose offset is the same
+for every lane are still gathered inside loops on Mesa 25.0 (each lane in turn, with a bounds
+check, even from a descriptor-bound buffer), so a layout with B read as uniform values measured
+3x slower.
 """
 
 from __future__ import annotations

@@ -43,11 +43,13 @@ PACK_WORKGROUP = 64
 # one core, LP_NUM_THREADS=0, AMD EPYC with AVX-512, float32 1024^3, GFLOP/s for TM x
 # columns x KU): 8x2x4 (the old tile) 15.5-15.8, 8x4x8 18.5-18.8, 8x6x8 20.1, 8x8x8 23.1,
 # 16x8x4 25.2, 16x8x8 27.5, 16x8x16 26.3, 16x6x8 24.6, 16x10x8 25.5, 24x8x8 25.1, 32x8x4
-# 15.1, 16x16x4 15.4 (float16: 8x4x4 18.0, 16x8x8 see docs/performance.md). The
-# accumulators do not fit in registers (they live on the stack, each update a load and a
-# store that the store buffer absorbs); what pays is amortising the per-iteration gathers,
-# A broadcasts, loop-mask updates and blends over more multiply-adds. Past 128 accumulators
-# per lane it falls off a cliff.
+# 15.1, 16x16x4 15.4 (float16 8x4x4 18.7, 16x8x8 28.1; bfloat16 22.5 -> 37.5; int8 8-column
+# 4x8 31.0 -> 16x8x8 44.5 GOP/s). Once each accumulator takes all K steps of an iteration in
+# turn (shaders/gemm.comp, LANES_STEP), 16x8x8 measured 30.2-30.9, 16x8x16 28.1, 8x16x8
+# 26.5, 16x12x8 29.0, 32x4x8 30.0. The accumulators do not fit in registers (they live on
+# the stack); what pays is amortising the per-iteration gathers, A broadcasts, loop-mask
+# updates and blends over more multiply-adds. Past 128 accumulators per lane it falls off a
+# cliff.
 LANES_TM = 16
 LANES_KU = 8
 LANES_COLUMNS = 8
