@@ -47,9 +47,11 @@ test-coopmat: setup
 bench: setup
 	$(PY) bench/transfer.py
 	$(PY) bench/dispatch.py
+	$(PY) bench/ceiling.py
 	$(PY) bench/gemm.py
 	$(PY) bench/transformer.py
 	$(PY) bench/attention.py
+	$(PY) bench/model.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
