@@ -50,6 +50,7 @@ bench: setup
 	$(PY) bench/gemm.py
 	$(PY) bench/transformer.py
 	$(PY) bench/attention.py
+	$(PY) bench/graph.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
