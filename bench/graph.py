@@ -8,15 +8,16 @@ chain of elementwise ops.
 Per workload and path: kernels launched and barriers per call (eager: the stream's counters
 over one call; compiled: the recording's), host time (``time.thread_time`` of the Python
 thread over the call and its ``synchronize``), device time (wall time over the same), and
-peak memory (growth of the memory pool's ``total_bytes`` over the first call after
-``free_all_blocks``: freed blocks stay in the pool, so that is its high-water mark). Eager
+peak memory (the pool's ``used_bytes`` high-water mark over a call, see :class:`HighWater`;
+compiled: the first call, which allocates the recording). A third path, ``in place``, passes
+the recording's own input tensors, without the public call's input copy. Eager
 and compiled calls alternate, so drift hits both; medians, ranges (min-max) and the ratio
 of medians are printed. Goals on lavapipe: BERT compiled >= 2x faster with <= half the
 kernels, the chain >= 4x faster in one kernel, arena <= 0.5 of the intermediates' sum.
 
 Usage::
 
-    python bench/graph.py [--repeats 7] [--json out.json] [--plot DIR]
+    python bench/graph.py [--repeats 7] [--only bert|chain] [--json out.json] [--plot DIR]
 
 ``--plot DIR`` writes each graph before and after the passes as DOT, and as PNG when
 Graphviz's ``dot`` is installed (it says so when it is not).

@@ -99,9 +99,11 @@ def programs(draw: st.DrawFn) -> tuple[dict[str, np.ndarray], list[Step], list[i
         args = tuple(draw(st.integers(0, pool - 1)) for _ in range(arity))
         steps.append((op, args, draw(st.sampled_from(SCALARS)), draw(st.booleans())))
         pool += 1
-    extra = draw(st.lists(st.integers(len(feeds), pool - 2), max_size=1)) if pool - 2 >= len(
-        feeds) else []
-    return feeds, steps, [pool - 1, *extra]
+    first_step, last = len(feeds), pool - 1
+    # Sometimes an earlier step's value is returned too, so a group must stop there.
+    extra = draw(st.lists(st.integers(first_step, last - 1), max_size=1)) if last > first_step \
+        else []
+    return feeds, steps, [last, *extra]
 
 
 def as_function(steps: list[Step], outputs: list[int]) -> Callable[..., Any]:
