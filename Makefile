@@ -51,6 +51,7 @@ bench: setup
 	$(PY) bench/gemm.py
 	$(PY) bench/transformer.py
 	$(PY) bench/attention.py
+	$(PY) bench/graph.py
 	$(PY) bench/model.py
 
 clean:
