@@ -44,6 +44,8 @@ def env(ctx: Any) -> Iterator[Env]:
     """The shared context and one second context for every mixed-context case."""
     other = vkumd.Context()
     try:
+        for context in (ctx, other):
+            _still_works(context)  # transfers keep staging memory; make it before measuring
         yield Env(ctx, other)
     finally:
         other.close()
