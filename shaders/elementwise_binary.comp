@@ -40,6 +40,10 @@
 layout(local_size_x_id = 0) in;
 // 0 add, 1 sub, 2 mul, 3 divide, 4 divide rounding down, 5 divide rounding toward zero.
 // Integer division by zero gives 0 (as numpy's floor_divide); INT_MIN / -1 gives INT_MIN.
+// 6 <, 7 <=, 8 >, 9 >=, 10 ==, 11 !=: 1 where true and 0 where false, in the operands' type
+// (there is no bool storage type; a 0/1 mask of the same type multiplies straight into
+// arithmetic). Comparisons with NaN are false except != (IEEE, as numpy). 16-bit floats
+// compare exactly: their float32 widening is exact.
 layout(constant_id = 1) const uint OP = 0u;
 
 layout(std430, binding = 0) readonly buffer A { ELEM a[]; };
@@ -78,7 +82,24 @@ VALUE divide(VALUE x, VALUE y) {
 #endif
 }
 
+VALUE truth(bool c) {
+    return c ? VALUE(1) : VALUE(0);
+}
+
 VALUE apply(VALUE x, VALUE y) {
+    if (OP == 6u) {
+        return truth(x < y);
+    } else if (OP == 7u) {
+        return truth(x <= y);
+    } else if (OP == 8u) {
+        return truth(x > y);
+    } else if (OP == 9u) {
+        return truth(x >= y);
+    } else if (OP == 10u) {
+        return truth(x == y);
+    } else if (OP == 11u) {
+        return truth(!(x == y));  // unordered: NaN != anything
+    }
     if (OP == 0u) {
         return x + y;
     } else if (OP == 1u) {

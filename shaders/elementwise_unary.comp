@@ -9,6 +9,10 @@
 // float32, rounding to nearest even (int32 -> float16/bfloat16 rounds twice, once to float32:
 // exact up to 2^24). OP 1 scales (SRC == DST): floats multiply in float32 by alpha (float32
 // bits), int32 multiplies by alpha (an int) and wraps.
+//
+// Both sides may be strided views of larger tensors: src is read at src_offset plus its
+// strides, out written at dst_offset plus dst_stride (the row-major strides of shape for a
+// whole output). Slicing, concatenation and split are such copies.
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 #extension GL_EXT_shader_16bit_storage : require
 #include "common.glsl"
@@ -65,6 +69,9 @@ layout(push_constant) uniform Shape {
     uint shape[6];    // output shape
     uint stride[6];   // src element strides in the output's coordinates
     uint alpha;       // OP 1: float32 bits, or an int for int32
+    uint src_offset;  // elements of src before the first one read
+    uint dst_offset;  // elements of out before the first one written
+    uint dst_stride[6];  // out element strides (row-major of shape unless out is a slice)
 } pc;
 
 void convert_one(uint index, uint is) {
@@ -86,7 +93,7 @@ void main() {
     if (pc.ndim == 0u) {
         // The source has the output's shape: no index arithmetic at all.
         for (uint index = VKUMD_FIRST_INDEX; index < pc.n; index += step) {
-            convert_one(index, index);
+            convert_one(index + pc.dst_offset, index + pc.src_offset);
         }
         return;
     }
@@ -95,13 +102,16 @@ void main() {
         uint cols = pc.shape[pc.ndim - 1u];
         uint s0 = pc.ndim == 2u ? pc.stride[0] : 0u;
         uint s1 = pc.stride[pc.ndim - 1u];
+        uint d0 = pc.ndim == 2u ? pc.dst_stride[0] : 0u;
+        uint d1 = pc.dst_stride[pc.ndim - 1u];
         uint first = VKUMD_FIRST_INDEX;
         uint row = first / cols;
         uint col = first - row * cols;
         uint step_rows = step / cols;
         uint step_cols = step - step_rows * cols;
         for (uint index = first; index < pc.n; index += step) {
-            convert_one(index, row * s0 + col * s1);
+            convert_one(pc.dst_offset + row * d0 + col * d1,
+                        pc.src_offset + row * s0 + col * s1);
             col += step_cols;
             row += step_rows;
             if (col >= cols) {
@@ -113,12 +123,14 @@ void main() {
     }
     for (uint index = VKUMD_FIRST_INDEX; index < pc.n; index += step) {
         uint rest = index;
-        uint is = 0u;
+        uint is = pc.src_offset;
+        uint id = pc.dst_offset;
         for (int d = int(pc.ndim) - 1; d >= 0; --d) {
             uint coord = rest % pc.shape[d];
             rest /= pc.shape[d];
             is += coord * pc.stride[d];
+            id += coord * pc.dst_stride[d];
         }
-        convert_one(index, is);
+        convert_one(id, is);
     }
 }

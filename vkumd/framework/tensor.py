@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,7 @@ import numpy as np
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.dtypes import DType
+from vkumd.framework.tensor_methods import TensorMethods
 from vkumd.runtime.memory import Allocation
 from vkumd.vk.handle import Handle
 
@@ -49,11 +51,38 @@ def as_array(data: Any, what: str) -> np.ndarray:
         raise VkumdValueError(f"{what}: the data is not a rectangular array ({exc})") from None
 
 
-class Tensor(Handle):
+# Guards every count below: tensors die in whatever thread the garbage collector runs in, and
+# two threads may view one tensor at once. Re-entrant: a collection that starts while the lock
+# is held may release a tensor on the same thread.
+_SHARING = threading.RLock()
+
+
+class _SharedMemory:
+    """How many live tensors view one allocation; the last one to go frees it."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 1
+
+    def leave(self) -> bool:
+        """Drop one tensor; return whether it was the last."""
+        with _SHARING:
+            self.count -= 1
+            return self.count == 0
+
+
+class Tensor(TensorMethods, Handle):
     """A contiguous, row-major array in device memory.
 
     Create tensors through a context (``ctx.tensor``, ``ctx.empty``, ``ctx.zeros``); the memory
-    returns to the context's pool when the tensor is released or garbage-collected.
+    returns to the context's pool when the tensor is released or garbage-collected. Several
+    tensors may view one allocation (:meth:`alias`, behind ``reshape``/``view``): the memory
+    returns to the pool once every one of them is released, in any order.
+
+    Operators and methods (``+``, ``@``, ``reshape``, ``t[1:3]``, ``sum`` …) come from
+    :class:`~vkumd.framework.tensor_methods.TensorMethods`; each is a call into
+    :mod:`vkumd.framework.ops`.
 
     Attributes:
         shape: dimensions, row-major.
@@ -75,6 +104,41 @@ class Tensor(Handle):
         """Bytes of storage."""
         # A zero-size tensor owns no memory; `handle` still marks it alive.
         self.handle = allocation if allocation is not None else False
+        # None while this is the allocation's only tensor (the common case costs nothing).
+        self._shared: _SharedMemory | None = None
+
+    # numpy ufuncs and numpy scalars defer to our reflected operators (`np.float32(2) * t`
+    # is a device scale) instead of silently copying the tensor to the host.
+    __array_ufunc__ = None
+
+    def alias(self, shape: tuple[int, ...]) -> Tensor:
+        """A new tensor of ``shape`` over this tensor's memory, without a copy.
+
+        Writes through either are seen by the other, and work on both is ordered (hazard
+        tracking keys memory by its allocation, which they share). The memory is freed once
+        every tensor viewing it is released, in whatever order.
+
+        Args:
+            shape: a shape with exactly as many elements (already normalized).
+
+        Returns:
+            The view, of this tensor's dtype and context.
+
+        Raises:
+            VkumdValueError: the element counts differ, or the tensor was released.
+        """
+        allocation = self._live_allocation("Tensor.alias()")
+        if math.prod(shape) != self.size:
+            raise VkumdValueError(f"cannot view a tensor of shape {self.shape} ({self.size} "
+                                  f"elements) as shape {shape} ({math.prod(shape)} elements)")
+        view = Tensor(self.context, shape, self.dtype, allocation)
+        if allocation is not None:
+            with _SHARING:
+                if self._shared is None:
+                    self._shared = _SharedMemory()
+                self._shared.count += 1
+                view._shared = self._shared
+        return view
 
     @property
     def ndim(self) -> int:
@@ -203,9 +267,12 @@ class Tensor(Handle):
 
     # -- lifetime -----------------------------------------------------------------------
     def _release(self) -> None:
-        if self.allocation is not None:
-            self.context.release_tensor_memory(self.allocation)
+        allocation = self.allocation
+        if allocation is not None:
             self.allocation = None
+            shared = self._shared
+            if shared is None or shared.leave():
+                self.context.release_tensor_memory(allocation)
 
     def __repr__(self) -> str:
         state = " released" if self.released else ""

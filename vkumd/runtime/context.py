@@ -317,7 +317,7 @@ class RuntimeContext(Handle):
         if allocation is None:
             return
         key = (allocation.buffer, allocation.offset)
-        for stream in self._streams:
+        for stream in list(self._streams):  # a snapshot, as in release_tensor_memory
             stream.wait_for_memory(key, what)
 
     def release_tensor_memory(self, allocation: Allocation) -> None:
@@ -329,9 +329,10 @@ class RuntimeContext(Handle):
         if self.pins.park(key, allocation):
             return
         pending = []
-        for stream in self._streams:
-            value = stream.uses.pop(key, None)
-            if value is not None and value > stream.completed_value():
+        # A snapshot: another thread may release a stream meanwhile.
+        for stream in list(self._streams):
+            value = stream.forget_memory(key)
+            if value is not None:
                 pending.append((stream, value))
         if not pending:
             self.memory.free(allocation)

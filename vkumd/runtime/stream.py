@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from vkumd.errors import VkumdError, VkumdTypeError, VkumdValueError
 from vkumd.runtime import profiler
 from vkumd.runtime.event import Event, timeout_ns
-from vkumd.runtime.memory import MemoryUsage
-from vkumd.runtime.transfer import STAGING_MAX_BYTES, as_bytes
+from vkumd.runtime.staging import upload_in_pieces
+from vkumd.runtime.uses import PRUNE_AT, MemoryKey, MemoryUses
 from vkumd.submission.batch import Batch
 from vkumd.submission.descriptors import BufferRange
 from vkumd.submission.submitter import Submitter
@@ -34,9 +34,7 @@ if TYPE_CHECKING:
 DEFAULT_BATCH_DISPATCHES = 256
 DEFAULT_BATCH_BYTES = 256 << 20
 _BOTTOM = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
-_PRUNE_AT = 8192
 
-MemoryKey = tuple[Any, int]  # (VkBuffer, offset) of an allocation
 
 
 class Stream:
@@ -51,6 +49,16 @@ class Stream:
         max_batch_bytes: submit once a batch's commands have touched this many bytes.
 
     Use ``with stream:`` to make it the current stream of this thread for the ops inside.
+
+    Threads may share a stream (the default stream is shared by all of them). Each dispatch,
+    copy, :meth:`record`, :meth:`wait` and :meth:`flush` takes the stream's lock, so each is
+    atomic and work from several threads is serialised in the order the calls took it; an
+    op of several dispatches may have another thread's dispatches between its own, still
+    correct, since barriers follow the memory each dispatch uses. A thread's own work runs
+    in the order it recorded it. :meth:`synchronize`, :attr:`done` and events cover the
+    work of every thread up to that point. Waits (:meth:`synchronize`, host reads,
+    :meth:`Event.synchronize`) hold no lock and release the GIL, so other threads keep
+    recording and submitting meanwhile.
     """
 
     def __init__(self, context: RuntimeContext, queue: str = "compute", *, name: str = "",
@@ -86,7 +94,7 @@ class Stream:
         # Threads in a host wait; release() lets them leave before destroying the semaphore.
         self._waiting = 0
         self._no_waiters = threading.Condition(self._lock)
-        self.uses: dict[MemoryKey, int] = {}
+        self.uses = MemoryUses()
         self.dispatches = 0
         self.barriers = 0
         self.released = False
@@ -137,17 +145,14 @@ class Stream:
                 prof.end_dispatch(self, batch, start, program.name, groups)
             self.barriers += batch.hazards.barriers - barriers
             self.dispatches += 1
-            value = self.submitter.timeline.submitted + 1
-            uses = self.uses
-            for key in keys:
-                uses[key] = value
+            self.uses.mark(keys, self.submitter.timeline.submitted + 1)
             if (batch.dispatches >= self.max_batch_dispatches
                     or batch.bytes >= self.max_batch_bytes):
                 self._submit()
 
-    def copy(self, src: BufferRange, dst: BufferRange, dst_offset: int = 0) -> None:
+    def copy(self, src: BufferRange, dst: BufferRange, dst_offset: int = 0) -> int:
         """Record a device copy of ``src`` (all of its range) into ``dst``, ``dst_offset``
-        bytes from its start."""
+        bytes from its start; return the submission value it belongs to."""
         if dst_offset < 0 or dst[2] - dst_offset < src[2]:
             raise VkumdValueError(f"copy of {src[2]} bytes at offset {dst_offset} into a range "
                                   f"of {dst[2]} bytes")
@@ -158,37 +163,16 @@ class Stream:
             batch.copy(src, dst, dst_offset)
             self.barriers += batch.hazards.barriers - barriers
             value = self.recording_value
-            self.uses[(src[0], src[1])] = value
-            self.uses[(dst[0], dst[1])] = value
+            self.uses.mark(((src[0], src[1]), (dst[0], dst[1])), value)
             if batch.bytes >= self.max_batch_bytes:
                 self._submit()
+        return value
 
     def upload(self, allocation: Any, data: memoryview) -> None:
-        """Copy host bytes into ``allocation`` through staging memory, without waiting.
-
-        Staging comes from the pool in pieces of at most ``STAGING_MAX_BYTES`` (never a
-        staging copy of all of a large upload), each returned once its copy has completed.
-        The host bytes are copied before this returns.
-        """
+        """Copy host bytes into ``allocation`` through staging memory, without waiting (see
+        :func:`vkumd.runtime.staging.upload_in_pieces`)."""
         self._check_usable("an upload")
-        n = data.nbytes
-        if n > allocation.size:
-            raise VkumdValueError(f"upload of {n} bytes into an allocation of "
-                                  f"{allocation.size} bytes")
-        source = as_bytes(data)
-        dst = (allocation.buffer, allocation.offset, allocation.size)
-        memory = self.context.memory
-        for start in range(0, n, STAGING_MAX_BYTES):
-            size = min(STAGING_MAX_BYTES, n - start)
-            staging = memory.allocate(size, MemoryUsage.UPLOAD)
-            try:
-                staging.host_view()[:size] = source[start:start + size]
-                staging.flush()
-                self.copy((staging.buffer, staging.offset, size), dst, start)
-            except BaseException:
-                memory.free(staging)
-                raise
-            self.defer_until(lambda piece=staging: memory.free(piece), self.recording_value)
+        upload_in_pieces(self, self.context.memory, allocation, data)
 
     # -- submission -----------------------------------------------------------------------
     def _submit(self) -> int:
@@ -222,9 +206,8 @@ class Stream:
         except BaseException:
             self.submitter.discard(batch)
             raise
-        if len(self.uses) > _PRUNE_AT:
-            done = self.submitter.collect()
-            self.uses = {key: v for key, v in self.uses.items() if v > done}
+        if len(self.uses) > PRUNE_AT:
+            self.uses.prune(self.submitter.collect())
         return value
 
     def flush(self) -> None:
@@ -261,8 +244,7 @@ class Stream:
             self._submit()
             value = self.submitter.submit(commands, pools=[], waits=self._take_waits(),
                                           describe=describe)
-            for key in keys:
-                self.uses[key] = value
+            self.uses.mark(keys, value)
         return value
 
     def wait_value(self, value: int, timeout: float | None = None, what: str = "") -> None:
@@ -295,9 +277,15 @@ class Stream:
         """Block until the last work of this stream that used memory ``key`` has completed
         (a no-op if none did, or it already completed)."""
         self._check_usable(what)
-        value = self.uses.get(key)
+        value = self.uses.last(key)
         if value is not None and value > self.submitter.timeline.completed():
             self.wait_value(value, what=what)
+
+    def forget_memory(self, key: MemoryKey) -> int | None:
+        """Forget memory ``key`` (it is being released); return the submission that last
+        used it if that may still be running, else None."""
+        value = self.uses.take(key)
+        return value if value is not None and value > self.completed_value() else None
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Submit what is recorded and block until all of this stream's work is done.

@@ -8,11 +8,15 @@ to it with :meth:`DescriptorBinder.take_pools` and come back through
 while the device may still read it.
 
 A binder belongs to one stream: its scratch structs are reused on every bind, which is safe
-because push descriptors and ``vkUpdateDescriptorSets`` copy them before returning.
+because push descriptors and ``vkUpdateDescriptorSets`` copy them before returning. Binding
+is done by that stream's one recorder at a time; :meth:`DescriptorBinder.recycle` may come
+from any thread (whichever notices a submission completed), so the list of reset pools has
+a lock of its own.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,6 +74,7 @@ class DescriptorBinder:
                       if push_descriptors else None)
         self._pools: list[DescriptorPool] = []   # every pool this binder created
         self._free: list[DescriptorPool] = []    # reset, ready for a new submission
+        self._free_lock = threading.Lock()
         self._active: list[DescriptorPool] = []  # in use by the work being recorded
         self.sets_allocated = 0
         self._set_out = ffi.new("VkDescriptorSet[1]")
@@ -136,7 +141,7 @@ class DescriptorBinder:
         info.pSetLayouts = layout.set_layouts
         while True:
             if not self._active or self._active[-1].sets >= self._active[-1].capacity:
-                self._active.append(self._free.pop() if self._free else self._new_pool())
+                self._active.append(self._reset_pool() or self._new_pool())
             pool = self._active[-1]
             info.descriptorPool = pool.handle
             result = lib.vkAllocateDescriptorSets(self.device, info, self._set_out)
@@ -149,6 +154,10 @@ class DescriptorBinder:
             self.sets_allocated += 1
             return self._set_out[0]
 
+    def _reset_pool(self) -> DescriptorPool | None:
+        with self._free_lock:
+            return self._free.pop() if self._free else None
+
     def _new_pool(self) -> DescriptorPool:
         pool = DescriptorPool(self.device)
         self._pools.append(pool)
@@ -160,11 +169,15 @@ class DescriptorBinder:
         return taken
 
     def recycle(self, pools: list[DescriptorPool]) -> None:
-        """Reset ``pools`` (whose submission has completed) and keep them for reuse."""
+        """Reset ``pools`` (whose submission has completed) and keep them for reuse.
+
+        Safe from any thread: no one else holds these pools any more.
+        """
         for pool in pools:
             if not pool.released:
                 pool.reset()
-                self._free.append(pool)
+                with self._free_lock:
+                    self._free.append(pool)
 
     def reset(self) -> None:
         """Recycle every pool; only call once no pending work uses any of them."""
@@ -175,5 +188,6 @@ class DescriptorBinder:
         for pool in self._pools:
             pool.release()
         self._pools.clear()
-        self._free.clear()
+        with self._free_lock:
+            self._free.clear()
         self._active.clear()

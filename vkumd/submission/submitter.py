@@ -8,6 +8,7 @@ kept in a queue and recycled only when the timeline passes that value.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,17 @@ class _InFlight:
 class Submitter:
     """Records into and submits to one queue, in order.
 
+    Threads: recording — :meth:`begin`, the batch's commands, then :meth:`submit` or
+    :meth:`discard` — uses the command pool, which Vulkan requires to be externally
+    synchronised, so one recorder at a time: the caller serialises these (a
+    :class:`~vkumd.runtime.stream.Stream` does it with its lock), and values are then
+    submitted in the order of the calls. Completion — :meth:`collect`, :meth:`wait`,
+    :meth:`defer` — may be called from any thread at any time, also while another thread
+    records or submits: a short internal lock guards the work in flight and the free command
+    buffers, and nothing is locked while a thread blocks on the device. Each completed
+    submission is recycled exactly once, by whichever thread notices first; its
+    ``on_retire`` callables run on that thread, after the lock is released.
+
     Args:
         device: the ``VkDevice``.
         queue: a :class:`~vkumd.runtime.device.Queue` (``handle``, ``family``, ``lock``).
@@ -53,6 +65,7 @@ class Submitter:
         self.barriers = BarrierKind(compute)
         self.timeline = Timeline(device, semaphore=timeline_semaphore, name=name)
         self.pool = create_command_pool(device, queue.family)
+        self._lock = threading.Lock()  # guards _free_commands, _in_flight and the counters
         self._free_commands: list[Any] = []
         self._in_flight: deque[_InFlight] = deque()
         self.last_work = "nothing yet"
@@ -76,8 +89,9 @@ class Submitter:
             reusable: it will be submitted many times, possibly while still pending (a
                 captured graph); otherwise it is submitted once and then recycled.
         """
-        if self._free_commands:
-            cmd = self._free_commands.pop()
+        with self._lock:
+            cmd = self._free_commands.pop() if self._free_commands else None
+        if cmd is not None:
             check("vkResetCommandBuffer", lib.vkResetCommandBuffer(cmd, 0))
         else:
             cmd = allocate_command_buffer(self.device, self.pool)
@@ -96,7 +110,8 @@ class Submitter:
     def discard(self, batch: Batch) -> None:
         """Throw a batch away unsubmitted (its recording failed)."""
         lib.vkEndCommandBuffer(batch.cmd)
-        self._free_commands.append(batch.cmd)
+        with self._lock:
+            self._free_commands.append(batch.cmd)
         self.binder.recycle(self.binder.take_pools())
         for release in batch.on_retire:
             release()
@@ -106,6 +121,8 @@ class Submitter:
                owned: Sequence[Any] = (), pools: list[DescriptorPool] | None = None,
                on_retire: Sequence[Callable[[], None]] = (), describe: str = "") -> int:
         """Submit ``commands`` (ended) in order; return the timeline value they signal.
+
+        Calls are serialised by the caller (see the class docstring).
 
         Args:
             commands: command buffers to execute.
@@ -142,18 +159,21 @@ class Submitter:
                 submit.pWaitSemaphores = semaphores
                 submit.pWaitDstStageMask = stages
                 keep += [semaphores, values, stages]
-        fence = self.timeline.next_fence(value)
+        fence = self.timeline.next_fence()
         with self.queue.lock:
             result = lib.vkQueueSubmit(self.queue.handle, 1, submit, fence)
         describe = describe or f"{n} command buffer(s)"
         if result != vk.VK_SUCCESS:
+            self.timeline.spare(fence)
             raise self._failure("vkQueueSubmit", result, f"submitting {describe}")
-        self.timeline.submitted = value
-        self.submissions += 1
-        self.last_work = f"submission {value} of {self.name}: {describe}"
-        self._in_flight.append(_InFlight(
-            value, list(owned), self.binder.take_pools() if pools is None else pools,
-            list(on_retire)))
+        entry = _InFlight(value, list(owned),
+                          self.binder.take_pools() if pools is None else pools, list(on_retire))
+        # One step for collectors: a submitted value always has its entry in flight.
+        with self._lock:
+            self._in_flight.append(entry)
+            self.timeline.advance(value, fence)
+            self.submissions += 1
+            self.last_work = f"submission {value} of {self.name}: {describe}"
         return value
 
     def _failure(self, call: str, result: int, doing: str) -> VkumdError:
@@ -164,22 +184,37 @@ class Submitter:
 
     # -- completion -----------------------------------------------------------------------
     def collect(self) -> int:
-        """Recycle everything whose submission has completed; return the completed value."""
+        """Recycle everything whose submission has completed; return the completed value.
+
+        Safe from any thread; see the class docstring.
+        """
         try:
             done = self.timeline.completed()
         except DeviceLost as exc:
             raise self._failure("vkGetSemaphoreCounterValue", vk.VK_ERROR_DEVICE_LOST,
                                 str(exc)) from exc
-        while self._in_flight and self._in_flight[0].value <= done:
-            finished = self._in_flight.popleft()
-            self._free_commands.extend(finished.commands)
-            self.binder.recycle(finished.pools)
-            for release in finished.on_retire:
+        with self._lock:
+            in_flight = self._in_flight
+            if not in_flight or in_flight[0].value > done:
+                return done
+            finished: list[_InFlight] = []
+            while in_flight and in_flight[0].value <= done:
+                entry = in_flight.popleft()
+                self._free_commands.extend(entry.commands)
+                finished.append(entry)
+        # Outside the lock: callbacks free memory, which takes the pool's lock.
+        for entry in finished:
+            self.binder.recycle(entry.pools)
+            for release in entry.on_retire:
                 release()
         return done
 
     def wait(self, value: int, timeout_ns: int = FOREVER_NS) -> None:
-        """Block until ``value`` completes, then recycle what finished."""
+        """Block until ``value`` completes, then recycle what finished.
+
+        Any number of threads may wait at once; none holds a lock while it blocks, so
+        others go on recording and submitting.
+        """
         try:
             self.timeline.wait(value, timeout_ns)
         except DeviceLost as exc:
@@ -189,17 +224,19 @@ class Submitter:
 
     def defer(self, release: Callable[[], None], value: int) -> None:
         """Run ``release`` once submitted work up to ``value`` completes (now, if it has)."""
-        for entry in self._in_flight:
-            if entry.value >= value:
-                entry.on_retire.append(release)
-                return
+        with self._lock:
+            for entry in self._in_flight:
+                if entry.value >= value:
+                    entry.on_retire.append(release)
+                    return
         release()
 
     def release(self) -> None:
         """Recycle and destroy everything; the device must be idle."""
-        while self._in_flight:
-            finished = self._in_flight.popleft()
-            for release in finished.on_retire:
+        with self._lock:
+            finished, self._in_flight = list(self._in_flight), deque()
+        for entry in finished:
+            for release in entry.on_retire:
                 release()
         lib.vkDestroyCommandPool(self.device, self.pool, NULL)
         self.binder.release()

@@ -10,10 +10,13 @@ from vkumd.vk.caps import DeviceCaps
 ELEMENTWISE_MAX_DIMS = 6
 BINARY_PUSH = PushLayout("n:u32", "ndim:u32", "shape:u32[6]", "a_stride:u32[6]",
                          "b_stride:u32[6]")
-UNARY_PUSH = PushLayout("n:u32", "ndim:u32", "shape:u32[6]", "stride:u32[6]", "alpha:u32")
+UNARY_PUSH = PushLayout("n:u32", "ndim:u32", "shape:u32[6]", "stride:u32[6]", "alpha:u32",
+                        "src_offset:u32", "dst_offset:u32", "dst_stride:u32[6]")
 FILL_PUSH = PushLayout("n:u32", "bits:u32")
 
-ELEMENTWISE_OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3, "div_floor": 4, "div_trunc": 5}
+ELEMENTWISE_OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3, "div_floor": 4, "div_trunc": 5,
+                   "lt": 6, "le": 7, "gt": 8, "ge": 9, "eq": 10, "ne": 11}
+# lt … ne are comparisons: 1 or 0 in the operands' type (shaders/elementwise_binary.comp).
 # Element-type codes of the elementwise kernels (shaders/include/elementwise_types.glsl),
 # and the dtype each stands for.
 ELEMENTWISE_TYPES = ("F32", "F16", "BF16", "I32")

@@ -151,7 +151,57 @@ def unary_plan(caps: DeviceCaps, kind: str, src: str, dst: str, src_shape: tuple
                                             "OP": ELEMENTWISE_UNARY_OPS[kind],
                                             WORKGROUP: ELEMENTWISE_WORKGROUP})
     size = math.prod(out_shape)
-    push = UNARY_PUSH.pack(*shape_words(out_shape, src_shape), alpha_bits)
+    words = shape_words(out_shape, src_shape)
+    dims = words[2:2 + words[1]]
+    push = UNARY_PUSH.pack(*words, alpha_bits, 0, 0, *_padded(_row_major(dims)))
+    return FixedLaunch(program, push, _grid(caps, size), (1,))
+
+
+def _row_major(shape: Sequence[int]) -> list[int]:
+    """Element strides of a contiguous row-major ``shape``."""
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    return strides
+
+
+def _padded(words: list[int], fill: int = 0) -> list[int]:
+    return words + [fill] * (ELEMENTWISE_MAX_DIMS - len(words))
+
+
+@functools.lru_cache(maxsize=_PLANS)
+def window_copy_plan(caps: DeviceCaps, src: str, dst: str, window: tuple[int, ...],
+                     src_shape: tuple[int, ...], src_start: tuple[int, ...],
+                     dst_shape: tuple[int, ...], dst_start: tuple[int, ...]) -> FixedLaunch:
+    """A ``window``-shaped block of a contiguous ``src_shape`` tensor at ``src_start``,
+    converted and written into a contiguous ``dst_shape`` tensor at ``dst_start``: a slice read
+    out of a tensor, or a block written into a slice of one (concatenation).
+
+    Operands: src, out. ``src`` and ``dst`` are element-type codes. Both sides become element
+    strides and offsets for the ``elementwise_unary`` kernel; dimensions that both sides step
+    through contiguously are merged first, so a leading-dimension slice runs as one flat copy.
+
+    Raises:
+        VkumdValueError: more than :data:`ELEMENTWISE_MAX_DIMS` dimensions remain after
+            merging.
+    """
+    program = ELEMENTWISE_UNARY.specialize({"SRC": src, "DST": dst,
+                                            "OP": ELEMENTWISE_UNARY_OPS["convert"],
+                                            WORKGROUP: ELEMENTWISE_WORKGROUP})
+    src_strides, dst_strides = _row_major(src_shape), _row_major(dst_shape)
+    src_offset = sum(i * s for i, s in zip(src_start, src_strides, strict=True))
+    dst_offset = sum(i * s for i, s in zip(dst_start, dst_strides, strict=True))
+    dims, (read, write) = _collapse(window, [src_strides, dst_strides])
+    if not dims:  # every dimension is 1: one element
+        dims, read, write = [1], [0], [0]
+    if len(dims) > ELEMENTWISE_MAX_DIMS:
+        raise VkumdValueError(f"copying a {window} window needs {len(dims)} dimensions after "
+                              f"merging; the copy kernel takes at most {ELEMENTWISE_MAX_DIMS}")
+    # One flat run on both sides is the kernel's index-free path (ndim 0).
+    ndim = 0 if len(dims) == 1 and read == [1] and write == [1] else len(dims)
+    size = math.prod(window)
+    push = UNARY_PUSH.pack(size, ndim, *_padded(dims, 1), *_padded(read), 0, src_offset,
+                           dst_offset, *_padded(write))
     return FixedLaunch(program, push, _grid(caps, size), (1,))
 
 

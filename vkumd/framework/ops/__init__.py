@@ -2,15 +2,34 @@
 
 from vkumd.framework.ops.activation import gelu, gelu_tanh, relu, silu
 from vkumd.framework.ops.attention import attention
-from vkumd.framework.ops.elementwise import add, cast, copy, div, fill, mul, scale, sub
+from vkumd.framework.ops.elementwise import (
+    add,
+    cast,
+    copy,
+    div,
+    eq,
+    fill,
+    ge,
+    gt,
+    le,
+    lt,
+    mul,
+    ne,
+    scale,
+    sub,
+)
 from vkumd.framework.ops.layout import embedding, permute, transpose
 from vkumd.framework.ops.matmul import matmul
 from vkumd.framework.ops.norm import layer_norm, rms_norm
 from vkumd.framework.ops.reduce import max, mean, sum  # noqa: A004
+from vkumd.framework.ops.shape import flatten, reshape, squeeze, unsqueeze
+from vkumd.framework.ops.slicing import concat, slice, split  # noqa: A004
 from vkumd.framework.ops.softmax import softmax
 
 __all__ = ["add", "cast", "copy", "div", "fill", "mul", "scale", "sub"]
+__all__ += ["eq", "ge", "gt", "le", "lt", "ne"]
 __all__ += ["embedding", "gelu", "gelu_tanh", "layer_norm", "max", "mean", "permute", "relu",
             "rms_norm", "silu", "softmax", "sum", "transpose"]
+__all__ += ["concat", "flatten", "reshape", "slice", "split", "squeeze", "unsqueeze"]
 __all__ += ["attention"]
 __all__ += ["matmul"]

@@ -1,4 +1,5 @@
-"""Elementwise operations with numpy broadcasting: fill, copy, cast, scale, add, sub, mul, div.
+"""Elementwise operations with numpy broadcasting: fill, copy, cast, scale, add, sub, mul, div,
+and the comparisons lt, le, gt, ge, eq, ne.
 
 Element types: float32, float16, bfloat16 and int32. Floats are computed in float32 and
 rounded once to the stored type (bfloat16 to nearest even, as
@@ -9,10 +10,18 @@ float16 and bfloat16 need 16-bit storage; without it these ops raise
 One pipeline per kernel and element type serves every shape: the shape and the broadcast
 strides travel in push constants, and the grid turns 2-D past ``maxComputeWorkGroupCount[0]``
 groups. Every op runs eagerly on the tensors' context and returns the output tensor.
+
+The binary ops take a Python (or numpy) real number for either operand, as ``torch.add``
+does; it is converted to the tensor's dtype as :func:`fill` converts (an int32 tensor takes
+only integral numbers: vkumd never changes a dtype silently). The cheapest exact launch
+is chosen: ``mul`` by a number is one :func:`scale`, and so is ``div`` of a float tensor by
+a power of two (its reciprocal is exact); everything else fills a 0-d tensor with the
+number (one small launch) and broadcasts it.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
 from typing import Any
@@ -35,6 +44,9 @@ from vkumd.framework.tensor import Tensor
 
 _ROUNDING = {None: "div", "floor": "div_floor", "trunc": "div_trunc"}
 _INT32 = np.iinfo(np.int32)
+# Powers of two whose reciprocal is a normal number in float32, float16 and bfloat16: dividing
+# by one is exactly a multiplication by its reciprocal.
+_EXACT_RECIPROCAL = (2.0**-14, 2.0**14)
 
 
 def _broadcast(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -175,7 +187,47 @@ def scale(t: Tensor, alpha: Any, out: Tensor | None = None) -> Tensor:
 # -- binary ------------------------------------------------------------------------------
 
 
-def _binary(op: str, a: Tensor, b: Tensor, out: Tensor | None, kernel_op: str) -> Tensor:
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def _scalar_tensor(op: str, value: Any, like: Tensor, what: str) -> Tensor:
+    """A 0-d tensor of ``like``'s dtype and context holding ``value`` (one fill launch)."""
+    bits = _scalar_bits(op, value, like.dtype, what)  # refuses a bad number before allocating
+    filled = like.context.empty((), like.dtype)
+    filled.context.run(fill_plan(like.context.caps, 8 * like.dtype.itemsize, 1, bits),
+                       (filled,))
+    return filled
+
+
+def _with_number(op: str, a: Any, b: Any, out: Tensor | None, kernel_op: str) -> Tensor:
+    """A binary op with a real number on one side (see the module notes)."""
+    if _is_number(a) and _is_number(b):
+        raise VkumdTypeError(f"{op}: both operands are numbers; at least one must be a vkumd "
+                             "Tensor (compute plain numbers in Python)")
+    number_first = _is_number(a)
+    t, value = (b, a) if number_first else (a, b)
+    what = "the first operand" if number_first else "the second operand"
+    check_tensor(op, t, "the second operand" if number_first else "the first operand")
+    check_dtype(op, t, "the tensor operand", ELEMENTWISE_CODES)
+    if kernel_op == "mul":
+        return scale(t, value, out=out)
+    if (kernel_op == "div" and not number_first and t.dtype is not dtypes.int32
+            and math.isfinite(value) and value != 0
+            and math.frexp(abs(value))[0] == 0.5
+            and _EXACT_RECIPROCAL[0] <= abs(value) <= _EXACT_RECIPROCAL[1]):
+        return scale(t, 1.0 / value, out=out)
+    filled = _scalar_tensor(op, value, t, what)
+    try:
+        pair = (filled, t) if number_first else (t, filled)
+        return _binary(op, *pair, out, kernel_op)
+    finally:
+        filled.release()  # its memory returns to the pool once the launch has run
+
+
+def _binary(op: str, a: Any, b: Any, out: Tensor | None, kernel_op: str) -> Tensor:
+    if _is_number(a) or _is_number(b):
+        return _with_number(op, a, b, out, kernel_op)
     check_tensor(op, a, "the first operand")
     check_tensor(op, b, "the second operand")
     check_context(op, a, b, "the second operand")
@@ -194,22 +246,26 @@ def _binary(op: str, a: Tensor, b: Tensor, out: Tensor | None, kernel_op: str) -
     return out
 
 
-def add(a: Tensor, b: Tensor, *, out: Tensor | None = None) -> Tensor:
-    """``a + b`` with numpy broadcasting; both operands have the same dtype."""
+Operand = Tensor | float | int
+
+
+def add(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
+    """``a + b`` with numpy broadcasting; both operands have the same dtype, or one is a
+    real number (converted to the other's dtype)."""
     return _binary("add", a, b, out, "add")
 
 
-def sub(a: Tensor, b: Tensor, *, out: Tensor | None = None) -> Tensor:
-    """``a - b`` with numpy broadcasting."""
+def sub(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
+    """``a - b`` with numpy broadcasting; either may be a real number."""
     return _binary("sub", a, b, out, "sub")
 
 
-def mul(a: Tensor, b: Tensor, *, out: Tensor | None = None) -> Tensor:
-    """``a * b`` with numpy broadcasting."""
+def mul(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
+    """``a * b`` with numpy broadcasting; either may be a real number (then one scale)."""
     return _binary("mul", a, b, out, "mul")
 
 
-def div(a: Tensor, b: Tensor, *, rounding: str | None = None,
+def div(a: Operand, b: Operand, *, rounding: str | None = None,
         out: Tensor | None = None) -> Tensor:
     """``a / b`` with numpy broadcasting, rounded as ``rounding`` says (as ``torch.div``).
 
@@ -228,8 +284,67 @@ def div(a: Tensor, b: Tensor, *, rounding: str | None = None,
     """
     if rounding not in _ROUNDING:
         raise VkumdValueError(f"div: rounding={rounding!r}; use None, 'floor' or 'trunc'")
-    if rounding is None and isinstance(a, Tensor) and a.dtype is dtypes.int32:
+    tensor = a if isinstance(a, Tensor) else b
+    if rounding is None and isinstance(tensor, Tensor) and tensor.dtype is dtypes.int32:
         raise VkumdTypeError("div: int32 true division would need a float result; cast to "
                              "float32 first, or pass rounding='floor' (numpy's //) or "
                              "rounding='trunc'")
     return _binary("div", a, b, out, _ROUNDING[rounding])
+
+
+# -- comparisons -------------------------------------------------------------------------
+
+
+def _compare(op: str, a: Operand, b: Operand, out: Tensor | None) -> Tensor:
+    return _binary(op, a, b, out, op)
+
+
+def lt(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
+    """``a < b`` elementwise with numpy broadcasting: 1 where true, 0 where false.
+
+    The result has the operands' dtype (vkumd has no bool tensors; a 0/1 mask of the same
+    type multiplies straight into arithmetic, e.g. ``x * lt(x, 0)``), unlike numpy's bool.
+    Floats compare in float32, exactly for every type; any comparison with NaN is false
+    except :func:`ne`. Either operand may be a real number, as for :func:`add`.
+
+    Args:
+        a: a tensor of float32, float16, bfloat16 or int32, or a real number.
+        b: likewise; two tensors must share a dtype and a context.
+        out: optional output of the broadcast shape and the operands' dtype.
+
+    Returns:
+        The 0/1 tensor.
+
+    Raises:
+        VkumdTypeError: a non-tensor that is not a number; dtypes that differ; an int32
+            tensor against a non-integral number.
+        VkumdValueError: shapes that do not broadcast; tensors of different contexts.
+    """
+    return _compare("lt", a, b, out)
+
+
+def le(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
+    """``a <= b`` elementwise, as :func:`lt` (1/0 in the operands' dtype)."""
+    return _compare("le", a, b, out)
+
+
+def gt(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
+    """``a > b`` elementwise, as :func:`lt` (1/0 in the operands' dtype)."""
+    return _compare("gt", a, b, out)
+
+
+def ge(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
+    """``a >= b`` elementwise, as :func:`lt` (1/0 in the operands' dtype)."""
+    return _compare("ge", a, b, out)
+
+
+def eq(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
+    """``a == b`` elementwise, as :func:`lt` (1/0 in the operands' dtype; NaN equals
+    nothing, and ``-0.0 == 0.0``)."""
+    return _compare("eq", a, b, out)
+
+
+def ne(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
+    """``a != b`` elementwise, as :func:`lt` (1/0 in the operands' dtype; NaN differs from
+    everything, itself included)."""
+    return _compare("ne", a, b, out)

@@ -43,7 +43,11 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dimension.
 
     The variance is the biased one (divided by the row length), as ``torch.nn.LayerNorm``.
-    Mean and variance are accumulated in float32.
+    Mean and variance are accumulated in float32; a row whose squares would overflow or
+    underflow float32 (``|x|`` beyond about 1e19 or below about 1e-19) is first divided by a
+    power of two near its largest ``|x|``, so it keeps float32 accuracy instead of coming
+    back as zeros, huge values or inf. A row holding inf or NaN is written as NaN. A constant
+    row gives zeros, or NaN (0/0) with ``eps=0``, as in torch.
 
     Args:
         x: float32, float16 or bfloat16, at least 1-D.
@@ -66,6 +70,12 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
 def rms_norm(x: Tensor, weight: Tensor | None = None, *, eps: float = 1e-6,
              out: Tensor | None = None) -> Tensor:
     """``x / sqrt(mean(x**2) + eps) * weight`` over the last dimension (as in LLaMA).
+
+    Accumulated in float32; a row whose squares would overflow or underflow float32 is first
+    divided by a power of two near its largest ``|x|``, so it keeps float32 accuracy instead
+    of coming back as zeros or inf. A row holding inf or NaN is written as NaN (torch gives 0
+    for the finite entries beside an inf, where the norm itself is inf). An all-zero row gives
+    zeros, or NaN (0/0) with ``eps=0``.
 
     Args:
         x: float32, float16 or bfloat16, at least 1-D.

@@ -43,14 +43,19 @@ def softmax(x: Tensor, *, scale: float | None = None, mask: Tensor | None = None
             out: Tensor | None = None) -> Tensor:
     """``softmax(x * scale + mask)`` over the last dimension, in float32 arithmetic.
 
-    The maximum of each row is subtracted before exponentiating, so large inputs do not
-    overflow. ``-inf`` entries (in ``x`` or ``mask``) get probability 0; a row whose every
-    entry is ``-inf`` has no finite maximum and is written as zeros (not NaN). ``+inf`` or
-    NaN in a row make that row NaN, as in numpy.
+    Each row's largest ``x * sign(scale)`` is subtracted before scaling, as
+    ``scale * (x - reference) + mask``, so large inputs neither overflow nor lose digits to
+    the rounding of ``x * scale``. The entries are those of ``x * scale + mask`` in IEEE
+    arithmetic: ``-inf`` gets probability 0; a row whose every entry is ``-inf`` (e.g. fully
+    masked) has no finite maximum and is written as zeros (where numpy gives NaN); an entry
+    that is NaN or ``+inf`` makes the whole row NaN, as in numpy. The mask is added, so a NaN
+    in ``x`` is not masked out by a ``-inf`` (NaN + -inf is NaN), and ``scale=0`` turns an
+    infinite ``x`` into NaN (0 * inf).
 
     Args:
         x: float32, float16 or bfloat16, at least 1-D; rows of any length.
-        scale: multiplies ``x`` before the mask is added (default 1), e.g. ``1/sqrt(d)``.
+        scale: multiplies ``x`` before the mask is added (default 1), e.g. ``1/sqrt(d)``;
+            negative, zero and infinite scales follow the same IEEE rules.
         mask: additive, x's dtype, broadcastable to ``x`` without growing it: e.g. ``[q, k]``
             or ``[batch, 1, q, k]`` against ``[batch, heads, q, k]``, or a last dimension of 1.
             With a mask, ``x`` has at most 6 dimensions.

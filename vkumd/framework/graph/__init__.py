@@ -1,0 +1,25 @@
+"""The graph compiler's core: IR, shape inference, builder, passes and memory planner.
+
+Needs no device: it imports only :mod:`vkumd.errors`, :mod:`vkumd.framework.dtypes` and
+numpy. Lowering a graph to kernel launches is a later layer's job.
+"""
+
+from vkumd.framework.graph.builder import GraphBuilder
+from vkumd.framework.graph.constant_folding import fold_constants
+from vkumd.framework.graph.cse import eliminate_common_subexpressions
+from vkumd.framework.graph.dce import eliminate_dead_code
+from vkumd.framework.graph.dims import Dim, as_dim, as_shape, product, sym
+from vkumd.framework.graph.errors import GraphError, GraphTypeError, UnsupportedOpError
+from vkumd.framework.graph.ir import Graph, Node, Value, ValueKind
+from vkumd.framework.graph.memory import Allocation, MemoryPlan, plan_memory
+from vkumd.framework.graph.passes import PASSES, PIPELINE, disabled_passes, run_passes
+from vkumd.framework.graph.reference import evaluate
+from vkumd.framework.graph.shapes import OpInfo, TensorType, infer, op_info, supported_ops
+from vkumd.framework.graph.symbols import DimTable
+
+__all__ = ["PASSES", "PIPELINE", "Allocation", "Dim", "DimTable", "Graph", "GraphBuilder",
+           "GraphError", "GraphTypeError", "MemoryPlan", "Node", "OpInfo", "TensorType",
+           "UnsupportedOpError", "Value", "ValueKind", "as_dim", "as_shape", "disabled_passes",
+           "eliminate_common_subexpressions", "eliminate_dead_code", "evaluate",
+           "fold_constants", "infer", "op_info", "plan_memory", "product", "run_passes",
+           "supported_ops", "sym"]

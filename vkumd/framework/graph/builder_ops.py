@@ -1,0 +1,296 @@
+"""The builder's op methods, one per registered op, mirroring ``vkumd.ops``' signatures.
+
+Each method appends one node and returns its output value. Arguments, defaults and
+errors are those of the op of the same name in ``vkumd.ops`` (without ``out=``, which a
+graph has no use for); ops vkumd has no kernel for yet (reshape, concat, split, slice,
+where, the comparisons) follow numpy. Errors are ``GraphError``/``GraphTypeError`` naming
+the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from vkumd.errors import VkumdTypeError
+from vkumd.framework.graph.dims import Dim, as_dim
+from vkumd.framework.graph.ir import Value
+
+
+def shape_attr(shape: Iterable[object]) -> tuple[int | Dim, ...]:
+    """A reshape target as the IR stores it: ints (``-1`` kept) and Dims."""
+    return tuple(d if isinstance(d, int) and d == -1 else as_dim(d) for d in shape)
+
+
+class OpMethods:
+    """Mixin of op methods over ``_apply(op, inputs, attrs)`` and ``operand(x, like)``.
+
+    Every method returns the new node's output value and raises, naming the node,
+    ``GraphError`` for shapes or attributes its op refuses and ``GraphTypeError`` for
+    dtypes; number operands (``b.add(x, 1.0)``) become constants of the other's dtype.
+    """
+
+    def _apply(self, op: str, inputs: Sequence[Value | None], attrs: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def operand(self, x: object, like: Value) -> Value:
+        raise NotImplementedError
+
+    def _pair(self, a: Any, b: Any) -> tuple[Value, Value]:
+        if isinstance(a, Value):
+            return a, self.operand(b, a)
+        if isinstance(b, Value):
+            return self.operand(a, b), b
+        raise VkumdTypeError(f"at least one operand must be a graph value, got {a!r} and {b!r}")
+
+    # -- linear algebra ----------------------------------------------------------------------
+
+    def matmul(self, a: Value, b: Value, *, bias: Value | None = None,
+               activation: str | None = None, residual: Value | None = None,
+               alpha: float = 1.0, trans_a: bool = False, trans_b: bool = False) -> Value:
+        """``act(alpha * op(a) @ op(b) + bias) + residual`` (as ``vkumd.ops.matmul``).
+
+        Args:
+            a: ``[..., M, K]`` (``[..., K, M]`` with ``trans_a``).
+            b: ``[K, N]`` (``[N, K]`` with ``trans_b``), shared by a's batch, or with a's
+                batch dimensions; either side may be 2-D while the other is batched.
+            bias: ``[N]``, added before the activation.
+            activation: None, ``"relu"``, ``"gelu"``, ``"gelu_tanh"`` or ``"silu"``.
+            residual: the output's shape or ``[M, N]``, added after the activation.
+            alpha: scales the product.
+            trans_a: use a's last two dimensions transposed.
+            trans_b: use b's last two dimensions transposed (``x @ W.T``).
+
+        Returns:
+            ``batch + [M, N]``, a's dtype (int32 for int8, which takes no epilogue).
+
+        Raises:
+            GraphError: inner or batch dimensions that differ, a bias or residual of the
+                wrong shape, an unknown activation. GraphTypeError: dtypes that differ.
+        """
+        return self._apply("matmul", [a, b, bias, residual],
+                           {"activation": activation, "alpha": alpha, "trans_a": trans_a,
+                            "trans_b": trans_b})
+
+    def attention(self, q: Value, k: Value, v: Value, *, causal: bool = False,
+                  key_lengths: Value | None = None, attn_mask: Value | None = None,
+                  scale: float | None = None) -> Value:
+        """``softmax(q @ k^T * scale + attn_mask) @ v`` over ``[b, h, s, d]``.
+
+        Args:
+            q: ``[batch, q_heads, q_len, head_dim]``, float32 or float16.
+            k: ``[batch, kv_heads, k_len, head_dim]``; kv_heads divides q_heads.
+            v: k's shape and dtype.
+            causal: mask keys after each query, aligned bottom-right.
+            key_lengths: int32 ``[batch]``; keys at or past the length are masked.
+            attn_mask: additive, broadcastable to ``[batch, q_heads, q_len, k_len]``.
+            scale: multiplies the scores (default ``1 / sqrt(head_dim)``).
+
+        Returns:
+            q's shape and dtype.
+
+        Raises:
+            GraphError: not 4-D, batch/head_dim mismatch, heads not divisible, a bad
+                key_lengths or mask. GraphTypeError: dtypes other than float32/float16.
+        """
+        return self._apply("attention", [q, k, v, key_lengths, attn_mask],
+                           {"causal": causal, "scale": scale})
+
+    # -- elementwise -----------------------------------------------------------------------
+
+    def add(self, a: Any, b: Any) -> Value:
+        """``a + b`` with numpy broadcasting (a number operand becomes a constant)."""
+        return self._apply("add", self._pair(a, b), {})
+
+    def sub(self, a: Any, b: Any) -> Value:
+        """``a - b`` with numpy broadcasting."""
+        return self._apply("sub", self._pair(a, b), {})
+
+    def mul(self, a: Any, b: Any) -> Value:
+        """``a * b`` with numpy broadcasting."""
+        return self._apply("mul", self._pair(a, b), {})
+
+    def div(self, a: Any, b: Any, *, rounding: str | None = None) -> Value:
+        """``a / b``; ``rounding`` None, ``"floor"`` or ``"trunc"`` (int32 needs one)."""
+        return self._apply("div", self._pair(a, b), {"rounding": rounding})
+
+    def compare(self, op: str, a: Any, b: Any) -> Value:
+        """``a <op> b`` for op in eq, ne, lt, le, gt, ge: uint8 0/1, broadcast."""
+        return self._apply(op, self._pair(a, b), {})
+
+    def eq(self, a: Any, b: Any) -> Value:
+        """``a == b`` as uint8."""
+        return self.compare("eq", a, b)
+
+    def ne(self, a: Any, b: Any) -> Value:
+        """``a != b`` as uint8."""
+        return self.compare("ne", a, b)
+
+    def lt(self, a: Any, b: Any) -> Value:
+        """``a < b`` as uint8."""
+        return self.compare("lt", a, b)
+
+    def le(self, a: Any, b: Any) -> Value:
+        """``a <= b`` as uint8."""
+        return self.compare("le", a, b)
+
+    def gt(self, a: Any, b: Any) -> Value:
+        """``a > b`` as uint8."""
+        return self.compare("gt", a, b)
+
+    def ge(self, a: Any, b: Any) -> Value:
+        """``a >= b`` as uint8."""
+        return self.compare("ge", a, b)
+
+    def where(self, cond: Value, a: Any, b: Any) -> Value:
+        """``a`` where ``cond`` is nonzero, else ``b`` (broadcast over all three)."""
+        a, b = self._pair(a, b)
+        return self._apply("where", [cond, a, b], {})
+
+    def scale(self, x: Value, alpha: float) -> Value:
+        """``x * alpha`` for a real ``alpha``."""
+        return self._apply("scale", [x], {"alpha": float(alpha)})
+
+    def cast(self, x: Value, dtype: Any) -> Value:
+        """``x`` converted to ``dtype`` (float32, float16, bfloat16 or int32)."""
+        return self._apply("cast", [x], {"dtype": dtype})
+
+    def relu(self, x: Value) -> Value:
+        """``max(x, 0)``."""
+        return self._apply("relu", [x], {})
+
+    def gelu(self, x: Value) -> Value:
+        """GELU with the exact (erf) normal CDF."""
+        return self._apply("gelu", [x], {})
+
+    def gelu_tanh(self, x: Value) -> Value:
+        """GELU's tanh approximation."""
+        return self._apply("gelu_tanh", [x], {})
+
+    def silu(self, x: Value) -> Value:
+        """``x * sigmoid(x)``."""
+        return self._apply("silu", [x], {})
+
+    # -- row-wise --------------------------------------------------------------------------
+
+    def softmax(self, x: Value, *, scale: float | None = None, mask: Value | None = None
+                ) -> Value:
+        """``softmax(x * scale + mask)`` over the last axis.
+
+        Args:
+            x: a float tensor, at least 1-D.
+            scale: multiplies x before the mask is added (default 1).
+            mask: additive, x's dtype, broadcastable to x without growing it.
+
+        Returns:
+            x's shape and dtype.
+
+        Raises:
+            GraphError: a mask that does not broadcast. GraphTypeError: non-float x.
+        """
+        return self._apply("softmax", [x, mask], {"scale": scale})
+
+    def layer_norm(self, x: Value, weight: Value | None = None, bias: Value | None = None, *,
+                   eps: float = 1e-5) -> Value:
+        """Layer normalisation over the last axis (biased variance)."""
+        return self._apply("layer_norm", [x, weight, bias], {"eps": float(eps)})
+
+    def rms_norm(self, x: Value, weight: Value | None = None, *, eps: float = 1e-6) -> Value:
+        """``x / sqrt(mean(x**2) + eps) * weight`` over the last axis."""
+        return self._apply("rms_norm", [x, weight], {"eps": float(eps)})
+
+    def sum(self, x: Value, *, keepdims: bool = False) -> Value:
+        """The sum over the last axis."""
+        return self._apply("sum", [x], {"keepdims": keepdims})
+
+    def mean(self, x: Value, *, keepdims: bool = False) -> Value:
+        """The mean over the last axis."""
+        return self._apply("mean", [x], {"keepdims": keepdims})
+
+    def max(self, x: Value, *, keepdims: bool = False) -> Value:
+        """The maximum over the last axis."""
+        return self._apply("max", [x], {"keepdims": keepdims})
+
+    # -- layout ----------------------------------------------------------------------------
+
+    def transpose(self, x: Value, dim0: int, dim1: int) -> Value:
+        """``x`` with dimensions ``dim0`` and ``dim1`` swapped."""
+        return self._apply("transpose", [x], {"dim0": dim0, "dim1": dim1})
+
+    def permute(self, x: Value, dims: Sequence[int]) -> Value:
+        """``x`` with its dimensions reordered (numpy's ``transpose(x, dims)``)."""
+        return self._apply("permute", [x], {"dims": tuple(dims)})
+
+    def reshape(self, x: Value, shape: Iterable[object]) -> Value:
+        """``x`` viewed as ``shape``.
+
+        Args:
+            x: any value (row-major; reshape moves no data).
+            shape: ints, at most one ``-1`` (solved from the element count: ``(-1, 384)`` of
+                ``[batch, seq, 384]`` is ``[batch*seq, 384]``), symbol names and Dims.
+
+        Returns:
+            A value of the new shape and x's dtype.
+
+        Raises:
+            GraphError: element counts that differ, or a ``-1`` that cannot be solved.
+        """
+        return self._apply("reshape", [x], {"shape": shape_attr(shape)})
+
+    def embedding(self, ids: Value, table: Value) -> Value:
+        """Rows of ``table`` (``[vocab, dim]``) picked by int32 ``ids``."""
+        return self._apply("embedding", [ids, table], {})
+
+    def concat(self, xs: Sequence[Value], axis: int) -> Value:
+        """``xs`` joined along ``axis``.
+
+        Args:
+            xs: values of one dtype whose shapes agree off ``axis``.
+            axis: the axis (negative counts from the end).
+
+        Returns:
+            The joined value; its axis is the sum (``past + 1`` for symbolic dims).
+
+        Raises:
+            GraphError: shapes that differ off the axis. GraphTypeError: dtypes that differ.
+        """
+        return self._apply("concat", list(xs), {"axis": axis})
+
+    def split(self, x: Value, sizes: Sequence[object], axis: int) -> tuple[Value, ...]:
+        """``x`` cut along ``axis`` into pieces of ``sizes``.
+
+        Args:
+            x: the value to cut.
+            sizes: the pieces' lengths (ints or symbolic dims) adding up to the axis.
+            axis: the axis (negative counts from the end).
+
+        Returns:
+            One value per piece.
+
+        Raises:
+            GraphError: sizes that do not add up, an axis out of range.
+        """
+        out = self._apply("split", [x], {"axis": axis,
+                                         "sizes": tuple(as_dim(s) for s in sizes)})
+        return out if isinstance(out, tuple) else (out,)
+
+    def slice(self, x: Value, axis: int, start: int = 0, stop: int | None = None,
+              step: int = 1) -> Value:
+        """``x[..., start:stop:step, ...]`` along ``axis``.
+
+        Args:
+            x: the value to slice.
+            axis: the axis (negative counts from the end).
+            start: first index (negative counts from the end).
+            stop: end index (None: the axis' end).
+            step: >= 1; only 1 along a symbolic axis, where the slice is taken to lie
+                inside the axis (it cannot be clamped as numpy clamps).
+
+        Returns:
+            The slice.
+
+        Raises:
+            GraphError: an axis out of range, a bad step, an empty or reversed slice.
+        """
+        return self._apply("slice", [x], {"axis": axis, "start": start, "stop": stop,
+                                          "step": step})

@@ -1,0 +1,38 @@
+"""Constant folding: compute, once, every node whose inputs are all constants."""
+
+from __future__ import annotations
+
+from vkumd.framework.graph.ir import Graph, ValueKind
+from vkumd.framework.graph.reference import run_node
+
+
+def fold_constants(graph: Graph) -> Graph:
+    """A copy of ``graph`` where each node reading only constants is replaced by constants.
+
+    The values are computed in float64 by the reference implementation of the op, then
+    stored in the output's dtype (one rounding, as a kernel accumulating in float32 and
+    storing once would be within). Folding runs in node order, so chains of constant nodes
+    (a weight transposed, then scaled) fold completely. The folded nodes' inputs may become
+    unused; dead-code elimination removes them.
+
+    Args:
+        graph: the graph (not modified).
+
+    Returns:
+        The new graph.
+    """
+    g = graph.copy()
+    for node in list(g.nodes):
+        present = [v for v in node.inputs if v is not None]
+        if not present or any(v.kind is not ValueKind.WEIGHT for v in present):
+            continue
+        if any(not isinstance(d, int) for v in node.outputs for d in v.shape):
+            continue  # a symbolic result (a reshape to "batch") has no size to compute
+        args = [v.data if v is not None else None for v in node.inputs]
+        shapes = [tuple(int(d) for d in v.shape) for v in node.outputs]
+        results = run_node(node, args, shapes)
+        for out, result in zip(node.outputs, results, strict=True):
+            folded = g.add_weight(g.unique_name(f"folded_{out.id}"), result, out.dtype)
+            g.replace_uses(out, folded)
+        g.remove_node(node)
+    return g

@@ -1,0 +1,211 @@
+"""The memory planner: every intermediate at an offset in one arena.
+
+Given a scheduled graph (its node list, a topological order) and sizes for its symbols:
+
+1. Liveness. An intermediate lives from the step of the node that writes it to the step of
+   its last reader (its own step when nothing reads it).
+2. In-place reuse. A node whose op allows it (``OpInfo.inplace``: elementwise ops, reshape)
+   writes its output into the buffer of an input that dies at that node and has the same
+   byte size. Such values form one buffer whose lifetime is the union of theirs.
+3. Placement, greedy by size as TFLite's arena planner: buffers from largest to smallest,
+   each at the best-fitting aligned gap (the smallest that holds it) between the buffers
+   already placed whose lifetimes overlap its own, else past the highest of them.
+
+Inputs, outputs and weights are never placed and never aliased: the caller owns them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from vkumd.framework.graph.errors import GraphError
+from vkumd.framework.graph.ir import Graph, Value, ValueKind
+from vkumd.framework.graph.shapes import op_info
+
+DEFAULT_ALIGNMENT = 256
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Where one intermediate lives.
+
+    Attributes:
+        value: the value's id.
+        offset: byte offset in the arena (a multiple of the alignment).
+        nbytes: the value's exact size.
+        first: the schedule step that writes it.
+        last: the last step that reads it.
+        reuses: the id of the input whose buffer it overwrites in place, or None.
+    """
+
+    value: int
+    offset: int
+    nbytes: int
+    first: int
+    last: int
+    reuses: int | None = None
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The arena layout of a graph's intermediates for one binding of its symbols.
+
+    Attributes:
+        allocations: by value id.
+        arena_bytes: the arena's size.
+        intermediate_bytes: the sum of every intermediate's (aligned) size: the memory
+            needed without any sharing.
+        alignment: of every offset.
+        bindings: the symbol sizes planned for.
+        schedule: node ids in the order planned.
+    """
+
+    allocations: dict[int, Allocation]
+    arena_bytes: int
+    intermediate_bytes: int
+    alignment: int
+    bindings: dict[str, int]
+    schedule: tuple[int, ...]
+
+    def report(self) -> str:
+        """``arena 1.5 MiB for 4.0 MiB of intermediates (38%), 12 values, 3 in place``."""
+        share = self.arena_bytes / self.intermediate_bytes if self.intermediate_bytes else 1.0
+        inplace = sum(1 for a in self.allocations.values() if a.reuses is not None)
+        return (f"arena {format_bytes(self.arena_bytes)} for "
+                f"{format_bytes(self.intermediate_bytes)} of intermediates ({share:.0%}), "
+                f"{len(self.allocations)} values, {inplace} in place")
+
+
+def format_bytes(n: int) -> str:
+    """``1.5 MiB``, ``512 B``."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _align(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+def value_nbytes(graph: Graph, value: Value, bindings: Mapping[str, int]) -> int:
+    """The byte size of ``value`` with the symbols bound."""
+    count = 1
+    for d in graph.dims.bind(value.shape, bindings):
+        count *= d
+    return count * value.dtype.itemsize
+
+
+def _lifetimes(graph: Graph) -> dict[int, tuple[int, int]]:
+    step = {node.id: i for i, node in enumerate(graph.nodes)}
+    spans: dict[int, tuple[int, int]] = {}
+    for i, node in enumerate(graph.nodes):
+        for v in node.inputs:
+            if v is not None and v.producer is not None and step.get(v.producer.id, i) >= i:
+                raise GraphError(f"input %{v.id} is written later in the schedule",
+                                 node.describe())
+        for v in node.outputs:
+            if v.kind is ValueKind.INTERMEDIATE:
+                last = max((step[u.id] for u in v.users), default=i)
+                spans[v.id] = (i, last)
+    return spans
+
+
+def _buffers(graph: Graph, spans: dict[int, tuple[int, int]], sizes: dict[int, int],
+             inplace: bool) -> tuple[dict[int, int], dict[int, int]]:
+    """Group values into buffers: ``(value id -> buffer root id, value id -> reused id)``."""
+    root = {vid: vid for vid in spans}
+    reuses: dict[int, int] = {}
+    tail = {vid: vid for vid in spans}  # root -> its buffer's latest value
+    if not inplace:
+        return root, reuses
+    for i, node in enumerate(graph.nodes):
+        if not op_info(node.op).inplace:
+            continue
+        taken: set[int] = set()
+        for out in node.outputs:
+            if out.id not in spans:
+                continue
+            for v in node.inputs:
+                if v is None or v.id not in spans or v.id in taken:
+                    continue
+                r = root[v.id]
+                dies_here = spans[v.id][1] == i and tail[r] == v.id
+                if dies_here and sizes[v.id] == sizes[out.id] and sizes[out.id] > 0:
+                    root[out.id] = r
+                    tail[r] = out.id
+                    reuses[out.id] = v.id
+                    taken.add(v.id)
+                    break
+    return root, reuses
+
+
+def place(buffers: list[tuple[int, int, int, int]], alignment: int) -> dict[int, int]:
+    """Offsets for ``buffers`` of ``(size, first step, last step, key)``, by key.
+
+    Greedy by size: largest first (ties by first step, then key, so plans are
+    deterministic); each goes into the smallest aligned gap between the already placed
+    buffers whose lifetimes (inclusive) overlap its own, else just past the highest of them.
+    """
+    placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
+    offsets: dict[int, int] = {}
+    for size, start, end, key in sorted(buffers, key=lambda b: (-b[0], b[1], b[3])):
+        if size == 0:
+            offsets[key] = 0
+            continue
+        live = sorted((o, s) for o, s, a, b in placed if a <= end and start <= b)
+        best, best_gap, cursor = None, None, 0
+        for o, s in live:
+            gap = o - cursor
+            if gap >= size and (best_gap is None or gap < best_gap):
+                best, best_gap = cursor, gap
+            cursor = max(cursor, _align(o + s, alignment))
+        offsets[key] = cursor if best is None else best
+        placed.append((offsets[key], size, start, end))
+    return offsets
+
+
+def plan_memory(graph: Graph, bindings: Mapping[str, int] | None = None, *,
+                alignment: int = DEFAULT_ALIGNMENT, inplace: bool = True) -> MemoryPlan:
+    """Offsets in one arena for the intermediates of ``graph``, in its node order.
+
+    Args:
+        graph: a graph whose node list is the schedule (a topological order).
+        bindings: a size for every symbol in the intermediates' shapes.
+        alignment: of every offset, in bytes (a power of two).
+        inplace: allow elementwise outputs to overwrite an input dying at their node.
+
+    Returns:
+        The plan.
+
+    Raises:
+        GraphError: the node list is not a topological order.
+        VkumdValueError: a symbol without a size, or a bad alignment.
+    """
+    if alignment < 1 or alignment & (alignment - 1):
+        raise GraphError(f"alignment must be a power of two, got {alignment}")
+    env = dict(bindings or {})
+    spans = _lifetimes(graph)
+    values = {v.id: v for v in graph.values()}
+    sizes = {vid: value_nbytes(graph, values[vid], env) for vid in spans}
+    root, reuses = _buffers(graph, spans, sizes, inplace)
+    members: dict[int, list[int]] = {}
+    for vid, r in root.items():
+        members.setdefault(r, []).append(vid)
+    buffers = []
+    for r, vids in members.items():
+        start = min(spans[v][0] for v in vids)
+        end = max(spans[v][1] for v in vids)
+        buffers.append((_align(sizes[r], alignment), start, end, r))
+    offsets = place(buffers, alignment)
+    allocations = {
+        vid: Allocation(vid, offsets[root[vid]], sizes[vid], spans[vid][0], spans[vid][1],
+                        reuses.get(vid))
+        for vid in spans}
+    arena = max((offsets[r] + size for size, _, _, r in buffers), default=0)
+    total = sum(_align(s, alignment) for s in sizes.values())
+    return MemoryPlan(allocations, arena, total, alignment, graph.dims.normalize_env(env),
+                      tuple(n.id for n in graph.nodes))

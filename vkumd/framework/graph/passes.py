@@ -1,0 +1,87 @@
+"""The pass registry and the default pipeline.
+
+A pass is a function ``Graph -> Graph`` that leaves its argument alone (it works on a copy).
+Every pass can be switched off by name, with ``disable=`` or the environment variable
+``VKUMD_DISABLE_PASSES`` (comma-separated names, read on each call), e.g.
+``VKUMD_DISABLE_PASSES=cse,constant_folding``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from vkumd.errors import VkumdValueError
+from vkumd.framework.graph.constant_folding import fold_constants
+from vkumd.framework.graph.cse import eliminate_common_subexpressions
+from vkumd.framework.graph.dce import eliminate_dead_code
+from vkumd.framework.graph.ir import Graph
+from vkumd.settings import text as setting
+
+Pass = Callable[[Graph], Graph]
+
+DISABLE_VARIABLE = "VKUMD_DISABLE_PASSES"
+
+# Name -> pass. Fusion passes (elementwise into generated kernels, GEMM epilogue,
+# attention, residual + norm) register here once the lowering can run what they produce.
+PASSES: dict[str, Pass] = {
+    "dce": eliminate_dead_code,
+    "constant_folding": fold_constants,
+    "cse": eliminate_common_subexpressions,
+}
+
+# Cleanups first (so fusion sees the smallest graph), fusion in the middle, a last DCE for
+# what fusion and folding orphaned.
+CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "cse")
+FUSION: tuple[str, ...] = ()
+PIPELINE: tuple[str, ...] = (*CLEANUP, *FUSION, "dce")
+
+
+def disabled_passes(disable: Iterable[str] | None = None) -> set[str]:
+    """The names switched off by ``disable`` and by ``VKUMD_DISABLE_PASSES``.
+
+    Raises:
+        VkumdValueError: a name that is no registered pass (a typo would otherwise be
+            silently ignored); the message lists the passes.
+    """
+    listed = setting(DISABLE_VARIABLE) or ""
+    names = {n.strip() for n in listed.split(",") if n.strip()}
+    names |= set(disable or ())
+    unknown = sorted(names - set(PASSES))
+    if unknown:
+        raise VkumdValueError(f"unknown pass {', '.join(unknown)} (in disable= or "
+                              f"{DISABLE_VARIABLE}); the passes are {', '.join(PASSES)}")
+    return names
+
+
+def run_passes(graph: Graph, passes: Sequence[str] | None = None, *,
+               disable: Iterable[str] | None = None, check: bool = True) -> Graph:
+    """Run ``passes`` (default :data:`PIPELINE`) over ``graph``, skipping disabled ones.
+
+    Args:
+        graph: the graph (not modified).
+        passes: pass names, in order; a name may repeat.
+        disable: names not to run (added to ``VKUMD_DISABLE_PASSES``).
+        check: validate the result of every pass (a broken pass then fails at once).
+
+    Returns:
+        The final graph; its ``passes_run`` lists the passes that ran, in order.
+
+    Raises:
+        VkumdValueError: an unknown pass name.
+        GraphError: a pass produced an invalid graph (with ``check``).
+    """
+    order = tuple(PIPELINE if passes is None else passes)
+    unknown = [n for n in order if n not in PASSES]
+    if unknown:
+        raise VkumdValueError(f"unknown pass {', '.join(unknown)}; the passes are "
+                              f"{', '.join(PASSES)}")
+    off = disabled_passes(disable)
+    g = graph
+    for name in order:
+        if name in off:
+            continue
+        g = PASSES[name](g)
+        g.passes_run.append(name)
+        if check:
+            g.check()
+    return g if g is not graph else graph.copy()

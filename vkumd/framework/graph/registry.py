@@ -1,0 +1,210 @@
+"""The op registry: for each op name, its inputs, attributes, shape rule and memory traits.
+
+A shape rule is a function ``(inputs, attrs, dims) -> outputs`` over :class:`TensorType`
+values: ``inputs`` has one entry per declared input (None for an absent optional one),
+``attrs`` has every declared attribute (defaults filled in) and ``dims`` is the graph's
+:class:`~vkumd.framework.graph.dims.DimTable`. A rule raises ``VkumdValueError`` or
+``VkumdTypeError`` with a message about the op; :func:`infer` adds the node's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vkumd.errors import VkumdTypeError, VkumdValueError
+from vkumd.framework import dtypes
+from vkumd.framework.graph.dims import Shape, format_shape
+from vkumd.framework.graph.errors import GraphError, GraphTypeError, UnsupportedOpError
+from vkumd.framework.graph.symbols import DimTable
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """The static type of a value: a shape (ints and symbolic dims) and a dtype."""
+
+    shape: Shape
+    dtype: dtypes.DType
+
+    @property
+    def ndim(self) -> int:
+        """The number of dimensions."""
+        return len(self.shape)
+
+    def __str__(self) -> str:
+        return f"{self.dtype.name}{format_shape(self.shape)}"
+
+
+class _Required:
+    """The default of an attribute a node must give."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+Rule = Callable[[list[TensorType | None], dict[str, Any], DimTable], list[TensorType]]
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """What the graph compiler knows about one op.
+
+    Attributes:
+        name: the op's name, as in ``vkumd.ops`` where it has a kernel.
+        inputs: input names; ``"bias?"`` is optional, ``"xs*"`` takes one or more.
+        attrs: attribute names and their defaults (:data:`REQUIRED`: no default).
+        rule: the shape rule.
+        inplace: the output may be written over an input of the same byte size that dies at
+            this node (elementwise ops, whose every output element depends only on the input
+            elements at the same index, and reshape, which moves no bytes).
+    """
+
+    name: str
+    inputs: tuple[str, ...]
+    attrs: Mapping[str, Any]
+    rule: Rule
+    inplace: bool = False
+
+    def full_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
+        """``attrs`` with every default filled in (what rules, references and lowering read)."""
+        full = dict(self.attrs)
+        full.update(attrs)
+        return full
+
+    def padded(self, inputs: Sequence[Any]) -> list[Any]:
+        """``inputs`` with absent trailing optional ones as None (variadic ops: unchanged)."""
+        if any(n.endswith("*") for n in self.inputs):
+            return list(inputs)
+        return list(inputs) + [None] * (len(self.inputs) - len(inputs))
+
+    def arity(self) -> tuple[int, int | None]:
+        """``(least, most)`` inputs the op takes (``most`` None: unbounded)."""
+        least = sum(1 for n in self.inputs if not n.endswith(("?", "*")))
+        variadic = any(n.endswith("*") for n in self.inputs)
+        return least + (1 if variadic else 0), None if variadic else len(self.inputs)
+
+
+OPS: dict[str, OpInfo] = {}
+
+
+def register(name: str, inputs: Sequence[str], attrs: Mapping[str, Any] | None = None, *,
+             inplace: bool = False) -> Callable[[Rule], Rule]:
+    """Decorator: register ``rule`` as the shape rule of op ``name``.
+
+    Args:
+        name: the op's name.
+        inputs: input names (``"x?"`` optional, ``"xs*"`` one or more).
+        attrs: attribute names and defaults.
+        inplace: see :attr:`OpInfo.inplace`.
+
+    Returns:
+        The decorator, which returns the rule unchanged.
+    """
+
+    def wrap(rule: Rule) -> Rule:
+        OPS[name] = OpInfo(name, tuple(inputs), dict(attrs or {}), rule, inplace)
+        return rule
+
+    return wrap
+
+
+def op_info(op: str, where: str | None = None) -> OpInfo:
+    """The registry entry of ``op``.
+
+    Raises:
+        UnsupportedOpError: no op of that name; the message lists the supported ones.
+    """
+    info = OPS.get(op)
+    if info is None:
+        raise UnsupportedOpError(f"op {op!r} is not supported; supported ops: "
+                                 f"{', '.join(sorted(OPS))}", where)
+    return info
+
+
+def normalize_attrs(info: OpInfo, attrs: Mapping[str, Any], where: str | None) -> dict[str, Any]:
+    """``attrs`` without the entries equal to their defaults (so equal nodes compare equal).
+
+    Raises:
+        GraphError: an attribute the op does not declare.
+    """
+    unknown = sorted(set(attrs) - set(info.attrs))
+    if unknown:
+        known = ", ".join(info.attrs) or "none"
+        raise GraphError(f"{info.name} has no attribute {', '.join(unknown)}; its attributes: "
+                         f"{known}", where)
+    out: dict[str, Any] = {}
+    for key, value in attrs.items():
+        default = info.attrs[key]
+        value = _frozen(value)
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)  # alpha=1 and alpha=1.0 are one attribute to CSE
+        if type(value) is type(default) and value == default:
+            continue
+        out[key] = value
+    return out
+
+
+def _frozen(value: Any) -> Any:
+    """Lists as tuples, so attributes hash (CSE keys nodes by them)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def infer(op: str, inputs: Sequence[TensorType | None], attrs: Mapping[str, Any],
+          dims: DimTable, where: str | None = None) -> list[TensorType]:
+    """The output types of an ``op`` node with these input types and attributes.
+
+    Args:
+        op: the op's name.
+        inputs: the input types, None where an optional input is absent.
+        attrs: the node's attributes (defaults may be left out).
+        dims: the graph's symbol equalities.
+        where: how to name the node in errors (``%5 = matmul``).
+
+    Returns:
+        One type per output.
+
+    Raises:
+        UnsupportedOpError: an unknown op.
+        GraphError: the wrong number of inputs, an unknown attribute, shapes that do not fit.
+        GraphTypeError: dtypes the op does not take.
+    """
+    info = op_info(op, where)
+    least, most = info.arity()
+    count = len(inputs)
+    if count < least or (most is not None and count > most):
+        raise GraphError(f"{op} takes inputs ({', '.join(info.inputs)}), got {count}", where)
+    fixed = [n for n in info.inputs if not n.endswith("*")]
+    for i, name in enumerate(fixed[:count]):
+        if inputs[i] is None and not name.endswith("?"):
+            raise GraphError(f"{op}'s input {name} is required", where)
+    if len(fixed) < len(info.inputs) and any(v is None for v in inputs[len(fixed):]):
+        raise GraphError(f"{op}'s inputs {info.inputs[-1][:-1]} may not be absent", where)
+    full = info.full_attrs(attrs)
+    missing = [k for k, v in full.items() if v is REQUIRED]
+    if missing:
+        raise GraphError(f"{op} needs the attribute {', '.join(missing)}", where)
+    padded = info.padded(inputs)
+    try:
+        return info.rule(padded, full, dims)
+    except GraphError:
+        raise
+    except VkumdTypeError as exc:
+        raise GraphTypeError(_unprefixed(op, exc), where) from None
+    except VkumdValueError as exc:
+        raise GraphError(_unprefixed(op, exc), where) from None
+
+
+def _unprefixed(op: str, exc: Exception) -> str:
+    # Rules word their messages as the ops do ("matmul: ..."); the node's name replaces it.
+    text = str(exc)
+    return text[len(op) + 2:] if text.startswith(f"{op}: ") else text
+
+
+def supported_ops() -> list[str]:
+    """The names of every op with a shape rule, sorted."""
+    return sorted(OPS)

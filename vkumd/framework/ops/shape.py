@@ -1,0 +1,136 @@
+"""New shapes over the same memory: reshape, flatten, squeeze and unsqueeze.
+
+Every vkumd tensor is contiguous and row-major, so each of these is a view: a new
+:class:`~vkumd.framework.tensor.Tensor` over the same allocation (no launch, no copy).
+Writes through the view are seen by the original and the reverse, work on both is ordered
+(hazard tracking keys memory by its allocation), and the memory goes back to the pool once
+every tensor over it has been released.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from vkumd.errors import VkumdTypeError, VkumdValueError
+from vkumd.framework.ops.checks import check_tensor
+from vkumd.framework.tensor import Tensor
+
+
+def dim_index(op: str, dim: Any, ndim: int, what: str = "dim") -> int:
+    """``dim`` as an index in ``range(ndim)`` (negative counts from the end).
+
+    Raises:
+        VkumdTypeError: ``dim`` is not an int.
+        VkumdValueError: it is out of range.
+    """
+    if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
+        raise VkumdTypeError(f"{op}: {what} must be an int, not {dim!r}")
+    if not -max(ndim, 1) <= dim < max(ndim, 1):
+        raise VkumdValueError(f"{op}: {what}={dim} is out of range for a {ndim}-d tensor "
+                              f"(use {-max(ndim, 1)} to {max(ndim, 1) - 1})")
+    return int(dim) % max(ndim, 1)
+
+
+def _target(op: str, x: Tensor, shape: Any) -> tuple[int, ...]:
+    """``shape`` with its one ``-1`` worked out from ``x``'s element count."""
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
+        raise VkumdTypeError(f"{op}: shape must be a sequence of ints, not {shape!r}")
+    for d in shape:
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)):
+            raise VkumdTypeError(f"{op}: shape {tuple(shape)!r} must hold ints")
+    dims = [int(d) for d in shape]
+    if dims.count(-1) > 1 or any(d < -1 for d in dims):
+        raise VkumdValueError(f"{op}: shape {tuple(dims)} may hold one -1 and no other "
+                              "negative size")
+    known = math.prod(d for d in dims if d != -1)
+    if -1 in dims:
+        if known == 0 or x.size % known:
+            raise VkumdValueError(f"{op}: cannot infer the -1 of shape {tuple(dims)} for a "
+                                  f"tensor of shape {x.shape} ({x.size} elements)")
+        dims[dims.index(-1)] = x.size // known
+    elif known != x.size:
+        raise VkumdValueError(f"{op}: a tensor of shape {x.shape} has {x.size} elements; "
+                              f"shape {tuple(dims)} holds {known}. Give a shape with "
+                              f"{x.size} elements (one -1 is inferred)")
+    return tuple(dims)
+
+
+def reshape(x: Tensor, shape: Sequence[int] | int) -> Tensor:
+    """``x`` seen with another shape of the same element count: a view, never a copy.
+
+    Args:
+        x: any tensor.
+        shape: the new shape; one entry may be ``-1``, inferred from the others.
+
+    Returns:
+        A tensor sharing ``x``'s memory.
+
+    Raises:
+        VkumdTypeError: ``x`` not a tensor, or ``shape`` not ints.
+        VkumdValueError: the element counts differ, or ``-1`` cannot be inferred.
+    """
+    x = check_tensor("reshape", x, "x")
+    return x.alias(_target("reshape", x, shape))
+
+
+def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """``x`` with dimensions ``start_dim`` to ``end_dim`` (inclusive) merged into one: a view.
+
+    A 0-d ``x`` becomes 1-D, as ``torch.flatten``.
+
+    Raises:
+        VkumdTypeError: dims not ints.
+        VkumdValueError: dims out of range, or ``start_dim`` after ``end_dim``.
+    """
+    op = "flatten"
+    x = check_tensor(op, x, "x")
+    if x.ndim == 0:
+        dim_index(op, start_dim, 0, "start_dim")
+        dim_index(op, end_dim, 0, "end_dim")
+        return x.alias((1,))
+    first = dim_index(op, start_dim, x.ndim, "start_dim")
+    last = dim_index(op, end_dim, x.ndim, "end_dim")
+    if first > last:
+        raise VkumdValueError(f"flatten: start_dim={start_dim} comes after end_dim={end_dim} "
+                              f"for a {x.ndim}-d tensor")
+    merged = math.prod(x.shape[first:last + 1])
+    return x.alias(x.shape[:first] + (merged,) + x.shape[last + 1:])
+
+
+def squeeze(x: Tensor, dim: int | None = None) -> Tensor:
+    """``x`` without its size-1 dimensions (all of them, or ``dim`` if it is 1): a view.
+
+    As ``torch.squeeze``, a ``dim`` whose size is not 1 leaves the shape as it is.
+
+    Raises:
+        VkumdTypeError: ``dim`` not an int.
+        VkumdValueError: ``dim`` out of range.
+    """
+    x = check_tensor("squeeze", x, "x")
+    if dim is None:
+        return x.alias(tuple(n for n in x.shape if n != 1))
+    d = dim_index("squeeze", dim, x.ndim)
+    if x.ndim == 0 or x.shape[d] != 1:
+        return x.alias(x.shape)
+    return x.alias(x.shape[:d] + x.shape[d + 1:])
+
+
+def unsqueeze(x: Tensor, dim: int) -> Tensor:
+    """``x`` with a size-1 dimension inserted at ``dim`` (``-1`` appends): a view.
+
+    Raises:
+        VkumdTypeError: ``dim`` not an int.
+        VkumdValueError: ``dim`` outside ``[-x.ndim - 1, x.ndim]``.
+    """
+    x = check_tensor("unsqueeze", x, "x")
+    d = dim_index("unsqueeze", dim, x.ndim + 1)
+    return x.alias(x.shape[:d] + (1,) + x.shape[d:])
+
+
+__all__ = ["flatten", "reshape", "squeeze", "unsqueeze"]
