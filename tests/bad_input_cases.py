@@ -183,6 +183,29 @@ TENSOR = [
       "not supported"),
 ]
 
+# The Tensor API: operators, indexing and methods (they call the ops, so the refusals are
+# the ops' own, named after the method).
+METHODS = [
+    C("tensor_plus_string", lambda e: e.t() + "a", TE, "must be a vkumd Tensor"),
+    C("tensor_matmul_int", lambda e: e.t((2, 2)) @ 3, TE, "must be a vkumd Tensor"),
+    C("tensor_less_than_list", lambda e: e.t() < [1, 2, 3], TE, "must be a vkumd Tensor"),
+    C("tensor_index_float", lambda e: e.t()[1.5], TE, "not supported"),
+    C("tensor_index_out_of_range", lambda e: e.t()[5], vkumd.VkumdIndexError, "out of range"),
+    C("tensor_index_too_many", lambda e: e.t()[0, 0, 0], vkumd.VkumdIndexError, "indices"),
+    C("tensor_index_step", lambda e: e.t()[::2], VE, "slice step"),
+    C("tensor_index_two_ellipses", lambda e: e.t()[..., ...], VE, "one ..."),
+    C("tensor_index_list", lambda e: e.t()[[0, 1]], TE, "not supported"),
+    C("tensor_setitem", lambda e: e.t().__setitem__(0, 1.0), TE, "not supported"),
+    C("tensor_iterate_0d", lambda e: list(e.ctx.zeros(())), TE, "0-d"),
+    C("tensor_reshape_wrong_count", lambda e: e.t().reshape(4), VE, "has 6 elements"),
+    C("tensor_sum_over_first_dim", lambda e: e.t().sum(dim=0), VE, "last dimension"),
+    C("tensor_softmax_dim_string", lambda e: e.t().softmax(dim="x"), TE, "must be an int"),
+    C("tensor_gelu_approximate", lambda e: e.t().gelu(approximate="fast"), VE,
+      "approximate='fast'"),
+    C("tensor_astype_float64", lambda e: e.t().astype("float64"), TE, "not supported"),
+    C("tensor_add_released", lambda e: e.released() + e.t(), VE, "was released"),
+]
+
 MEMORY = [
     C("set_limit_negative", lambda e: e.ctx.memory.set_limit(size=-5), VE,
       "must not be negative"),
@@ -283,4 +306,4 @@ CAPTURE = [
       "different context"),
 ]
 
-CASES = CONTEXT + FACTORIES + TENSOR + MEMORY + STREAMS + CAPTURE
+CASES = CONTEXT + FACTORIES + TENSOR + METHODS + MEMORY + STREAMS + CAPTURE

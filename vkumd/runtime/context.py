@@ -77,9 +77,9 @@ class RuntimeContext(Handle):
                  memory_limit: int | None = None, push_descriptors: bool | None = None,
                  device_only_memory: bool | None = None) -> None:
         # Before anything is created: a string is truthy, so validation="no" would turn it on.
-        for what, value in (("validation", validation), ("zero_memory", zero_memory),
-                            ("push_descriptors", push_descriptors),
-                            ("device_only_memory", device_only_memory)):
+        switches = {"validation": validation, "zero_memory": zero_memory,
+                    "push_descriptors": push_descriptors, "device_only_memory": device_only_memory}
+        for what, value in switches.items():
             if value is not None and not isinstance(value, (bool, np.bool_)):
                 raise VkumdTypeError(f"Context({what}={value!r}): pass True, False or None")
         if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral):
@@ -188,8 +188,7 @@ class RuntimeContext(Handle):
             max_batch_bytes: submit once commands touched this many bytes (default 256 MiB).
 
         Raises:
-            VkumdTypeError: a batch budget that is not an int.
-            VkumdValueError: an unknown queue, or a budget below 1.
+            VkumdTypeError, VkumdValueError: a budget not an int >= 1, or an unknown queue.
         """
         self.check_open("creating a stream")
         budget: dict[str, int] = {}
