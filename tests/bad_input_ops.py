@@ -333,6 +333,12 @@ VIEWS = [
     C("concat_out_aliases_input",
       lambda e: (lambda a: ops.concat([a, e.ctx.zeros((0, 3))], out=a))(e.t()), VE,
       "same tensor as an input"),
+    C("transpose_out_view_of_x",
+      lambda e: (lambda x: ops.transpose(x, 0, 1, out=ops.reshape(x, (3, 2))))(e.t()), VE,
+      "same tensor as an input"),
+    C("matmul_out_view_of_b",
+      lambda e: (lambda b: ops.matmul(e.t((3, 3)), b, out=ops.flatten(b).reshape(3, 3)))(
+          e.t((3, 3))), VE, "same tensor as an input"),
     C("split_size_zero", lambda e: ops.split(e.t(), 0), VE, "at least 1"),
     C("split_sizes_do_not_add_up", lambda e: ops.split(e.t(), [1, 2]), VE, "add up to"),
     C("split_0d", lambda e: ops.split(e.ctx.zeros(()), 1), VE, "0-d"),
