@@ -73,18 +73,15 @@ def measure(count: int, repeats: int) -> dict:
         rows["eager op + run"] = _per(lambda: (eager(), stream.synchronize()), count, repeats)
 
         # The same dispatch through the stream directly: what recording alone costs.
-        from vkumd.compiler.kernels import ELEMENTWISE_OPS, WORKGROUP
-        from vkumd.framework.ops.elementwise import _plan
+        from vkumd.compiler.kernels.elementwise_plan import binary_plan
 
-        program = ctx.kernels.program("elementwise_binary",
-                                      {"DTYPE": "F32", "OP": ELEMENTWISE_OPS["add"],
-                                       WORKGROUP: 64})
-        buffers = [(t.allocation.buffer, t.allocation.offset, t.nbytes) for t in (a, b, c)]
-        push = _plan("add", ctx, None, (64,), (64,))[1]
+        (launch,) = binary_plan(ctx.caps, "add", "F32", (64,), (64,), (64,)).launches((a, b, c))
+        program = ctx.kernels.program(launch.program)
 
         def recorded() -> None:
             for _ in range(count):
-                stream.dispatch(program, buffers, push, (1, 1, 1), (2,))
+                stream.dispatch(program, launch.buffers, launch.push, launch.groups,
+                                launch.writes)
 
         rows["recorded, record"] = _per(recorded, count, repeats, after=stream.synchronize)
 

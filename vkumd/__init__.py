@@ -17,6 +17,7 @@ from vkumd.errors import (
     VkumdTypeError,
     VkumdValueError,
 )
+from vkumd.framework.compile import CompiledFunction, compile  # noqa: A004
 from vkumd.framework.context import Context, from_dlpack
 from vkumd.framework.dtypes import DType, bfloat16, float16, float32, int8, int32, uint8
 from vkumd.framework.tensor import Tensor
@@ -63,6 +64,19 @@ def _configure_logging() -> None:
 
 _configure_logging()
 
+
+def _arm_faults() -> None:
+    """Honour ``VKUMD_FAULTS`` (see :mod:`vkumd.testing.faults`); nothing loads when unset."""
+    from vkumd import settings
+
+    if settings.text("VKUMD_FAULTS") is not None:
+        from vkumd.testing import faults
+
+        faults.arm_from_environment()
+
+
+_arm_faults()
+
 __all__ = [
     "CapabilityMissing", "CaptureError", "Context", "ContextClosed", "CoopMatShape", "DType",
     "DeviceCaps", "DeviceLost", "DeviceUnavailable", "Event", "ExtensionNotPresent",
@@ -72,3 +86,4 @@ __all__ = [
     "VkumdTypeError", "VkumdValueError", "VulkanError", "bfloat16", "devices", "float16",
     "float32", "from_dlpack", "int8", "int32", "live_objects", "ops", "profile", "uint8",
 ]
+__all__ += ["CompiledFunction", "compile"]

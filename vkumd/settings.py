@@ -49,6 +49,7 @@ VARIABLES: dict[str, str] = {
     "VKUMD_DEVICE_ONLY_MEMORY": "`1` never maps tensor memory, as "
     "`Context(device_only_memory=True)`: every host read and write of a tensor goes through "
     "staging memory, as on a discrete GPU (a CI lane for those paths on lavapipe).",
+    "VKUMD_FAULTS": "Test faults, e.g. `vkMapMemory:2,device_lost:submit:5` (vkumd.testing.faults)",
     "VKUMD_LOG": "Logging level of the `vkumd` logger (`debug`, `info`, `warning`).",
     "VKUMD_DISABLE_PASSES": "Comma-separated graph-compiler passes to skip (e.g. `cse,dce`); "
     "an unknown name is an error that lists the passes.",

@@ -79,6 +79,16 @@ def test_unknown_device_is_a_clear_error(wanted: str) -> None:
         resolve_device(devices, wanted)
 
 
+@pytest.mark.parametrize("wanted", [-1, "-1", 1, "+3"])
+def test_an_index_out_of_range_says_so(wanted: int | str) -> None:
+    devices = [_fake(0, "cpu", 1)]
+    with pytest.raises(vkumd.DeviceUnavailable,
+                       match=r"index -?\d+ is out of range \(valid: 0\.\.0\); devices are: 0: "):
+        resolve_device(devices, wanted)
+    with pytest.raises(vkumd.VkumdTypeError, match="index or a name"):
+        resolve_device(devices, 0.0)  # type: ignore[arg-type]
+
+
 def test_context_on_unknown_device_fails_cleanly() -> None:
     before = vkumd.live_objects()
     with pytest.raises(vkumd.DeviceUnavailable):

@@ -147,3 +147,57 @@ def test_pools_of_two_contexts_share_no_blocks() -> None:
         tb = b.tensor(np.ones(4, np.float32))
         assert ta.allocation.block is not tb.allocation.block
         assert ta.allocation.block.pool is a.memory
+
+
+def test_a_limit_below_the_block_size_shrinks_the_block(monkeypatch) -> None:
+    monkeypatch.setenv("VKUMD_MEMORY_LIMIT", "1MiB")
+    with vkumd.Context() as context:  # 64 MiB blocks by default
+        small = context.tensor(np.arange(4, dtype=np.float32))
+        assert context.memory.total_bytes() <= 1 * MiB
+        np.testing.assert_array_equal(small.numpy(), np.arange(4, dtype=np.float32))
+        more = [context.empty(1000) for _ in range(50)]
+        assert len({t.allocation.block for t in (small, *more)}) == 1, "one shrunken block"
+        with pytest.raises(vkumd.OutOfDeviceMemory, match="limit 1048576"):
+            context.empty(1 << 20)
+        for t in (small, *more):
+            t.release()
+
+
+def test_a_new_block_takes_what_room_the_limit_leaves(pool) -> None:
+    pool.set_limit(size=7 * MiB)  # room for one 4 MiB block, then less
+    pieces = [pool.allocate(1 * MiB) for _ in range(5)]
+    assert pieces[0].block is pieces[3].block is not pieces[4].block
+    # Half the 3 MiB left, so that other uses (staging) find room too.
+    assert pieces[4].block.size == 1536 * 1024 and not pieces[4].block.dedicated
+    assert pool.total_bytes() == 4 * MiB + 1536 * 1024
+    for piece in pieces:
+        pool.free(piece)
+
+
+def test_limits_accept_size_strings_and_refuse_other_types(ctx, pool) -> None:
+    pool.set_limit(size="1GB")
+    assert pool.get_limit() == 10**9
+    pool.set_limit(size="512MiB")
+    assert pool.get_limit() == 512 * MiB
+    with pytest.raises(vkumd.VkumdValueError, match="cannot read 'lots'"):
+        pool.set_limit(size="lots")
+    for bad in (1.5, True, [1]):
+        with pytest.raises(vkumd.VkumdTypeError, match="byte count or a size string"):
+            pool.set_limit(size=bad)
+    with pytest.raises(vkumd.VkumdTypeError):
+        pool.set_limit(fraction="half")
+    pool.set_limit(size=np.int64(8 * MiB))
+    assert pool.get_limit() == 8 * MiB
+    with vkumd.Context(memory_limit="1GB") as context:
+        assert context.memory.get_limit() == 10**9
+
+
+def test_the_pool_of_a_closed_context_refuses_to_allocate() -> None:
+    context = vkumd.Context()
+    t = context.tensor(np.ones(4, np.float32))
+    memory = context.memory
+    context.close()
+    with pytest.raises(vkumd.ContextClosed, match="closed"):
+        memory.allocate(64)
+    memory.free(t.allocation)  # a free after the close does nothing
+    assert memory.used_bytes() == 0

@@ -25,7 +25,7 @@ from vkumd.compiler.cache_files import (
 )
 from vkumd.vk.binding import NULL, ffi, lib, new, vk
 from vkumd.vk.caps import DeviceCaps
-from vkumd.vk.errors import check
+from vkumd.vk.errors import VulkanError, check
 from vkumd.vk.handle import Handle
 
 log = logging.getLogger("vkumd.compiler")
@@ -167,7 +167,12 @@ class PipelineCache(Handle):
                         "continuing without", self.path, self.secret_dir)
             return False
         try:
-            write_atomic(self.path, encode_file(self.data(), self.caps, secret))
+            payload = self.data()
+        except VulkanError as exc:  # a cache is never worth failing a context's close
+            log.warning("cannot read the pipeline cache back (%s); not saved", exc)
+            return False
+        try:
+            write_atomic(self.path, encode_file(payload, self.caps, secret))
         except OSError as exc:
             log.warning("cannot save pipeline cache to %s (%s); continuing without", self.path,
                         exc)

@@ -104,6 +104,9 @@ class Tensor(TensorMethods, Handle):
         """Bytes of storage."""
         # A zero-size tensor owns no memory; `handle` still marks it alive.
         self.handle = allocation if allocation is not None else False
+        # Every launch binds it, so the binding is made once.
+        self._binding = ((allocation.buffer, allocation.offset, self.nbytes)
+                         if allocation is not None else None)
         # None while this is the allocation's only tensor (the common case costs nothing).
         self._shared: _SharedMemory | None = None
 
@@ -149,10 +152,7 @@ class Tensor(TensorMethods, Handle):
     def binding(self) -> tuple[Any, int, int] | None:
         """The ``(VkBuffer, offset, range)`` a kernel binds for this tensor; None when it is
         empty (a zero-size tensor owns no memory) or released."""
-        allocation = self.allocation
-        if allocation is None:
-            return None
-        return (allocation.buffer, allocation.offset, self.nbytes)
+        return self._binding
 
     @property
     def address(self) -> int:
@@ -270,6 +270,7 @@ class Tensor(TensorMethods, Handle):
         allocation = self.allocation
         if allocation is not None:
             self.allocation = None
+            self._binding = None
             shared = self._shared
             if shared is None or shared.leave():
                 self.context.release_tensor_memory(allocation)

@@ -134,6 +134,17 @@ class Graph:
         self.copies += 1
         self._pin((src, dst))
 
+    def track_overlaps(self, ranges: Sequence[BufferRange]) -> None:
+        """Declare sub-ranges of one allocation that the capture binds and that may share
+        bytes (a compiled graph's arena values): barriers then order accesses to overlapping
+        ranges as they order accesses to the same range. Call before recording into them.
+
+        Raises:
+            CaptureError: the capture has ended.
+            ContextClosed: the context was closed.
+        """
+        self._record("declaring overlapping ranges").hazards.track_overlaps(ranges)
+
     def _pin(self, buffers: Sequence[BufferRange]) -> None:
         for buffer, offset, _ in buffers:
             key = (buffer, offset)

@@ -32,6 +32,7 @@ from vkumd.submission.descriptors import DescriptorBinder
 from vkumd.submission.oneshot import OneShotQueue
 from vkumd.submission.queries import TimestampSlots
 from vkumd.vk.caps import DeviceCaps
+from vkumd.vk.errors import VulkanError
 from vkumd.vk.handle import Handle
 from vkumd.vk.instance import Instance
 
@@ -62,7 +63,8 @@ class RuntimeContext(Handle):
         validation: enable the Khronos validation layer; ``None`` reads ``VKUMD_VALIDATION``.
         zero_memory: zero-fill every allocation; ``None`` reads ``VKUMD_ZERO_MEMORY``.
         block_size: bytes per pooled ``VkDeviceMemory`` block.
-        memory_limit: cap on pooled bytes; ``None`` reads ``VKUMD_MEMORY_LIMIT``.
+        memory_limit: cap on pooled bytes, an int or a size string (``"1GB"``); ``None``
+            reads ``VKUMD_MEMORY_LIMIT``.
         push_descriptors: bind buffers with push descriptors where the device has them;
             ``False`` forces descriptor pools; ``None`` reads ``VKUMD_DISABLE_PUSH_DESCRIPTORS``.
         device_only_memory: never map tensor memory, so host access goes through staging as
@@ -74,7 +76,7 @@ class RuntimeContext(Handle):
 
     def __init__(self, device: int | str | None = None, *, validation: bool | None = None,
                  zero_memory: bool | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-                 memory_limit: int | None = None, push_descriptors: bool | None = None,
+                 memory_limit: int | str | None = None, push_descriptors: bool | None = None,
                  device_only_memory: bool | None = None) -> None:
         # Before anything is created: a string is truthy, so validation="no" would turn it on.
         switches = {"validation": validation, "zero_memory": zero_memory,
@@ -141,10 +143,12 @@ class RuntimeContext(Handle):
         return self.released or self._closing
 
     def check_open(self, what: str = "this operation") -> None:
-        """Raise :class:`ContextClosed` if the context is closed."""
+        """Raise :class:`ContextClosed` if the context is closed, ``DeviceLost`` if its device
+        was lost."""
         if self.released or self._closing:
             raise ContextClosed(f"{what} needs an open context, but its context was closed; "
                                 "create a new vkumd.Context")
+        self.device.health.check(what)
 
     def allocate(self, size: int, usage: MemoryUsage = MemoryUsage.DEVICE,
                  zero: bool = False) -> Allocation:
@@ -154,7 +158,11 @@ class RuntimeContext(Handle):
         started = time.perf_counter_ns() if prof is not None else 0
         allocation = self.memory.allocate(size, usage)
         if zero or self.zero_memory:
-            self.transfers.fill_zero(allocation)
+            try:
+                self.transfers.fill_zero(allocation)
+            except BaseException:
+                self.memory.free(allocation)
+                raise
         if prof is not None:
             prof.host_event("alloc", f"{size} B", started, time.perf_counter_ns(),
                             {"bytes": size, "usage": usage.value})
@@ -312,6 +320,7 @@ class RuntimeContext(Handle):
             CaptureError: called while this thread captures a graph.
         """
         self.refuse_during_capture(what)
+        self.device.health.check(what)
         allocation = tensor.allocation
         if allocation is None:
             return
@@ -323,6 +332,9 @@ class RuntimeContext(Handle):
         """Return a released tensor's memory once no submitted work, live graph or DLPack view
         uses it (a no-op after :meth:`close`, which frees all memory)."""
         if self.closed:
+            return
+        if self.device.health.lost is not None:  # no work runs on a lost device any more
+            self.memory.free(allocation)
             return
         key = (allocation.buffer, allocation.offset)
         if self.pins.park(key, allocation):
@@ -367,13 +379,17 @@ class RuntimeContext(Handle):
             if len(self._programs) >= _MAX_PROGRAMS:
                 self._programs.clear()  # the registry still holds every pipeline
             self._programs[kernel_variant] = program
-        self.current_stream().dispatch(program, launch.buffers, launch.push, launch.groups,
-                                       launch.writes)
+        self._current.current().dispatch(program, launch.buffers, launch.push, launch.groups,
+                                         launch.writes)
 
     def run(self, plan: LaunchPlan, operands: Sequence[Any]) -> None:
         """Record a planner's launches for ``operands`` (see
         :func:`vkumd.runtime.launch.run_plan`), with the scratch memory the plan asks for."""
-        run_plan(self, plan, operands)
+        if plan.scratch:
+            run_plan(self, plan, operands)
+            return
+        for launch in plan.launches(operands, ()):  # the common case, without a call more
+            self.launch(launch)
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Submit recorded work on every stream and wait until the device has finished it.
@@ -412,7 +428,10 @@ class RuntimeContext(Handle):
                 # Work the program recorded still runs before close.
                 stream.submit_pending()
             if device is not None and not device.released:
-                device.wait_idle()
+                try:
+                    device.wait_idle()
+                except VulkanError as exc:  # a lost device, say: it still must be released
+                    log.warning("closing the context: %s", exc)
             for graph in list(getattr(self, "_graphs", ())):
                 graph.release()
             for stream in getattr(self, "_streams", ()):

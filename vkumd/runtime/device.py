@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from vkumd import settings
-from vkumd.errors import CapabilityMissing, DeviceUnavailable
+from vkumd.errors import CapabilityMissing, DeviceUnavailable, VkumdTypeError
 from vkumd.vk.binding import NULL, c_strings, ffi, lib, new, vk
 from vkumd.vk.caps import DeviceCaps, query_caps
-from vkumd.vk.errors import check
+from vkumd.vk.errors import DeviceLost, check
 from vkumd.vk.handle import Handle
 from vkumd.vk.instance import Instance
 
@@ -55,14 +56,21 @@ def resolve_device(all_caps: list[DeviceCaps], wanted: int | str) -> int:
     """Turn an index or a name substring into a device index.
 
     Raises:
-        DeviceUnavailable: nothing matches, or the match lacks Vulkan 1.3.
+        DeviceUnavailable: nothing matches, an index is out of range (negative indices are
+            refused, not counted from the end), or the match lacks Vulkan 1.3.
+        VkumdTypeError: ``wanted`` is neither an int nor a string.
     """
+    if isinstance(wanted, bool) or not isinstance(wanted, (int, str)):
+        raise VkumdTypeError(f"device must be an index or a name substring, got "
+                             f"{type(wanted).__name__}: {wanted!r}")
     names = "; ".join(f"{c.index}: {c.name}" for c in all_caps) or "none"
     text = str(wanted).strip()
-    if text.isdigit():
+    if re.fullmatch(r"[+-]?\d+", text):
         index = int(text)
-        if index >= len(all_caps):
-            raise DeviceUnavailable(f"device index {index} is out of range; devices are: {names}")
+        if not 0 <= index < len(all_caps):
+            valid = f"0..{len(all_caps) - 1}" if all_caps else "none: no device was found"
+            raise DeviceUnavailable(f"device index {index} is out of range (valid: {valid}); "
+                                    f"devices are: {names}")
     else:
         matches = [c.index for c in all_caps if text.lower() in c.name.lower()]
         if not matches:
@@ -75,13 +83,42 @@ def resolve_device(all_caps: list[DeviceCaps], wanted: int | str) -> int:
     return index
 
 
+class DeviceHealth:
+    """Whether a device was lost; shared by the :class:`Device` and its queues, so that
+    whatever notices the loss first (a submit, a wait) makes every later use say so, even one
+    that calls no Vulkan function (the host reading mapped memory the lost work never wrote).
+    """
+
+    def __init__(self) -> None:
+        self.lost: DeviceLost | None = None
+
+    def mark_lost(self, error: DeviceLost) -> None:
+        """Remember the first loss reported."""
+        if self.lost is None:
+            self.lost = error
+
+    def check(self, what: str = "this operation") -> None:
+        """Raise :class:`DeviceLost` if the device was lost.
+
+        Raises:
+            DeviceLost: naming the call that saw the loss and what it was doing.
+        """
+        lost = self.lost
+        if lost is not None:
+            raise DeviceLost(lost.call, lost.result,
+                             f"{what} is refused: the device was lost earlier ({lost.detail}). "
+                             "Close this context and create a new vkumd.Context")
+
+
 @dataclass(frozen=True)
 class Queue:
-    """A ``VkQueue`` with its family index; submissions to it go through ``lock``."""
+    """A ``VkQueue`` with its family index; submissions to it go through ``lock``; ``health``
+    is the device's :class:`DeviceHealth`."""
 
     handle: Any
     family: int
     lock: threading.Lock
+    health: DeviceHealth
 
 
 class Device(Handle):
@@ -100,6 +137,7 @@ class Device(Handle):
         self.instance = instance
         self.physical = physical
         self.caps = caps
+        self.health = DeviceHealth()
         compute_family = next((f for f in caps.queue_families if f.compute), None)
         if compute_family is None:
             raise CapabilityMissing(f"device {caps.name} has no compute queue")
@@ -167,11 +205,24 @@ class Device(Handle):
     def _queue(self, family: int) -> Queue:
         out = ffi.new("VkQueue*")
         lib.vkGetDeviceQueue(self.handle, family, 0, out)
-        return Queue(out[0], family, threading.Lock())
+        return Queue(out[0], family, threading.Lock(), self.health)
 
     def wait_idle(self) -> None:
-        """Block until the device has finished all submitted work."""
-        check("vkDeviceWaitIdle", lib.vkDeviceWaitIdle(self.handle))
+        """Block until the device has finished all submitted work.
+
+        Raises:
+            DeviceLost: the device was lost (now, or earlier).
+            VulkanError: the wait failed twice for another reason.
+        """
+        result = lib.vkDeviceWaitIdle(self.handle)
+        if result < 0 and result != vk.VK_ERROR_DEVICE_LOST:
+            # Running out of memory while waiting says nothing about the work: ask once more.
+            result = lib.vkDeviceWaitIdle(self.handle)
+        try:
+            check("vkDeviceWaitIdle", result)
+        except DeviceLost as exc:
+            self.health.mark_lost(exc)
+            raise
 
     def _release(self) -> None:
         lib.vkDeviceWaitIdle(self.handle)

@@ -1,34 +1,27 @@
 """Device memory: large ``VkDeviceMemory`` blocks per memory type, carved into buffers.
 
-Each block owns one ``VkBuffer`` that spans it, so a tensor is a ``(buffer, offset, size)``
-range: creating one costs no Vulkan call once a block exists. Requests above
-``dedicated_threshold`` get a block of their own. Empty blocks are kept for reuse until
-:meth:`MemoryPool.free_all_blocks`, or until an allocation would otherwise fail.
+Each block (:mod:`vkumd.runtime.blocks`) owns one ``VkBuffer`` over all of it, so a tensor is
+a ``(buffer, offset, size)`` range: creating one costs no Vulkan call once a block exists.
+Requests above ``dedicated_threshold`` get a block of their own. Empty blocks are kept for
+reuse until :meth:`MemoryPool.free_all_blocks`, or until an allocation would otherwise fail.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
+import operator
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 from vkumd import settings
-from vkumd.errors import VkumdValueError
-from vkumd.runtime.suballoc import RangeAllocator
-from vkumd.vk.binding import (
-    BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT,
-    MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT,
-    NULL,
-    ffi,
-    lib,
-    new,
-    vk,
-)
+from vkumd.errors import ContextClosed, VkumdTypeError, VkumdValueError
+from vkumd.runtime.blocks import Allocation, Block, MemoryUsage
+from vkumd.vk.binding import BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT, ffi, lib, new, vk
 from vkumd.vk.caps import DeviceCaps, MemoryType
-from vkumd.vk.errors import OutOfDeviceMemory, VulkanError, check
-from vkumd.vk.handle import Handle
+from vkumd.vk.errors import OutOfDeviceMemory, OutOfHostMemory, VulkanError, check
+
+__all__ = ["DEFAULT_BLOCK_SIZE", "MIN_ALIGNMENT", "Allocation", "Block", "MemoryPool",
+           "MemoryUsage", "MiB"]
 
 log = logging.getLogger("vkumd.memory")
 
@@ -36,18 +29,6 @@ MiB = 1 << 20
 DEFAULT_BLOCK_SIZE = 64 * MiB
 # Wide (vec4) loads and cache lines both like 64-byte starts; drivers may ask for more.
 MIN_ALIGNMENT = 64
-
-
-class MemoryUsage(enum.Enum):
-    """What an allocation is for; decides the memory type."""
-
-    DEVICE = "device"
-    """Tensors: device-local; on a unified-memory device also host-visible and mapped (never
-    on a discrete GPU, nor with ``device_only``: host access then goes through staging)."""
-    UPLOAD = "upload"
-    """Staging for host→device copies: host-visible, preferably not cached."""
-    READBACK = "readback"
-    """Staging for device→host copies: host-visible and host-cached where possible."""
 
 
 def _score(mem_type: MemoryType, usage: MemoryUsage, unified: bool) -> int | None:
@@ -70,130 +51,26 @@ def _score(mem_type: MemoryType, usage: MemoryUsage, unified: bool) -> int | Non
     return score
 
 
-class Block(Handle):
-    """One ``VkDeviceMemory`` with a ``VkBuffer`` bound over all of it.
-
-    It is mapped when its type is host-visible and ``map_memory`` is true; :attr:`mapped` is
-    then the host pointer, else ``None``.
-    """
-
-    def __init__(self, pool: MemoryPool, mem_type: MemoryType, size: int,
-                 dedicated: bool, map_memory: bool = True) -> None:
-        super().__init__()
-        self.pool = pool
-        self.mem_type = mem_type
-        self.size = size
-        self.dedicated = dedicated
-        self.ranges = RangeAllocator(size)
-        device = pool.device_handle
-        buffer_info = new("VkBufferCreateInfo", vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
-                          size=size, usage=pool.buffer_usage,
-                          sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE)
-        if pool.queue_families is not None:
-            # Compute and transfer queues of different families both touch every buffer;
-            # concurrent sharing spares an ownership transfer per copy.
-            buffer_info.sharingMode = vk.VK_SHARING_MODE_CONCURRENT
-            buffer_info.queueFamilyIndexCount = len(pool.queue_families)
-            buffer_info.pQueueFamilyIndices = pool.queue_families
-        buffer = ffi.new("VkBuffer*")
-        check("vkCreateBuffer", lib.vkCreateBuffer(device, buffer_info, NULL, buffer),
-              f"{size} bytes")
-        self.buffer = buffer[0]
+def _limit_bytes(size: object) -> int | None:
+    """A memory limit in bytes from an int or a size string, checked."""
+    if size is None:
+        return None
+    if isinstance(size, str):
         try:
-            reqs = ffi.new("VkMemoryRequirements*")
-            lib.vkGetBufferMemoryRequirements(device, self.buffer, reqs)
-            alloc_info = new("VkMemoryAllocateInfo", vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
-                             allocationSize=reqs.size, memoryTypeIndex=mem_type.index)
-            if pool.caps.buffer_device_address:
-                flags = new("VkMemoryAllocateFlagsInfo",
-                            vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
-                            flags=MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT)
-                alloc_info.pNext = flags
-            memory = ffi.new("VkDeviceMemory*")
-            check("vkAllocateMemory", lib.vkAllocateMemory(device, alloc_info, NULL, memory),
-                  f"{reqs.size} bytes of memory type {mem_type.index}")
-        except BaseException:
-            lib.vkDestroyBuffer(device, self.buffer, NULL)
-            raise
-        self.handle = memory[0]
-        check("vkBindBufferMemory", lib.vkBindBufferMemory(device, self.buffer, self.handle, 0))
-        self.mapped: Any = None
-        if map_memory and mem_type.host_visible:
-            pointer = ffi.new("void**")
-            check("vkMapMemory", lib.vkMapMemory(device, self.handle, 0, size, 0, pointer))
-            self.mapped = ffi.cast("uint8_t*", pointer[0])
-        self.address = 0
-        if pool.caps.buffer_device_address:
-            info = new("VkBufferDeviceAddressInfo",
-                       vk.VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, buffer=self.buffer)
-            self.address = lib.vkGetBufferDeviceAddress(device, info)
-
-    def _release(self) -> None:
-        device = self.pool.device_handle
-        if self.mapped is not None:
-            lib.vkUnmapMemory(device, self.handle)
-            self.mapped = None
-        lib.vkDestroyBuffer(device, self.buffer, NULL)
-        lib.vkFreeMemory(device, self.handle, NULL)
-
-
-@dataclass(eq=False)
-class Allocation:
-    """A byte range of a block: what a tensor or a staging area lives in.
-
-    Attributes:
-        block: the owning :class:`Block`.
-        offset: start within the block's buffer, aligned for storage-buffer binding.
-        size: bytes asked for.
-        usage: the :class:`MemoryUsage` it was allocated for.
-    """
-
-    block: Block
-    offset: int
-    size: int
-    usage: MemoryUsage
-    freed: bool = field(default=False)
-
-    @property
-    def buffer(self) -> Any:
-        """The ``VkBuffer`` to bind (with :attr:`offset`)."""
-        return self.block.buffer
-
-    @property
-    def device_address(self) -> int:
-        """64-bit device address of the first byte (0 without buffer device address)."""
-        return self.block.address + self.offset if self.block.address else 0
-
-    @property
-    def host_visible(self) -> bool:
-        """Whether the bytes can be read and written through :meth:`host_view`."""
-        return self.block.mapped is not None
-
-    @property
-    def coherent(self) -> bool:
-        """Whether host writes are visible without a flush."""
-        return self.block.mem_type.host_coherent
-
-    def host_view(self) -> memoryview:
-        """A writable view of the bytes in mapped memory.
-
-        Raises:
-            VkumdValueError: the allocation is not host-visible (use a staging copy).
-        """
-        if self.block.mapped is None:
-            raise VkumdValueError("this allocation lives in memory the host cannot map; "
-                                  "copy it through a staging buffer")
-        return memoryview(ffi.buffer(self.block.mapped + self.offset, self.size))
-
-    def flush(self) -> None:
-        """Make host writes visible to the device (a no-op on coherent memory)."""
-        if not self.coherent:
-            self.block.pool.flush_range(self, invalidate=False)
-
-    def invalidate(self) -> None:
-        """Make device writes visible to the host (a no-op on coherent memory)."""
-        if not self.coherent:
-            self.block.pool.flush_range(self, invalidate=True)
+            size = settings.parse_size(size)
+        except ValueError as exc:
+            raise VkumdValueError(f"memory limit: {exc}") from None
+    try:
+        if isinstance(size, bool):
+            raise TypeError("a bool is no byte count")
+        # numpy integers pass through __index__; floats are refused (bytes are whole).
+        size = operator.index(size)  # type: ignore[arg-type]
+    except TypeError:
+        raise VkumdTypeError(f"memory limit must be a byte count or a size string such as "
+                             f"'1GB', got {type(size).__name__}: {size!r}") from None
+    if size < 0:
+        raise VkumdValueError(f"memory limit size={size} must not be negative")
+    return size
 
 
 class MemoryPool:
@@ -204,7 +81,8 @@ class MemoryPool:
         caps: the device's capabilities.
         block_size: size of each shared block.
         dedicated_threshold: requests at least this large get their own block.
-        limit: most bytes of blocks the pool may hold; ``None`` reads ``VKUMD_MEMORY_LIMIT``.
+        limit: most bytes of blocks the pool may hold, as :meth:`set_limit` takes it;
+            ``None`` reads ``VKUMD_MEMORY_LIMIT``.
         queue_families: the queue families that use the buffers; more than one makes every
             block's buffer ``VK_SHARING_MODE_CONCURRENT`` across them.
         device_only: never map tensor (``DEVICE``) memory, so every host access to a tensor
@@ -221,7 +99,7 @@ class MemoryPool:
 
     def __init__(self, device_handle: Any, caps: DeviceCaps, *,
                  block_size: int = DEFAULT_BLOCK_SIZE, dedicated_threshold: int | None = None,
-                 limit: int | None = None, queue_families: tuple[int, ...] = (),
+                 limit: int | str | None = None, queue_families: tuple[int, ...] = (),
                  device_only: bool | None = None) -> None:
         if block_size < MiB:
             raise VkumdValueError(f"block_size={block_size} is below the 1 MiB minimum")
@@ -242,13 +120,14 @@ class MemoryPool:
         self._lock = threading.RLock()
         self._used = 0
         self._limit: int | None = None
+        self._closed = False
         env_limit = settings.text("VKUMD_MEMORY_LIMIT")
         if limit is not None:
             self.set_limit(size=limit)
         elif env_limit is not None:
             try:
-                self.set_limit(size=settings.parse_size(env_limit))
-            except ValueError as exc:
+                self.set_limit(size=env_limit)
+            except VkumdValueError as exc:
                 raise VkumdValueError(f"VKUMD_MEMORY_LIMIT: {exc}") from None
         self.device_only = (settings.flag("VKUMD_DEVICE_ONLY_MEMORY") if device_only is None
                             else bool(device_only))
@@ -283,20 +162,31 @@ class MemoryPool:
         """The byte limit on :meth:`total_bytes`, or ``None``."""
         return self._limit
 
-    def set_limit(self, size: int | None = None, fraction: float | None = None) -> None:
+    def set_limit(self, size: int | str | None = None, fraction: float | None = None) -> None:
         """Bound the bytes the pool may hold.
 
+        A limit smaller than the block size is honoured by making smaller blocks, so any
+        request that fits the limit can be served.
+
         Args:
-            size: a byte count; ``None`` or 0 removes the limit.
+            size: a byte count, or a size string as ``VKUMD_MEMORY_LIMIT`` takes (``"1GB"``,
+                ``"512MiB"``); ``None`` or 0 removes the limit.
             fraction: a share of the device-local memory (0 < fraction <= 1) instead.
+
+        Raises:
+            VkumdTypeError: ``size`` is neither an int nor a string (or is a bool), or
+                ``fraction`` is not a number.
+            VkumdValueError: a negative size, a string that is not a size, or a fraction
+                outside (0, 1].
         """
         if fraction is not None:
+            if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+                raise VkumdTypeError(f"fraction must be a number, got "
+                                     f"{type(fraction).__name__}: {fraction!r}")
             if not 0 < fraction <= 1:
                 raise VkumdValueError(f"fraction={fraction} must be in (0, 1]")
             size = int(self.caps.device_local_bytes * fraction)
-        if size is not None and size < 0:
-            raise VkumdValueError(f"limit size={size} must not be negative")
-        self._limit = size or None
+        self._limit = _limit_bytes(size) or None
 
     def free_all_blocks(self) -> int:
         """Release every cached block that holds no allocation; return the bytes released."""
@@ -320,14 +210,20 @@ class MemoryPool:
         Raises:
             OutOfDeviceMemory: the limit or the device's memory is exhausted even after the
                 cached blocks were released.
+            OutOfHostMemory: the driver ran out of host memory, likewise.
+            ContextClosed: the pool was released (its context closed).
         """
         if size < 0:
             raise VkumdValueError(f"cannot allocate {size} bytes")
         size = max(size, 1)
         with self._lock:
+            if self._closed:
+                raise ContextClosed(f"allocating {size} bytes needs an open context, but the "
+                                    "memory pool's context was closed; create a new "
+                                    "vkumd.Context")
             try:
                 return self._allocate(size, usage)
-            except OutOfDeviceMemory:
+            except (OutOfDeviceMemory, OutOfHostMemory):
                 if self.free_all_blocks() == 0:
                     raise
                 log.info("out of memory for %d bytes: released cached blocks, retrying", size)
@@ -342,12 +238,27 @@ class MemoryPool:
                 offset = block.ranges.allocate(rounded, self.alignment)
                 if offset is not None:
                     return self._hand_out(block, offset, size, usage)
-        block_bytes = rounded if rounded >= self.dedicated_threshold else self.block_size
+        shared = rounded < self.dedicated_threshold
+        block_bytes = self._shared_block_bytes(rounded) if shared else rounded
         block_bytes = -(-block_bytes // self.alignment) * self.alignment
-        block = self._new_block(usage, block_bytes, size, dedicated=block_bytes != self.block_size)
+        # A request of exactly block_size bytes gets an ordinary block, kept after its free.
+        dedicated = not shared and block_bytes != self.block_size
+        block = self._new_block(usage, block_bytes, size, dedicated=dedicated)
         offset = block.ranges.allocate(rounded, self.alignment)
         assert offset == 0
         return self._hand_out(block, offset, size, usage)
+
+    def _shared_block_bytes(self, rounded: int) -> int:
+        """Size of a new shared block: ``block_size``, or, under a limit that leaves less room
+        than that, half the room (at least the request). A limit below the block size then
+        still serves small allocations, and each use (tensors, upload and read-back staging
+        keep blocks apart) still finds room after another took its block."""
+        if self._limit is None:
+            return self.block_size
+        room = self._limit - self.total_bytes()
+        if room >= self.block_size:
+            return self.block_size
+        return max(room // 2 // self.alignment * self.alignment, rounded)
 
     def _new_block(self, usage: MemoryUsage, block_bytes: int, requested: int,
                    dedicated: bool) -> Block:
@@ -356,17 +267,25 @@ class MemoryPool:
         try:
             block = Block(self, self._types[usage], block_bytes, dedicated,
                           map_memory=usage is not MemoryUsage.DEVICE or self.tensors_mapped)
-        except VulkanError as exc:
-            if exc.result in (vk.VK_ERROR_OUT_OF_DEVICE_MEMORY, vk.VK_ERROR_OUT_OF_HOST_MEMORY):
-                raise self._oom(requested, str(exc)) from exc
-            raise
+        except (OutOfDeviceMemory, OutOfHostMemory) as exc:
+            raise self._oom(requested, exc.detail, exc) from exc
         self._blocks[usage].append(block)
         return block
 
-    def _oom(self, requested: int, why: str) -> OutOfDeviceMemory:
+    def _oom(self, requested: int, why: str,
+             cause: VulkanError | None = None) -> OutOfDeviceMemory | OutOfHostMemory:
+        """The out-of-memory error for ``requested`` bytes, with the pool's numbers.
+
+        ``cause`` is the driver's refusal, whose call and result it keeps (a host
+        out-of-memory from ``vkCreateBuffer`` stays one); without it the pool's own limit
+        refused.
+        """
         limit = "no limit" if self._limit is None else f"limit {self._limit} bytes"
-        error = OutOfDeviceMemory(
-            "vkAllocateMemory", vk.VK_ERROR_OUT_OF_DEVICE_MEMORY,
+        call, result = ("vkAllocateMemory", vk.VK_ERROR_OUT_OF_DEVICE_MEMORY) if cause is None \
+            else (cause.call, cause.result)
+        kind = OutOfHostMemory if result == vk.VK_ERROR_OUT_OF_HOST_MEMORY else OutOfDeviceMemory
+        error = kind(
+            call, result,
             f"asked for {requested} bytes with {self._used} bytes in use and "
             f"{self.total_bytes()} held ({limit}): {why}. Free tensors, call "
             "free_all_blocks(), or raise the limit (set_limit / VKUMD_MEMORY_LIMIT)")
@@ -379,7 +298,7 @@ class MemoryPool:
 
     def free(self, allocation: Allocation) -> None:
         """Return a range to its block; the block stays cached (or goes, if dedicated)."""
-        if allocation.freed:
+        if allocation.freed or self._closed:
             return
         with self._lock:
             allocation.freed = True
@@ -406,8 +325,10 @@ class MemoryPool:
                   lib.vkFlushMappedMemoryRanges(self.device_handle, 1, mapped))
 
     def release(self) -> None:
-        """Release every block, in use or not (the context is closing)."""
+        """Release every block, in use or not (the context is closing); later allocations
+        raise :class:`ContextClosed`."""
         with self._lock:
+            self._closed = True
             for blocks in self._blocks.values():
                 for block in blocks:
                     block.release()

@@ -277,14 +277,16 @@ class Stream:
         """Block until the last work of this stream that used memory ``key`` has completed
         (a no-op if none did, or it already completed)."""
         self._check_usable(what)
-        value = self.uses.last(key)
+        with self._lock:
+            value = self.uses.last(key)
         if value is not None and value > self.submitter.timeline.completed():
             self.wait_value(value, what=what)
 
     def forget_memory(self, key: MemoryKey) -> int | None:
         """Forget memory ``key`` (it is being released); return the submission that last
         used it if that may still be running, else None."""
-        value = self.uses.take(key)
+        with self._lock:
+            value = self.uses.take(key)
         return value if value is not None and value > self.completed_value() else None
 
     def synchronize(self, timeout: float | None = None) -> None:

@@ -28,6 +28,7 @@ from vkumd.errors import VkumdValueError
 from vkumd.runtime.memory import Allocation, MemoryPool, MemoryUsage, MiB
 from vkumd.submission.oneshot import OneShotQueue
 from vkumd.vk.binding import NULL, ffi, lib, new, vk
+from vkumd.vk.errors import OutOfDeviceMemory
 
 STAGING_MIN_BYTES = 1 * MiB
 """The smallest staging allocation made (small copies share it)."""
@@ -83,7 +84,14 @@ class Transfers:
                 # The copies that used it were waited for; nothing on the device holds it.
                 self._staging.pop(usage)
                 self.pool.free(current)
-            current = self.pool.allocate(wanted, usage)
+            try:
+                current = self.pool.allocate(wanted, usage)
+            except OutOfDeviceMemory:
+                if wanted <= size:
+                    raise
+                # Under a tight memory limit a small copy must not fail for want of the
+                # 1 MiB a staging buffer usually takes: stage just what it needs.
+                current = self.pool.allocate(size, usage)
             self._staging[usage] = current
         return current
 

@@ -1,14 +1,13 @@
 """Which submission of a stream last used each piece of memory.
 
 A host read of a tensor waits for exactly that submission, and a released tensor's memory
-goes back to the pool only after it. Streams record into this table from the thread that
-records; the context reads and clears entries from any thread (a read-back, a release), so
-every access takes the table's lock.
+goes back to the pool only after it. The table has no lock of its own: the owning stream
+holds its lock around every access (recording already holds it, so the hot path pays
+nothing more), including the reads and removals the context makes from other threads.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,36 +17,31 @@ PRUNE_AT = 8192
 
 
 class MemoryUses:
-    """Memory key -> the last submission value that used it, safe to share between threads."""
+    """Memory key -> the last submission value that used it (guarded by the stream's lock)."""
 
-    __slots__ = ("_last", "_lock")
+    __slots__ = ("_last",)
 
     def __init__(self) -> None:
         self._last: dict[MemoryKey, int] = {}
-        self._lock = threading.Lock()
 
     def mark(self, keys: Iterable[MemoryKey], value: int) -> None:
         """Record that submission ``value`` uses each of ``keys``."""
-        with self._lock:
-            last = self._last
-            for key in keys:
-                last[key] = value
+        last = self._last
+        for key in keys:
+            last[key] = value
 
     def last(self, key: MemoryKey) -> int | None:
         """The last submission that used ``key``, or None."""
-        with self._lock:
-            return self._last.get(key)
+        return self._last.get(key)
 
     def take(self, key: MemoryKey) -> int | None:
         """Forget ``key`` (its memory is being released); return its last submission."""
-        with self._lock:
-            return self._last.pop(key, None)
+        return self._last.pop(key, None)
 
     def prune(self, completed: int) -> None:
         """Drop entries whose submission has completed, once the table has grown large."""
-        with self._lock:
-            if len(self._last) > PRUNE_AT:
-                self._last = {k: v for k, v in self._last.items() if v > completed}
+        if len(self._last) > PRUNE_AT:
+            self._last = {k: v for k, v in self._last.items() if v > completed}
 
     def __len__(self) -> int:
         return len(self._last)

@@ -70,6 +70,8 @@ class Batch:
         self.timestamps = 0
         self.bytes = 0
         self.broken: BaseException | None = None
+        self.ended = False
+        """Whether ``vkEndCommandBuffer`` was called (even if it failed): never call it twice."""
         self.on_retire: list[Callable[[], None]] = []
         self.last_kernel = ""
         self._bound = None
@@ -153,4 +155,15 @@ class Batch:
         """Make the batch's writes visible to the host and end the command buffer."""
         lib.vkCmdPipelineBarrier(self.cmd, self.kind.stages, vk.VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
                                  self.kind.to_host, 0, NULL, 0, NULL)
+        self.end()
+
+    def end(self) -> None:
+        """End the command buffer; a second call does nothing.
+
+        A failed ``vkEndCommandBuffer`` leaves it invalid rather than recording, so it is not
+        ended again either; the next ``vkResetCommandBuffer`` makes it usable.
+        """
+        if self.ended:
+            return
+        self.ended = True
         check("vkEndCommandBuffer", lib.vkEndCommandBuffer(self.cmd))

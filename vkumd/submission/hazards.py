@@ -3,17 +3,26 @@
 Memory is tracked by range identity: a range is ``(VkBuffer, offset)`` of an allocation, and
 every access names a whole allocation (a tensor, a staging area). Ranges of two live
 allocations never overlap, and memory freed while work is in flight is only reused after
-that work completes, so identity is exact for everything vkumd records.
+that work completes, so identity is exact for everything vkumd records eagerly.
 
-A read after a write, a write after a read, or a write after a write of the same range needs
-a barrier; anything else does not. One global memory barrier then orders everything before
-it against everything after, so both sets start again empty.
+A compiled graph binds sub-ranges of one arena allocation, and the memory planner reuses
+bytes: two values at different offsets may share memory. Such ranges are declared with
+:meth:`HazardTracker.track_overlaps`; the tracker then also treats an access to a declared
+range as an access to every declared range whose bytes it shares. Undeclared memory keeps the
+identity fast path (one ``None`` test per command).
+
+A read after a write, a write after a read, or a write after a write of the same range (or
+of overlapping declared ranges) needs a barrier; anything else does not. One global memory
+barrier then orders everything before it against everything after, so both sets start again
+empty.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+MemoryKey = tuple[Any, int]
 
 
 class HazardTracker:
@@ -24,14 +33,46 @@ class HazardTracker:
             profiler: independent work should record none).
     """
 
-    __slots__ = ("_reads", "_writes", "barriers")
+    __slots__ = ("_reads", "_writes", "_aliases", "_declared", "barriers")
 
     def __init__(self) -> None:
-        self._reads: set[tuple[Any, int]] = set()
-        self._writes: set[tuple[Any, int]] = set()
+        self._reads: set[MemoryKey] = set()
+        self._writes: set[MemoryKey] = set()
+        # key -> keys of the other declared ranges sharing bytes with it; None: none declared.
+        self._aliases: dict[MemoryKey, frozenset[MemoryKey]] | None = None
+        self._declared: dict[Any, set[tuple[int, int]]] = {}  # buffer -> (start, end) spans
         self.barriers = 0
 
-    def access(self, keys: Sequence[tuple[Any, int]], writes: Sequence[int]) -> bool:
+    def track_overlaps(self, ranges: Iterable[tuple[Any, int, int]]) -> None:
+        """Declare ``(VkBuffer, offset, nbytes)`` sub-ranges that may share bytes.
+
+        From now on an access to one of them conflicts with earlier accesses to any declared
+        range it overlaps, not only to the same ``(VkBuffer, offset)``. Ranges declared with
+        one start and several sizes count with the union of their overlaps (the key carries
+        no size), which may order more than needed but never less.
+
+        Args:
+            ranges: the sub-ranges, e.g. every value of a graph's arena.
+        """
+        declared = self._declared
+        for buffer, offset, nbytes in ranges:
+            if nbytes > 0:
+                declared.setdefault(buffer, set()).add((offset, offset + nbytes))
+        aliases: dict[MemoryKey, set[MemoryKey]] = {}
+        for buffer, found in declared.items():
+            spans = sorted(found)
+            # A sweep over starts: each span meets the later-starting spans that begin
+            # before it ends.
+            for i, (start, end) in enumerate(spans):
+                for other_start, _ in spans[i + 1:]:
+                    if other_start >= end:
+                        break
+                    if other_start != start:
+                        aliases.setdefault((buffer, start), set()).add((buffer, other_start))
+                        aliases.setdefault((buffer, other_start), set()).add((buffer, start))
+        self._aliases = {k: frozenset(v) for k, v in aliases.items()} or None
+
+    def access(self, keys: Sequence[MemoryKey], writes: Sequence[int]) -> bool:
         """Record one command's accesses; return whether a barrier must precede it.
 
         Args:
@@ -46,6 +87,8 @@ class HazardTracker:
                 if keys[i] in reads:
                     hazard = True
                     break
+        if not hazard and self._aliases is not None:
+            hazard = self._overlapping(keys, writes)
         if hazard:
             reads.clear()
             written.clear()
@@ -56,3 +99,17 @@ class HazardTracker:
         for i in writes:
             written.add(keys[i])
         return hazard
+
+    def _overlapping(self, keys: Sequence[MemoryKey], writes: Sequence[int]) -> bool:
+        """Whether an access conflicts through a declared overlap (the slow path)."""
+        aliases = self._aliases
+        assert aliases is not None
+        for i, key in enumerate(keys):
+            others = aliases.get(key)
+            if others is None:
+                continue
+            if not self._writes.isdisjoint(others):
+                return True
+            if i in writes and not self._reads.isdisjoint(others):
+                return True
+        return False

@@ -6,13 +6,14 @@ zero-filling memory the host cannot map). Streams batch everything else.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from vkumd.errors import TimeoutError
 from vkumd.vk.binding import NULL, ffi, lib, new, vk
-from vkumd.vk.errors import check
+from vkumd.vk.errors import DeviceLost, VulkanError, check
 from vkumd.vk.handle import Handle
 
 DEFAULT_TIMEOUT_NS = 60 * 1_000_000_000
@@ -43,7 +44,7 @@ class OneShotQueue(Handle):
     Args:
         device: the ``VkDevice``.
         queue: a :class:`vkumd.runtime.device.Queue`-like object (``handle``, ``family``,
-            ``lock``).
+            ``lock``, ``health``).
     """
 
     def __init__(self, device: Any, queue: Any) -> None:
@@ -52,11 +53,18 @@ class OneShotQueue(Handle):
         self.queue = queue
         self._lock = threading.Lock()
         self.handle = create_command_pool(device, queue.family)
-        self._cmd = allocate_command_buffer(device, self.handle)
-        fence_info = new("VkFenceCreateInfo", vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO)
-        fence = ffi.new("VkFence*")
-        check("vkCreateFence", lib.vkCreateFence(device, fence_info, NULL, fence))
+        try:
+            self._cmd = allocate_command_buffer(device, self.handle)
+            fence_info = new("VkFenceCreateInfo", vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO)
+            fence = ffi.new("VkFence*")
+            check("vkCreateFence", lib.vkCreateFence(device, fence_info, NULL, fence))
+        except BaseException:
+            lib.vkDestroyCommandPool(device, self.handle, NULL)
+            raise
         self._fence = fence[0]
+        # A submission whose wait failed: the device may still run it, so the command buffer
+        # and fence are not reset before it has been waited for.
+        self._pending = False
         self._begin = new("VkCommandBufferBeginInfo",
                           vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                           flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT)
@@ -70,23 +78,46 @@ class OneShotQueue(Handle):
 
         Raises:
             TimeoutError: the work did not finish within ``timeout_ns``.
+            VulkanError: a Vulkan call failed; the queue stays usable (a submission whose
+                wait failed is waited for before the next one reuses its command buffer).
         """
         with self._lock:
-            check("vkResetCommandBuffer", lib.vkResetCommandBuffer(self._cmd, 0))
-            check("vkBeginCommandBuffer", lib.vkBeginCommandBuffer(self._cmd, self._begin))
+            self.queue.health.check("a one-shot submission")
             try:
-                record(self._cmd)
-            finally:
-                check("vkEndCommandBuffer", lib.vkEndCommandBuffer(self._cmd))
-            check("vkResetFences", lib.vkResetFences(self.device, 1, self._fence_array))
-            with self.queue.lock:
-                check("vkQueueSubmit",
-                      lib.vkQueueSubmit(self.queue.handle, 1, self._submit, self._fence))
-            result = lib.vkWaitForFences(self.device, 1, self._fence_array, vk.VK_TRUE,
-                                         timeout_ns)
-            if result == vk.VK_TIMEOUT:
-                raise TimeoutError(f"one-shot submission did not finish in {timeout_ns} ns")
-            check("vkWaitForFences", result)
+                self._run(record, timeout_ns)
+            except DeviceLost as exc:
+                self.queue.health.mark_lost(exc)
+                raise
+
+    def _run(self, record: Callable[[Any], None], timeout_ns: int) -> None:
+        if self._pending:
+            self._wait(timeout_ns)
+        check("vkResetCommandBuffer", lib.vkResetCommandBuffer(self._cmd, 0))
+        check("vkBeginCommandBuffer", lib.vkBeginCommandBuffer(self._cmd, self._begin))
+        try:
+            record(self._cmd)
+        finally:
+            check("vkEndCommandBuffer", lib.vkEndCommandBuffer(self._cmd))
+        check("vkResetFences", lib.vkResetFences(self.device, 1, self._fence_array))
+        with self.queue.lock:
+            check("vkQueueSubmit",
+                  lib.vkQueueSubmit(self.queue.handle, 1, self._submit, self._fence))
+        self._pending = True
+        try:
+            self._wait(timeout_ns)
+        except VulkanError:
+            # The caller frees what the work used once this raises; when a second wait
+            # succeeds (the first failed for want of memory, say) it is safe to.
+            with contextlib.suppress(VulkanError, TimeoutError):
+                self._wait(timeout_ns)
+            raise
+
+    def _wait(self, timeout_ns: int) -> None:
+        result = lib.vkWaitForFences(self.device, 1, self._fence_array, vk.VK_TRUE, timeout_ns)
+        if result == vk.VK_TIMEOUT:
+            raise TimeoutError(f"one-shot submission did not finish in {timeout_ns} ns")
+        check("vkWaitForFences", result)
+        self._pending = False
 
     def _release(self) -> None:
         lib.vkDestroyFence(self.device, self._fence, NULL)

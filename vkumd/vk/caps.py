@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from vkumd.vk.binding import NULL, Chain, ffi, lib, raw_proc, version_tuple, vk
+from vkumd.vk.errors import check
 
 _DEVICE_TYPES = {
     vk.VK_PHYSICAL_DEVICE_TYPE_OTHER: "other",
@@ -238,9 +239,11 @@ def _text(chars: Any) -> str:
 def device_extensions(physical: Any) -> frozenset[str]:
     """Return the names of the device extensions a physical device offers."""
     count = ffi.new("uint32_t*")
-    lib.vkEnumerateDeviceExtensionProperties(physical, NULL, count, NULL)
+    check("vkEnumerateDeviceExtensionProperties",
+          lib.vkEnumerateDeviceExtensionProperties(physical, NULL, count, NULL))
     props = ffi.new("VkExtensionProperties[]", count[0])
-    lib.vkEnumerateDeviceExtensionProperties(physical, NULL, count, props)
+    check("vkEnumerateDeviceExtensionProperties",
+          lib.vkEnumerateDeviceExtensionProperties(physical, NULL, count, props))
     return frozenset(ffi.string(props[i].extensionName).decode() for i in range(count[0]))
 
 
@@ -249,12 +252,13 @@ def _coopmat_shapes(instance: Any, physical: Any) -> tuple[CoopMatShape, ...]:
                      "PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
     if query is None:
         return ()
+    name = "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"
     count = ffi.new("uint32_t*")
-    query(physical, count, NULL)
+    check(name, query(physical, count, NULL))
     props = ffi.new("VkCooperativeMatrixPropertiesKHR[]", count[0])
     for i in range(count[0]):
         props[i].sType = vk.VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR
-    query(physical, count, props)
+    check(name, query(physical, count, props))
     shapes = []
     for i in range(count[0]):
         p = props[i]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import vulkan as _vk
 
-from vkumd.errors import VkumdError
+from vkumd.errors import VkumdError, VkumdValueError
 
 
 class VulkanError(VkumdError):
@@ -18,6 +18,7 @@ class VulkanError(VkumdError):
     Attributes:
         call: name of the Vulkan entry point, e.g. ``"vkAllocateMemory"``.
         result: the raw ``VkResult`` integer.
+        detail: what was being done, as given by the caller (may be empty).
     """
 
     result_name = "VK_ERROR_UNKNOWN"
@@ -25,6 +26,7 @@ class VulkanError(VkumdError):
     def __init__(self, call: str, result: int, detail: str = "") -> None:
         self.call = call
         self.result = result
+        self.detail = detail
         text = f"{call} failed with {result_name(result)} ({result})"
         if detail:
             text += f": {detail}"
@@ -32,7 +34,15 @@ class VulkanError(VkumdError):
 
 
 class OutOfHostMemory(VulkanError, MemoryError):
-    """The driver ran out of host memory (``VK_ERROR_OUT_OF_HOST_MEMORY``)."""
+    """The driver ran out of host memory (``VK_ERROR_OUT_OF_HOST_MEMORY``).
+
+    When raised by the allocator, ``requested``, ``in_use`` and ``limit`` are set as on
+    :class:`OutOfDeviceMemory`.
+    """
+
+    requested: int | None = None
+    in_use: int | None = None
+    limit: int | None = None
 
 
 class OutOfDeviceMemory(VulkanError, MemoryError):
@@ -126,9 +136,44 @@ for _name in dir(_vk):
             _NAMES.setdefault(_value, _name)
 
 
+def result_code(name: str) -> int:
+    """The ``VkResult`` value of ``name``: ``"VK_ERROR_DEVICE_LOST"``, ``"device_lost"`` or an
+    integer such as ``"-4"``.
+
+    Raises:
+        VkumdValueError: no ``VkResult`` has that name.
+    """
+    text = name.strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    upper = text.upper()
+    for candidate in (upper, "VK_" + upper, "VK_ERROR_" + upper):
+        if isinstance(getattr(_vk, candidate, None), int) and candidate.startswith("VK_"):
+            value = _code(candidate)
+            if value in _NAMES:
+                return value
+    known = ", ".join(sorted(n for n in _NAMES.values() if n.startswith("VK_ERROR_")))
+    raise VkumdValueError(f"{name!r} is not a VkResult name; use one of {known}")
+
+
 def result_name(result: int) -> str:
     """Return the ``VK_*`` name of a ``VkResult`` value, or ``"VkResult(n)"`` if unknown."""
     return _NAMES.get(result, f"VkResult({result})")
+
+
+# The binding's convenience wrappers (vk.vkX(...)) raise classes of their own, one per code.
+_BINDING_CODES: dict[type, int] = {
+    cls: (-code if cls.__name__.startswith("VkError") and code > 0 else code)
+    for code, cls in _vk.exception_codes.items() if isinstance(code, int)
+}
+
+
+def from_binding(call: str, exc: Exception, detail: str = "") -> VulkanError:
+    """The typed error for what the binding's wrapper ``vk.<call>(...)`` raised (a
+    ``vulkan.VkError``), so that callers see vkumd's hierarchy only."""
+    return error_for(call, _BINDING_CODES.get(type(exc), _vk.VK_ERROR_UNKNOWN), detail)
 
 
 def error_for(call: str, result: int, detail: str = "") -> VulkanError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from collections import Counter
@@ -17,6 +18,29 @@ def live_objects() -> dict[str, int]:
         return {name: count for name, count in _live.items() if count}
 
 
+def _uncount_on_failure(init: Any) -> Any:
+    """Wrap a subclass's ``__init__`` so that an object whose constructor raised is not counted.
+
+    The constructor cleans up what it had created before raising; without this the half-built
+    object (kept alive by the traceback) would show as a leak in :func:`live_objects`.
+    """
+
+    @functools.wraps(init)
+    def counted_init(self: Handle, *args: Any, **kwargs: Any) -> None:
+        try:
+            init(self, *args, **kwargs)
+        except BaseException:
+            counted = getattr(self, "_counted", None)
+            if counted is not None:
+                self._counted = None
+                self.handle = None
+                with _live_lock:
+                    _live[counted] -= 1
+            raise
+
+    return counted_init
+
+
 class Handle:
     """Base class of every object that owns a native resource.
 
@@ -26,6 +50,12 @@ class Handle:
     """
 
     handle: Any = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None:
+            cls.__init__ = _uncount_on_failure(init)  # type: ignore[method-assign]
 
     def __init__(self) -> None:
         self._counted = type(self).__name__

@@ -12,7 +12,7 @@ from typing import Any
 from vkumd import settings
 from vkumd.errors import DeviceUnavailable
 from vkumd.vk.binding import API_VERSION_1_3, NULL, c_strings, ffi, lib, make_version, new, vk
-from vkumd.vk.errors import IncompatibleDriver, LayerNotPresent, check
+from vkumd.vk.errors import IncompatibleDriver, LayerNotPresent, check, from_binding
 from vkumd.vk.handle import Handle
 
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
@@ -73,13 +73,27 @@ def _on_debug_message(severity_bits: int, _types: int, data: Any, _user: Any) ->
 
 
 def available_layers() -> list[str]:
-    """Names of the instance layers the loader can find."""
-    return [layer.layerName for layer in vk.vkEnumerateInstanceLayerProperties()]
+    """Names of the instance layers the loader can find.
+
+    Raises:
+        VulkanError: the loader failed to list them.
+    """
+    try:
+        return [layer.layerName for layer in vk.vkEnumerateInstanceLayerProperties()]
+    except vk.VkError as exc:
+        raise from_binding("vkEnumerateInstanceLayerProperties", exc) from None
 
 
 def available_instance_extensions() -> list[str]:
-    """Names of the instance extensions the loader and drivers offer."""
-    return [ext.extensionName for ext in vk.vkEnumerateInstanceExtensionProperties(None)]
+    """Names of the instance extensions the loader and drivers offer.
+
+    Raises:
+        VulkanError: the loader failed to list them.
+    """
+    try:
+        return [ext.extensionName for ext in vk.vkEnumerateInstanceExtensionProperties(None)]
+    except vk.VkError as exc:
+        raise from_binding("vkEnumerateInstanceExtensionProperties", exc) from None
 
 
 def _apply_icd_override() -> None:

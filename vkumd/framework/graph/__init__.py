@@ -16,6 +16,7 @@ from vkumd.framework.graph.passes import PASSES, PIPELINE, disabled_passes, run_
 from vkumd.framework.graph.reference import evaluate
 from vkumd.framework.graph.shapes import OpInfo, TensorType, infer, op_info, supported_ops
 from vkumd.framework.graph.symbols import DimTable
+from vkumd.framework.graph.trace import Trace, TracedTensor, TraceError, Tracer, trace
 
 __all__ = ["PASSES", "PIPELINE", "Allocation", "Dim", "DimTable", "Graph", "GraphBuilder",
            "GraphError", "GraphTypeError", "MemoryPlan", "Node", "OpInfo", "TensorType",
@@ -23,3 +24,4 @@ __all__ = ["PASSES", "PIPELINE", "Allocation", "Dim", "DimTable", "Graph", "Grap
            "eliminate_common_subexpressions", "eliminate_dead_code", "evaluate",
            "fold_constants", "infer", "op_info", "plan_memory", "product", "run_passes",
            "supported_ops", "sym"]
+__all__ += ["Trace", "TraceError", "TracedTensor", "Tracer", "trace"]

@@ -33,3 +33,8 @@ __all__ += ["embedding", "gelu", "gelu_tanh", "layer_norm", "max", "mean", "perm
 __all__ += ["concat", "flatten", "reshape", "slice", "split", "squeeze", "unsqueeze"]
 __all__ += ["attention"]
 __all__ += ["matmul"]
+
+# Last: every public op records a graph node when called on a TracedTensor (vkumd.compile).
+from vkumd.framework.ops.tracing_dispatch import install as _install_tracing  # noqa: E402
+
+_install_tracing(globals(), __all__)

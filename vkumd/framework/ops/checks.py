@@ -52,7 +52,8 @@ def check_dtype(op: str, t: Tensor, what: str, allowed: Iterable[str]) -> dtypes
     if dt.name not in allowed:
         raise VkumdTypeError(f"{op}: {what} is {dt.name}, which is not supported; {op} takes "
                              f"{', '.join(allowed)} (cast() converts)")
-    check_storage(op, dt, t.context)
+    if dt.itemsize < 4:  # 32-bit types need no storage feature (and are the common case)
+        check_storage(op, dt, t.context)
     return dt
 
 
@@ -180,7 +181,7 @@ def broadcast(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     Raises:
         VkumdValueError: the shapes do not broadcast.
     """
-    if all(shape == shapes[0] for shape in shapes):
+    if shapes.count(shapes[0]) == len(shapes):
         return shapes[0]
     try:
         return _broadcast(shapes)

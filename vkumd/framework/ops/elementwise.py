@@ -56,7 +56,7 @@ def _broadcast(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
         VkumdValueError: the shapes do not broadcast, or give more than
             :data:`ELEMENTWISE_MAX_DIMS` dimensions.
     """
-    shape = broadcast(op, *shapes)
+    shape = shapes[0] if shapes.count(shapes[0]) == len(shapes) else broadcast(op, *shapes)
     if len(shape) > ELEMENTWISE_MAX_DIMS:
         raise VkumdValueError(f"{op}: {len(shape)} dimensions; at most {ELEMENTWISE_MAX_DIMS}")
     return shape
@@ -226,11 +226,14 @@ def _with_number(op: str, a: Any, b: Any, out: Tensor | None, kernel_op: str) ->
 
 
 def _binary(op: str, a: Any, b: Any, out: Tensor | None, kernel_op: str) -> Tensor:
-    if _is_number(a) or _is_number(b):
+    # Two tensors is the common case; checking for numbers first costs an ABC lookup each.
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)) and (_is_number(a)
+                                                                  or _is_number(b)):
         return _with_number(op, a, b, out, kernel_op)
     check_tensor(op, a, "the first operand")
     check_tensor(op, b, "the second operand")
-    check_context(op, a, b, "the second operand")
+    if a.context is not b.context:
+        check_context(op, a, b, "the second operand")
     if a.dtype is not b.dtype:
         raise VkumdTypeError(f"{op}: dtypes differ ({a.dtype.name} and {b.dtype.name}); "
                              "cast one first")

@@ -1,0 +1,53 @@
+"""Helpers for the executor tests: relative errors against the float64 reference, poison."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vkumd.framework.execute import CompiledGraph
+from vkumd.framework.graph import Graph, evaluate
+
+TOL = 1e-5
+
+
+def rel(got: np.ndarray, want: np.ndarray) -> float:
+    """Relative Frobenius error (NaN never passes a ``<`` test)."""
+    got64 = np.asarray(got, np.float64)
+    want64 = np.asarray(want, np.float64)
+    assert got64.shape == want64.shape, (got64.shape, want64.shape)
+    scale = np.linalg.norm(want64)
+    return float(np.linalg.norm(got64 - want64) / (scale if scale else 1.0))
+
+
+def poison(compiled: CompiledGraph) -> None:
+    """Fill every recording's arena and outputs with NaN bits, so an unwritten element (or a
+    value read before it is written) shows up in the results."""
+    compiled.context.synchronize()  # the arena's own key never saw the replays' work
+    for rec in compiled.recordings():
+        base = rec.arena.base
+        base.write(np.full(base.shape, 0xFF, np.uint8))
+        for out in rec.outputs:
+            target = getattr(out, "base", out)
+            if target.dtype.name in ("float32", "float16", "bfloat16"):
+                target.write(np.full(target.shape, np.nan, np.float32))
+            else:
+                target.write(np.full(target.shape, 7, np.int32).astype(target.dtype.storage))
+
+
+def check_against_reference(graph: Graph, compiled: CompiledGraph, feeds: dict,
+                            tol: float = TOL) -> list[np.ndarray]:
+    """Run ``compiled`` on ``feeds`` (poisoned first when already recorded) and compare every
+    output with :func:`evaluate`; return the outputs as numpy arrays."""
+    poison(compiled)
+    outs = compiled(**feeds)
+    want = evaluate(graph, {k: getattr(v, "numpy", lambda v=v: v)() for k, v in feeds.items()})
+    got = [o.numpy() for o in outs]
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        err = rel(g, w)
+        assert err < tol, f"output {i}: relative error {err:.3g}"
+    return got
+
+
+def random(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    """Standard normal float32 data."""
+    return rng.standard_normal(shape).astype(np.float32)

@@ -1,0 +1,199 @@
+"""``vkumd.compile``: trace a Python function on the tensor API into a graph, optimise it,
+and return something to call.
+
+Example::
+
+    def block(x, w, b):
+        h = vkumd.ops.matmul(x, w, bias=b, activation="gelu")
+        return (h + x).layer_norm()
+
+    f = vkumd.compile(block, {"x": x, "w": w, "b": b}, dynamic={"x": {0: "batch"}})
+    print(f.graph)          # the optimised IR; f.graph.to_dot() for Graphviz
+    y = f(x=x2, w=w, b=b)   # any batch size
+
+Execution uses :class:`vkumd.framework.graph.compiled.CompiledGraph` when that module
+exists, else the eager interpreter (:mod:`vkumd.framework.interpret`), which
+:meth:`CompiledFunction.run_eager` always uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from vkumd.errors import VkumdTypeError
+from vkumd.framework.graph import Graph, run_passes
+from vkumd.framework.graph.reference import bindings_for
+from vkumd.framework.graph.trace import Trace, trace
+from vkumd.framework.interpret import run_graph
+from vkumd.framework.tensor import Tensor
+
+_EXECUTOR_MODULE = "vkumd.framework.graph.compiled"
+
+
+def compiled_graph_class() -> type | None:
+    """The compiled executor's class, or None while its module does not exist."""
+    try:
+        from vkumd.framework.graph.compiled import CompiledGraph  # type: ignore[import-not-found]
+    except ModuleNotFoundError as exc:
+        if exc.name != _EXECUTOR_MODULE:
+            raise  # the module exists but something it needs is missing: say so
+        return None
+    return CompiledGraph
+
+
+class CompiledFunction:
+    """A traced, optimised function; call it as the original (positionally or by name).
+
+    Attributes:
+        graph: the optimised graph.
+        traced_graph: the graph as traced, before the passes.
+        input_names: the inputs, in the function's parameter order.
+        executor: ``"compiled"`` (CompiledGraph) or ``"eager"`` (the interpreter).
+    """
+
+    def __init__(self, traced: Trace, graph: Graph, ctx: Any, buckets: Any = None) -> None:
+        self.traced_graph = traced.graph
+        self.graph = graph
+        self.input_names = list(traced.input_names)
+        self._trace = traced
+        self._ctx = ctx
+        self._buckets = buckets
+        self._constants: dict[int, Tensor] = {}
+        self._compiled: Any = None
+        self.executor = "compiled" if compiled_graph_class() is not None else "eager"
+
+    # -- calling ---------------------------------------------------------------------------
+
+    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        names = self.input_names
+        if len(args) > len(names):
+            raise VkumdTypeError(f"{self.graph.name}() takes {len(names)} inputs "
+                                 f"({', '.join(names)}), got {len(args)} positional")
+        bound = dict(zip(names, args, strict=False))
+        for name, value in kwargs.items():
+            if name not in names:
+                raise VkumdTypeError(f"{self.graph.name}() has no input {name!r}; its inputs "
+                                     f"are {', '.join(names)}")
+            if name in bound:
+                raise VkumdTypeError(f"{self.graph.name}() got input {name!r} twice")
+            bound[name] = value
+        missing = [n for n in names if n not in bound]
+        if missing:
+            raise VkumdTypeError(f"{self.graph.name}() is missing input(s) "
+                                 f"{', '.join(missing)}")
+        return bound
+
+    def _context(self, bound: Mapping[str, Any]) -> Any:
+        if self._ctx is None:
+            self._ctx = next((t.context for t in bound.values() if isinstance(t, Tensor)),
+                             None)
+        if self._ctx is None:
+            from vkumd.framework.context import Context
+
+            self._ctx = Context()
+        return self._ctx
+
+    def _tensors(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Tensor]:
+        bound = self._bind(args, kwargs)
+        ctx = self._context(bound)
+        by_name = {v.name: v for v in self.graph.inputs}
+        out: dict[str, Tensor] = {}
+        for name, value in bound.items():
+            if name not in by_name:
+                continue  # an input the passes found unused
+            if not isinstance(value, Tensor):
+                value = ctx.tensor(np.asarray(value), dtype=by_name[name].dtype)
+            out[name] = value
+        bindings_for(self.graph, {n: tuple(t.shape) for n, t in out.items()})
+        return out
+
+    def _structure(self, outputs: Sequence[Tensor]) -> Any:
+        keys = self._trace.output_keys
+        if keys is None:
+            return outputs[0]
+        if isinstance(keys, int):
+            return tuple(outputs)
+        return dict(zip(keys, outputs, strict=True))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the graph on tensors (or arrays) shaped like the examples.
+
+        Returns:
+            What the traced function returned: a Tensor, a tuple or a dict of Tensors.
+
+        Raises:
+            VkumdTypeError: missing or unknown inputs, an input of the wrong dtype.
+            VkumdValueError: shapes that contradict the graph.
+        """
+        if self.executor == "eager":
+            return self.run_eager(*args, **kwargs)
+        inputs = self._tensors(args, kwargs)
+        if self._compiled is None:
+            cls = compiled_graph_class()
+            assert cls is not None
+            self._compiled = cls(self.graph, self._ctx, buckets=self._buckets)
+        result = self._compiled(**inputs)
+        if isinstance(result, Mapping):
+            result = list(result.values())
+        return self._structure(list(result) if isinstance(result, (list, tuple)) else [result])
+
+    def run_eager(self, *args: Any, **kwargs: Any) -> Any:
+        """As calling, but always through the eager interpreter (one vkumd op per node)."""
+        inputs = self._tensors(args, kwargs)
+        return self._structure(run_graph(self.graph, self._ctx, inputs, self._constants))
+
+    # -- looking -----------------------------------------------------------------------------
+
+    def summary(self, bindings: Mapping[str, int] | None = None) -> str:
+        """A text table of the optimised graph, the passes that ran and the executor."""
+        if self._compiled is not None and hasattr(self._compiled, "summary"):
+            return str(self._compiled.summary())
+        passes = ", ".join(self.graph.passes_run) or "none"
+        return (f"{self.graph.summary(bindings)}\npasses: {passes}\nexecutor: {self.executor}"
+                f" ({len(self.traced_graph.nodes)} traced nodes, {len(self.graph.nodes)} "
+                "after the passes)")
+
+    def __repr__(self) -> str:
+        return (f"<CompiledFunction {self.graph.name}({', '.join(self.input_names)}): "
+                f"{len(self.graph.nodes)} nodes, executor {self.executor}>")
+
+
+def compile(fn: Callable[..., Any],  # noqa: A001 - the public name, as torch.compile
+            example_inputs: Mapping[str, Any] | Sequence[Any], *,
+            dynamic: Mapping[Any, Mapping[int, str]] | None = None, ctx: Any = None,
+            passes: Sequence[str] | None = None, disable: Iterable[str] | None = None,
+            buckets: Any = None) -> CompiledFunction:
+    """Trace ``fn`` once, optimise the graph and return a :class:`CompiledFunction`.
+
+    Args:
+        fn: a function of tensors using the tensor API and ``vkumd.ops``; values it closes
+            over (eager tensors, numpy arrays) become constants.
+        example_inputs: name -> vkumd Tensor or numpy array (``fn`` is called by keyword),
+            or a tuple of them (called positionally, named after ``fn``'s parameters).
+        dynamic: input -> {axis: symbol}, e.g. ``{"x": {0: "batch", 1: "seq"}}``; one symbol
+            name across inputs is one dimension. Other dimensions are fixed.
+        ctx: the context to run on (default: the examples' tensors', else a new one).
+        passes: pass names to run (default the pipeline,
+            :data:`vkumd.framework.graph.PIPELINE`).
+        disable: pass names not to run.
+        buckets: handed to the compiled executor (shape buckets to record).
+
+    Returns:
+        The compiled function.
+
+    Raises:
+        TraceError: the function reads tensor data on the host (data-dependent control
+            flow), uses a symbolic dimension as an int, or calls what cannot be traced.
+        GraphError: shape or dtype errors, naming the node and the user's line.
+        VkumdValueError: an unknown pass name.
+    """
+    traced = trace(fn, example_inputs, dynamic=dynamic)
+    graph = run_passes(traced.graph, passes, disable=disable)
+    if ctx is None:
+        values = (example_inputs.values() if isinstance(example_inputs, Mapping)
+                  else example_inputs)
+        ctx = next((t.context for t in values if isinstance(t, Tensor)), None)
+    return CompiledFunction(traced, graph, ctx, buckets)

@@ -1,0 +1,129 @@
+"""Shape buckets: which recording serves a call, from the sizes its inputs give the symbols.
+
+A compiled graph records its launches once per bucket: every symbolic dimension (``batch``,
+``seq``) is rounded up to a bucket size, powers of two by default or the smallest of a list
+the caller gives per symbol. Inputs are padded up to the bucket and outputs cut back, so
+one recording serves every size up to its bucket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from vkumd.errors import VkumdValueError
+from vkumd.framework.graph.dims import Dim, format_shape, sym
+from vkumd.framework.graph.ir import Graph
+
+BucketSpec = Mapping[str, Sequence[int] | None]
+"""Per symbol: a list of bucket sizes, or None for exact sizes (one recording per size).
+Symbols not named get powers of two."""
+
+
+class BucketPolicy:
+    """Rounds each symbol's size up to its bucket.
+
+    Args:
+        graph: the graph (symbols are keyed by their class representative, so any name of an
+            equated class may be given).
+        buckets: see :data:`BucketSpec`; None: powers of two for every symbol.
+        exact: symbols that must not be padded (their padding would leak into results).
+
+    Raises:
+        VkumdValueError: a bucket list that is empty or holds sizes < 1.
+    """
+
+    def __init__(self, graph: Graph, buckets: BucketSpec | None = None,
+                 exact: Sequence[str] = ()) -> None:
+        self._lists: dict[str, tuple[int, ...] | None] = {}
+        for name, sizes in (buckets or {}).items():
+            root = _root(graph, name)
+            if sizes is None:
+                self._lists[root] = None
+                continue
+            listed = tuple(sorted({int(s) for s in sizes}))
+            if not listed or listed[0] < 1:
+                raise VkumdValueError(f"buckets[{name!r}] = {list(sizes)}: give one or more "
+                                      "sizes >= 1, or None for exact sizes")
+            self._lists[root] = listed
+        for name in exact:
+            self._lists[_root(graph, name)] = None
+
+    def bucket(self, symbol: str, size: int) -> int:
+        """The bucket for ``size`` of ``symbol`` (a class representative).
+
+        Raises:
+            VkumdValueError: ``size`` is past the largest listed bucket.
+        """
+        if symbol not in self._lists:
+            return 1 << max(size - 1, 0).bit_length() if size > 1 else size
+        listed = self._lists[symbol]
+        if listed is None:
+            return size
+        for b in listed:
+            if b >= size:
+                return b
+        raise VkumdValueError(f"symbol {symbol} is {size}, past its largest bucket "
+                              f"{listed[-1]}; add a larger bucket (buckets={{{symbol!r}: "
+                              f"[..., {size}]}}) or use None for exact sizes")
+
+    def apply(self, env: Mapping[str, int]) -> dict[str, int]:
+        """Every symbol of ``env`` rounded to its bucket."""
+        return {name: self.bucket(name, size) for name, size in env.items()}
+
+
+def _root(graph: Graph, name: str) -> str:
+    resolved = graph.dims.resolve(sym(name))
+    if isinstance(resolved, int):
+        return name
+    return next(iter(resolved.symbols))
+
+
+def bind_symbols(graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+    """The size of every symbol (by class representative) from the inputs' shapes.
+
+    Args:
+        graph: the graph.
+        shapes: a concrete shape per input name.
+
+    Returns:
+        Symbol sizes.
+
+    Raises:
+        VkumdValueError: a missing or unknown input, a rank or fixed size that differs, or
+            two inputs that give one symbol different sizes (both named).
+    """
+    names = [v.name for v in graph.inputs]
+    missing = [n for n in names if n not in shapes]
+    extra = sorted(set(shapes) - set(names))
+    if missing or extra:
+        parts = ([f"missing {', '.join(map(repr, missing))}"] if missing else []) + (
+            [f"unknown {', '.join(map(repr, extra))}"] if extra else [])
+        raise VkumdValueError(f"inputs: {'; '.join(parts)}; the graph takes "
+                              f"{', '.join(map(repr, names))}")
+    env: dict[str, int] = {}
+    source: dict[str, str] = {}
+    later: list[tuple[str, int | Dim, int, tuple[int, ...]]] = []
+    for v in graph.inputs:
+        actual = tuple(int(d) for d in shapes[v.name])
+        if len(actual) != len(v.shape):
+            raise VkumdValueError(f"input {v.name!r} has shape {actual}; the graph declares "
+                                  f"{format_shape(v.shape)}")
+        for axis, (d, size) in enumerate(zip(v.shape, actual, strict=True)):
+            r = graph.dims.resolve(d)
+            if isinstance(r, Dim) and len(r.symbols) == 1 and r == sym(next(iter(r.symbols))):
+                name = next(iter(r.symbols))
+                if name in env and env[name] != size:
+                    raise VkumdValueError(
+                        f"inputs {source[name]!r} and {v.name!r} must agree on {name}: "
+                        f"{source[name]!r} gives {env[name]}, {v.name!r} gives {size} "
+                        f"(axis {axis} of shape {actual})")
+                env.setdefault(name, size)
+                source.setdefault(name, v.name)
+            else:
+                later.append((v.name, r, size, actual))
+    for name, r, size, actual in later:
+        got = r if isinstance(r, int) else r.bind(env)
+        if got != size:
+            raise VkumdValueError(f"input {name!r} has shape {actual}; a dimension declared "
+                                  f"{r} is {got} with {env}, not {size}")
+    return env

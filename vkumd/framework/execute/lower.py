@@ -1,0 +1,135 @@
+"""Lowering: each IR op to a call of its ``vkumd.ops`` function, on the one path.
+
+:data:`LOWERINGS` maps an op name to a function ``(node, inputs, outputs) -> None`` that
+calls the matching op with ``out=`` the node's output tensor; ``inputs`` has one entry per
+declared input (None where an optional input is absent). An op without an entry cannot be
+compiled; a new fused op registers one entry here (``LOWERINGS["fused_elementwise"] = ...``).
+``reshape`` has no entry: the executor makes its output a view of its input (no launch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from vkumd.framework import ops
+from vkumd.framework.graph.errors import UnsupportedOpError
+from vkumd.framework.graph.ir import Node
+from vkumd.framework.graph.shapes import op_info
+from vkumd.framework.tensor import Tensor
+
+Lowering = Callable[[Node, list[Any], list[Tensor]], None]
+"""``(node, input tensors, output tensors)``: record the node's launches into the outputs."""
+
+# Ops whose output is its input's bytes under another shape: a view, zero launches.
+VIEW_OPS = frozenset({"reshape"})
+
+
+def attrs_of(node: Node) -> dict[str, Any]:
+    """The node's attributes with every default filled in."""
+    return op_info(node.op).full_attrs(node.attrs)
+
+
+def _binary(fn: Callable[..., Tensor]) -> Lowering:
+    def lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+        fn(ins[0], ins[1], out=outs[0])
+    return lower
+
+
+def _unary(fn: Callable[..., Tensor]) -> Lowering:
+    def lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+        fn(ins[0], out=outs[0])
+    return lower
+
+
+def _reduce(fn: Callable[..., Tensor]) -> Lowering:
+    def lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+        fn(ins[0], keepdims=attrs_of(node)["keepdims"], out=outs[0])
+    return lower
+
+
+def _div(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    ops.div(ins[0], ins[1], rounding=attrs_of(node)["rounding"], out=outs[0])
+
+
+def _scale(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    ops.scale(ins[0], attrs_of(node)["alpha"], out=outs[0])
+
+
+def _cast(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    ops.cast(ins[0], attrs_of(node)["dtype"], out=outs[0])
+
+
+def _matmul(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    a, b, bias, residual = ins
+    at = attrs_of(node)
+    ops.matmul(a, b, bias=bias, activation=at["activation"], residual=residual,
+               alpha=at["alpha"], trans_a=at["trans_a"], trans_b=at["trans_b"], out=outs[0])
+
+
+def _attention(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    q, k, v, key_lengths, mask = ins
+    at = attrs_of(node)
+    ops.attention(q, k, v, causal=at["causal"], key_lengths=key_lengths, attn_mask=mask,
+                  scale=at["scale"], out=outs[0])
+
+
+def _softmax(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    # Shape inference admits only the last axis, which is what the kernel normalises.
+    ops.softmax(ins[0], scale=attrs_of(node)["scale"], mask=ins[1], out=outs[0])
+
+
+def _layer_norm(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    ops.layer_norm(ins[0], ins[1], ins[2], eps=attrs_of(node)["eps"], out=outs[0])
+
+
+def _rms_norm(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    ops.rms_norm(ins[0], ins[1], eps=attrs_of(node)["eps"], out=outs[0])
+
+
+def _transpose(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    at = attrs_of(node)
+    ops.transpose(ins[0], at["dim0"], at["dim1"], out=outs[0])
+
+
+def _permute(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    ops.permute(ins[0], attrs_of(node)["dims"], out=outs[0])
+
+
+def _embedding(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    ops.embedding(ins[0], ins[1], out=outs[0])
+
+
+LOWERINGS: dict[str, Lowering] = {
+    "add": _binary(ops.add), "sub": _binary(ops.sub), "mul": _binary(ops.mul), "div": _div,
+    "scale": _scale, "cast": _cast,
+    "relu": _unary(ops.relu), "gelu": _unary(ops.gelu), "gelu_tanh": _unary(ops.gelu_tanh),
+    "silu": _unary(ops.silu),
+    "sum": _reduce(ops.sum), "mean": _reduce(ops.mean), "max": _reduce(ops.max),
+    "softmax": _softmax, "layer_norm": _layer_norm, "rms_norm": _rms_norm,
+    "matmul": _matmul, "attention": _attention,
+    "transpose": _transpose, "permute": _permute, "embedding": _embedding,
+}
+
+
+def lowering_for(node: Node) -> Lowering:
+    """The lowering of ``node``'s op.
+
+    Raises:
+        UnsupportedOpError: the op has no lowering; the message names the node and lists the
+            ops that have one.
+    """
+    found = LOWERINGS.get(node.op)
+    if found is None:
+        raise UnsupportedOpError(
+            f"op {node.op!r} has no lowering to vkumd.ops, so the graph cannot be compiled; "
+            f"ops with one: {', '.join(sorted(LOWERINGS))} (and reshape, a view). Register "
+            "one in vkumd.framework.graph.lower.LOWERINGS", node.describe())
+    return found
+
+
+def check_lowerable(nodes: list[Node]) -> None:
+    """Raise :class:`UnsupportedOpError` for the first node without a lowering."""
+    for node in nodes:
+        if node.op not in VIEW_OPS:
+            lowering_for(node)
