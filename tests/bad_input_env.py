@@ -17,27 +17,6 @@ import numpy as np
 
 import vkumd
 
-# Cases whose fix is on another engineer's branch and not on main yet; each is run as a
-# strict xfail, so the merge that brings the fix turns it into a failure that says to drop
-# the id from this set. Branch faults (51d4a5d): size strings and type checks in
-# runtime/memory.py, type checks and negative indices in runtime/device.py, closed pools.
-FIXED_ON_FAULTS = frozenset({
-    "context_device_negative", "context_device_float", "context_device_list",
-    "context_device_bool", "context_memory_limit_bad_string", "context_memory_limit_float",
-    "context_memory_limit_list", "set_limit_bad_string", "set_limit_float",
-    "set_limit_fraction_string", "pool_allocate_after_close",
-})
-# Cases that show a bug in a file being rewritten on another branch right now (memory.py on
-# faults), left for that branch: strict xfails with the reason.
-OPEN_BUGS = {
-    "pool_allocate_string": "MemoryPool.allocate compares the size with 0 before checking its "
-                            "type (builtin TypeError); runtime/memory.py is being restructured "
-                            "on branch faults",
-    "ctx_allocate_float": "allocate(10.5) is refused by the range allocator with 'size must "
-                          "be an int, got float: 16.0', naming the rounded size, not the one "
-                          "asked for; runtime/memory.py is being restructured on branch faults",
-}
-
 
 @dataclass(frozen=True)
 class Case:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from bad_input_cases import CASES as RUNTIME_CASES
-from bad_input_env import FIXED_ON_FAULTS, OPEN_BUGS, Case, Env
+from bad_input_env import Case, Env
 from bad_input_ops import CASES as OP_CASES
 
 import vkumd
@@ -26,17 +26,6 @@ CASES = RUNTIME_CASES + OP_CASES
 # Objects whose count must not grow across a case: a refused call that leaked a tensor or
 # half-built a context would show here (pool bytes in use are checked as well).
 WATCHED = ("Tensor", "Context", "Instance", "Device")
-
-
-def _param(case: Case) -> Any:
-    marks = []
-    if case.id in FIXED_ON_FAULTS:
-        marks.append(pytest.mark.xfail(strict=True, reason=(
-            "fixed on branch faults, not on main yet; drop this id from FIXED_ON_FAULTS in "
-            "tests/bad_input_env.py when it is merged")))
-    if case.id in OPEN_BUGS:
-        marks.append(pytest.mark.xfail(strict=True, reason=OPEN_BUGS[case.id]))
-    return pytest.param(case, id=case.id, marks=marks)
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +67,6 @@ def test_corpus_is_large_and_ids_unique() -> None:
     ids = [case.id for case in CASES]
     assert len(ids) >= 120
     assert len(set(ids)) == len(ids), sorted({i for i in ids if ids.count(i) > 1})
-    known = set(ids)
-    assert FIXED_ON_FAULTS <= known and set(OPEN_BUGS) <= known
 
 
 def test_every_op_is_covered() -> None:
@@ -88,7 +75,7 @@ def test_every_op_is_covered() -> None:
         assert {f"{name}_numpy_array", f"{name}_released", f"{name}_closed_context"} <= ids, name
 
 
-@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input(case: Case, env: Env) -> None:
     before = _watched(env)
     limit = env.ctx.memory.get_limit()

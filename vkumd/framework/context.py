@@ -35,6 +35,14 @@ class Context(RuntimeContext):
             (host reads and writes go through staging copies); ``None`` reads
             ``VKUMD_DEVICE_ONLY_MEMORY``.
 
+    Raises:
+        VkumdTypeError: a switch (validation, zero_memory, push_descriptors,
+            device_only_memory) that is not a bool or None, a ``block_size`` that is not an
+            int, a ``device`` that is neither an int nor a string, a bad ``memory_limit``.
+        VkumdValueError: a ``block_size`` under 1 MiB, a negative or unreadable limit, a bad
+            ``VKUMD_*`` variable.
+        DeviceUnavailable: no device matches ``device``.
+
     Example::
 
         with vkumd.Context() as ctx:

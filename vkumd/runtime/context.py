@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import numbers
 import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import numpy as np
-
 from vkumd import settings
 from vkumd.compiler import kernels as _shipped_kernels  # noqa: F401 - registers kernels
 from vkumd.compiler.launch import Launch, LaunchPlan
 from vkumd.compiler.pipeline_cache import PipelineCache
 from vkumd.compiler.registry import KernelRegistry
-from vkumd.errors import CaptureError, ContextClosed, VkumdTypeError, VkumdValueError
+from vkumd.errors import CaptureError, ContextClosed, VkumdValueError
 from vkumd.runtime import profiler
 from vkumd.runtime.capture import CaptureStream, Graph, MemoryPins
 from vkumd.runtime.current import CurrentStreams
@@ -69,23 +66,13 @@ class RuntimeContext(Handle):
             ``False`` forces descriptor pools; ``None`` reads ``VKUMD_DISABLE_PUSH_DESCRIPTORS``.
         device_only_memory: never map tensor memory, so host access goes through staging as
             on a discrete GPU; ``None`` reads ``VKUMD_DEVICE_ONLY_MEMORY``.
-
-    Raises:
-        VkumdTypeError: a switch that is not a bool or None, or a non-int ``block_size``.
     """
 
     def __init__(self, device: int | str | None = None, *, validation: bool | None = None,
                  zero_memory: bool | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
                  memory_limit: int | str | None = None, push_descriptors: bool | None = None,
                  device_only_memory: bool | None = None) -> None:
-        # Before anything is created: a string is truthy, so validation="no" would turn it on.
-        switches = {"validation": validation, "zero_memory": zero_memory,
-                    "push_descriptors": push_descriptors, "device_only_memory": device_only_memory}
-        for what, value in switches.items():
-            if value is not None and not isinstance(value, (bool, np.bool_)):
-                raise VkumdTypeError(f"Context({what}={value!r}): pass True, False or None")
-        if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral):
-            raise VkumdTypeError(f"Context(block_size={block_size!r}): pass a byte count (int)")
+        settings.check_arguments(locals())  # wrong types stop us before anything is made
         super().__init__()
         settings.check_environment()  # a bad VKUMD_* value stops us before any Vulkan object
         # Re-entrant: the garbage collector may end a DLPack view, which takes this lock,
@@ -194,9 +181,6 @@ class RuntimeContext(Handle):
             name: shown in errors and profiles.
             max_batch_dispatches: submit after this many dispatches (default 256).
             max_batch_bytes: submit once commands touched this many bytes (default 256 MiB).
-
-        Raises:
-            VkumdTypeError, VkumdValueError: a budget not an int >= 1, or an unknown queue.
         """
         self.check_open("creating a stream")
         budget: dict[str, int] = {}
@@ -204,9 +188,6 @@ class RuntimeContext(Handle):
             budget["max_batch_dispatches"] = max_batch_dispatches
         if max_batch_bytes is not None:
             budget["max_batch_bytes"] = max_batch_bytes
-        for what, value in budget.items():
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise VkumdTypeError(f"ctx.stream({what}={value!r}): pass an int >= 1")
         created = Stream(self, queue, name=name, **budget)
         self._streams.append(created)
         return created
