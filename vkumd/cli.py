@@ -1,5 +1,6 @@
 """The ``vkumd`` command: ``vkumd info`` lists devices; ``vkumd demo`` runs the demo;
-``vkumd compile --all`` builds every kernel variant the device can use."""
+``vkumd compile --all`` builds every kernel variant the device can use; ``vkumd embed`` embeds
+sentences (see :mod:`vkumd.cli_embed`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import dataclasses
 import sys
 import time
 
+from vkumd import cli_embed
 from vkumd.errors import VkumdError
 from vkumd.runtime.context import devices
 from vkumd.runtime.device import default_device_index
@@ -142,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                                 help="device index (see vkumd info); default: VKUMD_DEVICE or "
                                 "the best device")
     compile_parser.set_defaults(func=cmd_compile)
+    cli_embed.add_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

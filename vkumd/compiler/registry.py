@@ -51,6 +51,8 @@ class Kernel:
             talk through subgroup operations only). Such pipelines require the subgroup size
             ``WORKGROUP`` (or the variant's ``SUBGROUP``, when it spans several subgroups) and
             full subgroups where the device has subgroup-size control.
+        source_code: the GLSL text of a generated kernel (then ``source`` is only the name
+            errors and dumps show); None for a kernel whose text is the file ``source``.
     """
 
     name: str
@@ -62,6 +64,7 @@ class Kernel:
     requires: frozenset[str] = frozenset()
     variants: Callable[[DeviceCaps], list[Variant]] = lambda caps: [{}]
     one_subgroup: Callable[[Variant], bool] = lambda variant: False
+    source_code: str | None = field(default=None, repr=False)
 
     @property
     def push_bytes(self) -> int:
@@ -69,7 +72,9 @@ class Kernel:
         return self.push.size
 
     def source_text(self) -> str:
-        """The GLSL source."""
+        """The GLSL source: the generated text, or the file's."""
+        if self.source_code is not None:
+            return self.source_code
         return (shaders_dir() / self.source).read_text()
 
     def specialize(self, variant: Mapping[str, Any] | None = None) -> KernelVariant:

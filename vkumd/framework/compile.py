@@ -11,36 +11,34 @@ Example::
     print(f.graph)          # the optimised IR; f.graph.to_dot() for Graphviz
     y = f(x=x2, w=w, b=b)   # any batch size
 
-Execution uses :class:`vkumd.framework.graph.compiled.CompiledGraph` when that module
-exists, else the eager interpreter (:mod:`vkumd.framework.interpret`), which
-:meth:`CompiledFunction.run_eager` always uses.
+Execution records the graph's launches once per shape bucket and replays them
+(:class:`vkumd.framework.execute.CompiledGraph`); a graph with an op the executor cannot
+lower yet runs through the eager interpreter (:mod:`vkumd.framework.interpret`) instead,
+with a warning in the log, and :meth:`CompiledFunction.run_eager` always uses that.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from vkumd.errors import VkumdTypeError
-from vkumd.framework.graph import Graph, run_passes
+from vkumd.framework.execute import CompiledGraph
+from vkumd.framework.execute.lower import check_lowerable
+from vkumd.framework.graph import Graph, UnsupportedOpError, run_passes
 from vkumd.framework.graph.reference import bindings_for
 from vkumd.framework.graph.trace import Trace, trace
 from vkumd.framework.interpret import run_graph
 from vkumd.framework.tensor import Tensor
 
-_EXECUTOR_MODULE = "vkumd.framework.graph.compiled"
+log = logging.getLogger("vkumd.compile")
 
 
-def compiled_graph_class() -> type | None:
-    """The compiled executor's class, or None while its module does not exist."""
-    try:
-        from vkumd.framework.graph.compiled import CompiledGraph  # type: ignore[import-not-found]
-    except ModuleNotFoundError as exc:
-        if exc.name != _EXECUTOR_MODULE:
-            raise  # the module exists but something it needs is missing: say so
-        return None
+def compiled_graph_class() -> type:
+    """The executor compiled functions use (a seam for tests that stand one in)."""
     return CompiledGraph
 
 
@@ -63,7 +61,12 @@ class CompiledFunction:
         self._buckets = buckets
         self._constants: dict[int, Tensor] = {}
         self._compiled: Any = None
-        self.executor = "compiled" if compiled_graph_class() is not None else "eager"
+        self.executor = "compiled"
+        try:
+            check_lowerable(graph.nodes)
+        except UnsupportedOpError as exc:
+            log.warning("%s runs eagerly, node by node: %s", graph.name, exc)
+            self.executor = "eager"
 
     # -- calling ---------------------------------------------------------------------------
 
@@ -133,7 +136,6 @@ class CompiledFunction:
         inputs = self._tensors(args, kwargs)
         if self._compiled is None:
             cls = compiled_graph_class()
-            assert cls is not None
             self._compiled = cls(self.graph, self._ctx, buckets=self._buckets)
         result = self._compiled(**inputs)
         if isinstance(result, Mapping):

@@ -3,21 +3,24 @@
 :class:`~vkumd.framework.compile.CompiledFunction` falls back to it while no compiled
 executor exists, and "eager vs compiled" comparisons use it as the device-side reference
 (the float64 one is :func:`vkumd.framework.graph.reference.evaluate`). Each node is one eager
-op call with the node's attributes; ops vkumd has no kernel for yet (reshape without
-``Tensor.reshape``, slice, concat, split, the comparisons, where) go through the host in
-numpy, which is slow but exact (they only move or compare stored values).
+op call with the node's attributes, through the executor's lowering table
+(:data:`vkumd.framework.execute.lower.LOWERINGS`); ops it has no lowering for yet (slice,
+concat, split, the comparisons, where) go through the host in numpy, which is slow but
+exact (they only move or compare stored values).
 """
 
 from __future__ import annotations
 
 import operator
+from collections import ChainMap
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from vkumd import errors
-from vkumd.framework import dtypes, ops
+from vkumd.framework import dtypes
+from vkumd.framework.execute.lower import LOWERINGS
 from vkumd.framework.graph import Graph, GraphError, Node, op_info
 from vkumd.framework.graph.reference import bindings_for
 from vkumd.framework.tensor import Tensor
@@ -27,16 +30,6 @@ EagerFn = Callable[[Any, Args, dict[str, Any], list[tuple[int, ...]]], Any]
 
 _COMPARE = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
             "gt": operator.gt, "ge": operator.ge}
-
-
-def _kernel(name: str, *attr_names: str, args: int | None = None) -> EagerFn:
-    """An op that maps onto ``vkumd.ops.<name>(*inputs, **attrs)``."""
-    fn = getattr(ops, name)
-
-    def run(ctx: Any, xs: Args, attrs: dict[str, Any], shapes: list[tuple[int, ...]]) -> Any:
-        return fn(*xs[:args], **{k: attrs[k] for k in attr_names})
-
-    return run
 
 
 def _host(ctx: Any, like: dtypes.DType, array: np.ndarray) -> Tensor:
@@ -80,26 +73,16 @@ def _where(ctx: Any, xs: Args, attrs: dict[str, Any], shapes: list[tuple[int, ..
     return _host(ctx, xs[1].dtype, np.where(cond != 0, a, b))
 
 
-EAGER: dict[str, EagerFn] = {
-    "matmul": lambda ctx, xs, at, sh: ops.matmul(
-        xs[0], xs[1], bias=xs[2], residual=xs[3], activation=at["activation"],
-        alpha=at["alpha"], trans_a=at["trans_a"], trans_b=at["trans_b"]),
-    "attention": lambda ctx, xs, at, sh: ops.attention(
-        xs[0], xs[1], xs[2], key_lengths=xs[3], attn_mask=xs[4], causal=at["causal"],
-        scale=at["scale"]),
-    "add": _kernel("add"), "sub": _kernel("sub"), "mul": _kernel("mul"),
-    "div": _kernel("div", "rounding"), "scale": _kernel("scale", "alpha"),
-    "cast": _kernel("cast", "dtype"), "relu": _kernel("relu"), "gelu": _kernel("gelu"),
-    "gelu_tanh": _kernel("gelu_tanh"), "silu": _kernel("silu"),
-    "softmax": lambda ctx, xs, at, sh: ops.softmax(xs[0], scale=at["scale"], mask=xs[1]),
-    "layer_norm": _kernel("layer_norm", "eps"), "rms_norm": _kernel("rms_norm", "eps"),
-    "sum": _kernel("sum", "keepdims"), "mean": _kernel("mean", "keepdims"),
-    "max": _kernel("max", "keepdims"),
-    "transpose": _kernel("transpose", "dim0", "dim1"), "permute": _kernel("permute", "dims"),
-    "embedding": _kernel("embedding"),
+# Ops the executor has no lowering for yet, run on the host (every other op runs through
+# the executor's lowering, the same vkumd.ops call a compiled graph records).
+HOST: dict[str, EagerFn] = {
     "reshape": _reshape, "slice": _slice, "concat": _concat, "split": _split,
     "where": _where, **{op: _compare(op) for op in _COMPARE},
 }
+
+
+# Every op the interpreter runs, whichever way (a live view: lowerings registered later count).
+EAGER = ChainMap(LOWERINGS, HOST)
 
 
 def run_node(ctx: Any, node: Node, args: Args, shapes: list[tuple[int, ...]]) -> list[Tensor]:
@@ -108,10 +91,17 @@ def run_node(ctx: Any, node: Node, args: Args, shapes: list[tuple[int, ...]]) ->
     Raises:
         GraphError: no eager form of the op, or a result of the wrong shape.
     """
-    fn = EAGER.get(node.op)
+    lowering = LOWERINGS.get(node.op)
+    if lowering is not None:
+        outs = [ctx.empty(shape, out.dtype) for shape, out in zip(shapes, node.outputs,
+                                                                   strict=True)]
+        lowering(node, args, outs)
+        return outs
+    fn = HOST.get(node.op)
     if fn is None:
+        known = sorted({*LOWERINGS, *HOST})
         raise GraphError(f"op {node.op} has no eager implementation; the ops that have one "
-                         f"are {', '.join(sorted(EAGER))}", node.describe())
+                         f"are {', '.join(known)}", node.describe())
     result = fn(ctx, args, op_info(node.op).full_attrs(node.attrs), shapes)
     outs = list(result) if isinstance(result, (list, tuple)) else [result]
     for out, want in zip(outs, shapes, strict=True):

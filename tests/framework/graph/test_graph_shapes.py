@@ -30,7 +30,8 @@ def test_every_listed_op_has_a_rule() -> None:
     expected = {"matmul", "attention", "layer_norm", "rms_norm", "softmax", "add", "sub", "mul",
                 "div", "scale", "cast", "gelu", "gelu_tanh", "relu", "silu", "sum", "mean",
                 "max", "transpose", "permute", "reshape", "embedding", "concat", "split",
-                "slice", "where", "eq", "ne", "lt", "le", "gt", "ge"}
+                "slice", "where", "eq", "ne", "lt", "le", "gt", "ge",
+                "fused_elementwise", "add_layer_norm"}  # the fusion passes' ops
     assert expected == set(supported_ops())
 
 
@@ -38,7 +39,8 @@ def test_unsupported_op_names_node_and_lists_ops() -> None:
     b = builder()
     x = b.input("x", (3,))
     with pytest.raises(UnsupportedOpError, match=r"node %1 = conv2d \(stem\): op 'conv2d' is "
-                                                 r"not supported; supported ops: add, attention"):
+                                                 r"not supported; supported ops: add, "
+                                                 r"add_layer_norm, attention"):
         b.op("conv2d", x, label="stem")
 
 

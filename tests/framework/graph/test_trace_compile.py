@@ -160,6 +160,9 @@ def test_closure_weights_upload_once(ctx) -> None:
         x = f32(n, 8)
         np.testing.assert_allclose(cf(x=x).numpy(), np.maximum(x @ w.numpy(), 0), rtol=1e-5,
                                    atol=1e-6)
+        # The eager interpreter keeps its own uploads of the weights: once, too.
+        np.testing.assert_allclose(cf.run_eager(x=x).numpy(), np.maximum(x @ w.numpy(), 0),
+                                   rtol=1e-5, atol=1e-6)
     assert len(cf._constants) == 1
 
 

@@ -5,7 +5,9 @@ objects with their defines, specialization constants and variants.
 """
 
 from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their kernels)
+    add_norm,
     attention,
+    fused_elementwise,
     transformer,
 )
 from vkumd.compiler.kernels.elementwise import (

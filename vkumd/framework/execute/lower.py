@@ -100,6 +100,16 @@ def _embedding(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     ops.embedding(ins[0], ins[1], out=outs[0])
 
 
+def _fused_elementwise(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    at = attrs_of(node)
+    ops.fused_elementwise(ins, at["program"], dtype=at["dtype"], out=outs[0])
+
+
+def _add_layer_norm(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    x, residual, weight, bias = ins
+    ops.add_layer_norm(x, residual, weight, bias, eps=attrs_of(node)["eps"], out=outs[0])
+
+
 LOWERINGS: dict[str, Lowering] = {
     "add": _binary(ops.add), "sub": _binary(ops.sub), "mul": _binary(ops.mul), "div": _div,
     "scale": _scale, "cast": _cast,
@@ -109,6 +119,7 @@ LOWERINGS: dict[str, Lowering] = {
     "softmax": _softmax, "layer_norm": _layer_norm, "rms_norm": _rms_norm,
     "matmul": _matmul, "attention": _attention,
     "transpose": _transpose, "permute": _permute, "embedding": _embedding,
+    "fused_elementwise": _fused_elementwise, "add_layer_norm": _add_layer_norm,
 }
 
 
@@ -124,7 +135,7 @@ def lowering_for(node: Node) -> Lowering:
         raise UnsupportedOpError(
             f"op {node.op!r} has no lowering to vkumd.ops, so the graph cannot be compiled; "
             f"ops with one: {', '.join(sorted(LOWERINGS))} (and reshape, a view). Register "
-            "one in vkumd.framework.graph.lower.LOWERINGS", node.describe())
+            "one in vkumd.framework.execute.lower.LOWERINGS", node.describe())
     return found
 
 

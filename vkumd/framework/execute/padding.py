@@ -22,6 +22,7 @@ from vkumd.framework.graph.shapes import op_info
 _REDUCED: dict[str, Callable[[Node], list[tuple[int, int]]]] = {
     "softmax": lambda n: [(0, -1)],
     "layer_norm": lambda n: [(0, -1)],
+    "add_layer_norm": lambda n: [(0, -1), (1, -1)],
     "rms_norm": lambda n: [(0, -1)],
     "sum": lambda n: [(0, -1)], "mean": lambda n: [(0, -1)], "max": lambda n: [(0, -1)],
     "matmul": lambda n: [(0, -2 if n.attrs.get("trans_a") else -1),
@@ -31,7 +32,8 @@ _REDUCED: dict[str, Callable[[Node], list[tuple[int, int]]]] = {
     "embedding": lambda n: [(1, 0), (1, 1)],
 }
 # Ops that move or combine values position by position (besides OpInfo.inplace ones).
-_POSITIONAL = frozenset({"transpose", "permute", "eq", "ne", "lt", "le", "gt", "ge"})
+_POSITIONAL = frozenset({"transpose", "permute", "eq", "ne", "lt", "le", "gt", "ge",
+                         "fused_elementwise"})
 _CUTTING = frozenset({"concat", "split", "slice"})
 
 

@@ -14,6 +14,10 @@ from vkumd.errors import VkumdValueError
 from vkumd.framework.graph.constant_folding import fold_constants
 from vkumd.framework.graph.cse import eliminate_common_subexpressions
 from vkumd.framework.graph.dce import eliminate_dead_code
+from vkumd.framework.graph.fusion_attention import fuse_attention
+from vkumd.framework.graph.fusion_elementwise import fuse_elementwise
+from vkumd.framework.graph.fusion_epilogue import fuse_epilogue
+from vkumd.framework.graph.fusion_norm import fuse_add_layer_norm
 from vkumd.framework.graph.ir import Graph
 from vkumd.settings import text as setting
 
@@ -21,18 +25,25 @@ Pass = Callable[[Graph], Graph]
 
 DISABLE_VARIABLE = "VKUMD_DISABLE_PASSES"
 
-# Name -> pass. Fusion passes (elementwise into generated kernels, GEMM epilogue,
-# attention, residual + norm) register here once the lowering can run what they produce.
+# Name -> pass.
 PASSES: dict[str, Pass] = {
     "dce": eliminate_dead_code,
     "constant_folding": fold_constants,
     "cse": eliminate_common_subexpressions,
+    "attention_fusion": fuse_attention,
+    "epilogue_fusion": fuse_epilogue,
+    "add_norm_fusion": fuse_add_layer_norm,
+    "elementwise_fusion": fuse_elementwise,
 }
 
 # Cleanups first (so fusion sees the smallest graph), fusion in the middle, a last DCE for
 # what fusion and folding orphaned.
 CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "cse")
-FUSION: tuple[str, ...] = ()
+# Fusion: attention first (epilogue fusion would take its mask add as a residual), then the
+# GEMM epilogues (a residual stored with the product beats re-reading it in the norm), then
+# residual + norm, elementwise last, so it takes only what the pattern fusions left.
+FUSION: tuple[str, ...] = ("attention_fusion", "epilogue_fusion", "add_norm_fusion",
+                           "elementwise_fusion")
 PIPELINE: tuple[str, ...] = (*CLEANUP, *FUSION, "dce")
 
 

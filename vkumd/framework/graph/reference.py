@@ -19,6 +19,7 @@ import numpy as np
 from vkumd.errors import VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.graph.errors import GraphError
+from vkumd.framework.graph.rules_fused import STEP_ARITY
 from vkumd.framework.graph.shapes import OPS
 
 if TYPE_CHECKING:
@@ -53,7 +54,8 @@ def round_to(array: np.ndarray, dtype: dtypes.DType) -> np.ndarray:
 
 def gelu(x: np.ndarray) -> np.ndarray:
     """``x * Phi(x)`` with the exact (erf) normal CDF."""
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(np.float64))
+    # np.asarray: on a 0-d array the ufunc gives a bare float, which has no astype.
+    return 0.5 * x * (1.0 + np.asarray(_erf(x / math.sqrt(2.0)), np.float64))
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -150,6 +152,13 @@ def _layer_norm(args: Arrays, attrs: dict[str, Any], shapes: list[tuple[int, ...
     return [y + b if b is not None else y]
 
 
+@_ref("add_layer_norm")
+def _add_layer_norm(args: Arrays, attrs: dict[str, Any], shapes: list[tuple[int, ...]]
+                    ) -> list[np.ndarray]:
+    x, residual, w, b = args
+    return _layer_norm([x + residual, w, b], attrs, shapes)
+
+
 @_ref("rms_norm")
 def _rms_norm(args: Arrays, attrs: dict[str, Any], shapes: list[tuple[int, ...]]
               ) -> list[np.ndarray]:
@@ -202,6 +211,26 @@ def _attention(args: Arrays, attrs: dict[str, Any], shapes: list[tuple[int, ...]
     if mask is not None:
         scores = scores + mask
     return [np.matmul(softmax_rows(scores), v)]
+
+
+@_ref("fused_elementwise")
+def _fused_elementwise(args: Arrays, attrs: dict[str, Any], shapes: list[tuple[int, ...]]
+                       ) -> list[np.ndarray]:
+    # Each step runs the reference of the op it names, so a fused group evaluates exactly as
+    # the nodes it replaced (same float64 operations in the same order).
+    values: list[np.ndarray] = [a for a in args if a is not None]
+    for step in attrs["program"]:
+        op, rest = step[0], step[1:]
+        arity = STEP_ARITY[op]
+        operands = [np.float64(a[1]) if isinstance(a, tuple) else values[a]
+                    for a in rest[:arity]]
+        params = rest[arity:]
+        if op == "cast":
+            step_attrs = {"dtype": params[0]}
+        else:
+            step_attrs = OPS[op].full_attrs({"rounding": params[0]} if params else {})
+        values.append(np.asarray(REFERENCES[op](operands, step_attrs, shapes)[0], np.float64))
+    return [np.broadcast_to(values[-1], shapes[0]).copy()]
 
 
 REFERENCES["transpose"] = lambda a, attrs, s: [np.swapaxes(a[0], attrs["dim0"], attrs["dim1"])]

@@ -170,7 +170,9 @@ def _softmax(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorTy
     return [x]
 
 
-def _norm_rule(op: str, ins: Types, eps: Any, dims: DimTable) -> list[TensorType]:
+def norm_rule(op: str, ins: Types, eps: Any, dims: DimTable) -> list[TensorType]:
+    """The rule of a norm over ``(x, weight?, bias?)``: x float, at least 1-D, eps >= 0,
+    weight and bias x's dtype and one value per element of a row."""
     x = ins[0]
     assert x is not None
     need_float(op, x)
@@ -189,12 +191,12 @@ def _norm_rule(op: str, ins: Types, eps: Any, dims: DimTable) -> list[TensorType
 
 @register("layer_norm", ("x", "weight?", "bias?"), {"eps": 1e-5})
 def _layer_norm(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-    return _norm_rule("layer_norm", ins, attrs["eps"], dims)
+    return norm_rule("layer_norm", ins, attrs["eps"], dims)
 
 
 @register("rms_norm", ("x", "weight?"), {"eps": 1e-6})
 def _rms_norm(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-    return _norm_rule("rms_norm", ins, attrs["eps"], dims)
+    return norm_rule("rms_norm", ins, attrs["eps"], dims)
 
 
 def _reduce(op: str) -> None:

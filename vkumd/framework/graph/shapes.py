@@ -6,7 +6,11 @@ until the rule modules have registered themselves.
 
 from __future__ import annotations
 
-from vkumd.framework.graph import rules_elementwise, rules_tensor  # noqa: F401  (registers)
+from vkumd.framework.graph import (  # noqa: F401  (importing registers the rules)
+    rules_elementwise,
+    rules_fused,
+    rules_tensor,
+)
 from vkumd.framework.graph.registry import (
     OPS,
     REQUIRED,

@@ -1,6 +1,7 @@
 """Operations on tensors."""
 
 from vkumd.framework.ops.activation import gelu, gelu_tanh, relu, silu
+from vkumd.framework.ops.add_norm import add_layer_norm
 from vkumd.framework.ops.attention import attention
 from vkumd.framework.ops.elementwise import (
     add,
@@ -18,6 +19,7 @@ from vkumd.framework.ops.elementwise import (
     scale,
     sub,
 )
+from vkumd.framework.ops.fused import fused_elementwise
 from vkumd.framework.ops.layout import embedding, permute, transpose
 from vkumd.framework.ops.matmul import matmul
 from vkumd.framework.ops.norm import layer_norm, rms_norm
@@ -33,6 +35,7 @@ __all__ += ["embedding", "gelu", "gelu_tanh", "layer_norm", "max", "mean", "perm
 __all__ += ["concat", "flatten", "reshape", "slice", "split", "squeeze", "unsqueeze"]
 __all__ += ["attention"]
 __all__ += ["matmul"]
+__all__ += ["add_layer_norm", "fused_elementwise"]
 
 # Last: every public op records a graph node when called on a TracedTensor (vkumd.compile).
 from vkumd.framework.ops.tracing_dispatch import install as _install_tracing  # noqa: E402

