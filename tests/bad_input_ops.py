@@ -22,6 +22,8 @@ def _q(env: Env, shape: tuple[int, ...] = (1, 2, 4, 8), dtype: str = "float32") 
     return env.t(shape, dtype)
 
 
+RELU_OF_SUM = (("add", 0, 1), ("relu", 2))  # a fused_elementwise program of two inputs
+
 # One call per op with its first tensor argument replaced: every op must refuse a numpy
 # array, a released tensor and a tensor of a closed context the same way.
 UNARY: dict[str, Callable[[Env, Any], Any]] = {
@@ -61,6 +63,8 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "slice": lambda e, x: ops.slice(x, 0, 1),
     "concat": lambda e, x: ops.concat([x, e.t()]),
     "split": lambda e, x: ops.split(x, 1),
+    "add_layer_norm": lambda e, x: ops.add_layer_norm(e.t(), x),
+    "fused_elementwise": lambda e, x: ops.fused_elementwise([e.t(), x], RELU_OF_SUM),
 }
 
 
@@ -339,6 +343,46 @@ VIEWS = [
     C("matmul_out_view_of_b",
       lambda e: (lambda b: ops.matmul(e.t((3, 3)), b, out=ops.flatten(b).reshape(3, 3)))(
           e.t((3, 3))), VE, "same tensor as an input"),
+    C("add_layer_norm_residual_shape", lambda e: ops.add_layer_norm(e.t(), e.t((3,))), VE,
+      "residual has shape"),
+    C("add_layer_norm_residual_dtype",
+      lambda e: ops.add_layer_norm(e.t(), e.t(dtype="float16")), TE, "cast it"),
+    C("add_layer_norm_out_aliases_residual",
+      lambda e: (lambda r: ops.add_layer_norm(e.t(), r, out=r))(e.t()), VE,
+      "same tensor as an input"),
+    C("add_layer_norm_eps_negative", lambda e: ops.add_layer_norm(e.t(), e.t(), eps=-1), VE,
+      ">= 0"),
+    C("fused_program_string", lambda e: ops.fused_elementwise([e.t()], "relu"), TE,
+      "tuple of step tuples"),
+    C("fused_program_unknown_step", lambda e: ops.fused_elementwise([e.t()], (("tanh", 0),)),
+      TE, "no known op"),
+    C("fused_program_reads_undefined",
+      lambda e: ops.fused_elementwise([e.t()], (("add", 0, 5),)), VE, "reads value 5"),
+    C("fused_program_empty", lambda e: ops.fused_elementwise([e.t()], ()), VE, "no steps"),
+    C("fused_const_string",
+      lambda e: ops.fused_elementwise([e.t()], (("add", 0, ("const", "x")),)), TE,
+      "('const', number)"),
+    C("fused_inputs_not_a_list", lambda e: ops.fused_elementwise(e.t(), RELU_OF_SUM), TE,
+      "non-empty list"),
+    C("fused_too_many_inputs", lambda e: ops.fused_elementwise([e.t()] * 9, (("relu", 0),)),
+      VE, "at most 8"),
+    C("fused_result_int32", lambda e: ops.fused_elementwise([e.t()], (("relu", 0),),
+                                                            dtype="int32"), TE, "result is int32"),
+    C("fused_out_shape_string", lambda e: ops.fused_elementwise([e.t()], (("relu", 0),),
+                                                                out_shape="ab"), TE,
+      "not a sequence of ints"),
+    C("fused_out_shape_float", lambda e: ops.fused_elementwise([e.t()], (("relu", 0),),
+                                                               out_shape=(2.5, 3)), TE,
+      "must hold ints"),
+    C("fused_out_shape_negative", lambda e: ops.fused_elementwise([e.t()], (("relu", 0),),
+                                                                  out_shape=(-2, 3)), VE,
+      "negative dimension"),
+    C("fused_out_aliases_input",
+      lambda e: (lambda x: ops.fused_elementwise([x], (("relu", 0),), out=x))(e.t()), VE,
+      "same tensor as an input"),
+    C("fused_mixed_contexts",
+      lambda e: ops.fused_elementwise([e.t(), e.t(ctx=e.other)], RELU_OF_SUM), VE,
+      "different context"),
     C("split_size_zero", lambda e: ops.split(e.t(), 0), VE, "at least 1"),
     C("split_sizes_do_not_add_up", lambda e: ops.split(e.t(), [1, 2]), VE, "add up to"),
     C("split_0d", lambda e: ops.split(e.ctx.zeros(()), 1), VE, "0-d"),
