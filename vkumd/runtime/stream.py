@@ -264,9 +264,31 @@ class Stream:
         limit_ns = timeout_ns(timeout)
         with self._lock:
             self._check_usable(what or "a wait")
-            if value > self.submitter.timeline.submitted:
-                self._submit()
-            self._waiting += 1
+            self._enter_wait(value)
+        self._finish_wait(value, limit_ns, what)
+
+    def wait_for_memory(self, key: MemoryKey, what: str) -> None:
+        """Block until the last work of this stream that used memory ``key`` has completed
+        (a no-op if none did, or it already completed).
+
+        Raises:
+            ContextClosed, VkumdError: the context was closed, or this stream released.
+        """
+        with self._lock:
+            self._check_usable(what)
+            value = self.uses.last(key)
+            if value is None or value <= self.submitter.timeline.completed():
+                return
+            self._enter_wait(value)
+        self._finish_wait(value, timeout_ns(None), what)
+
+    def _enter_wait(self, value: int) -> None:
+        # Under the lock: submit up to value; release() keeps the submitter while we wait.
+        if value > self.submitter.timeline.submitted:
+            self._submit()
+        self._waiting += 1
+
+    def _finish_wait(self, value: int, limit_ns: int, what: str) -> None:
         prof = profiler.current
         started = time.perf_counter_ns() if prof is not None else 0
         try:
@@ -278,15 +300,6 @@ class Stream:
         if prof is not None:
             prof.host_event("wait", what or self.name, started, time.perf_counter_ns(),
                             {"value": value})
-
-    def wait_for_memory(self, key: MemoryKey, what: str) -> None:
-        """Block until the last work of this stream that used memory ``key`` has completed
-        (a no-op if none did, or it already completed)."""
-        self._check_usable(what)
-        with self._lock:
-            value = self.uses.last(key)
-        if value is not None and value > self.submitter.timeline.completed():
-            self.wait_value(value, what=what)
 
     def forget_memory(self, key: MemoryKey) -> int | None:
         """Forget memory ``key`` (it is being released); return the submission that last

@@ -38,11 +38,21 @@ GEMM_PUSH = PushLayout("a:u64", "b:u64", "c:u64", "bias:u64", "residual:u64", "M
 PACK_WORKGROUP = 64
 
 # The lanes path: TM rows x (NJ * VC * subgroup) columns per workgroup (VC = elements per
-# 64-bit word when B is read a word at a time along N, else 1), K unrolled by KU. Chosen by
-# measurement on lavapipe 25 (see bench/gemm.py and the GEMM notes in its docstring): 16-32
-# accumulators per lane; more spill, fewer leave the gathers unamortised.
-LANES_TM = 8
-LANES_KU = 4
+# 64-bit word when B is read a word at a time along N, else 1), K unrolled by KU; each lane
+# keeps TM x LANES_COLUMNS accumulators. Chosen by measurement on lavapipe 25 (bench/gemm.py,
+# one core, LP_NUM_THREADS=0, AMD EPYC with AVX-512, float32 1024^3, GFLOP/s for TM x
+# columns x KU): 8x2x4 (the old tile) 15.5-15.8, 8x4x8 18.5-18.8, 8x6x8 20.1, 8x8x8 23.1,
+# 16x8x4 25.2, 16x8x8 27.5, 16x8x16 26.3, 16x6x8 24.6, 16x10x8 25.5, 24x8x8 25.1, 32x8x4
+# 15.1, 16x16x4 15.4 (float16 8x4x4 18.7, 16x8x8 28.1; bfloat16 22.5 -> 37.5; int8 8-column
+# 4x8 31.0 -> 16x8x8 44.5 GOP/s). Once each accumulator takes all K steps of an iteration in
+# turn (shaders/gemm.comp, LANES_STEP), 16x8x8 measured 30.2-30.9, 16x8x16 28.1, 8x16x8
+# 26.5, 16x12x8 29.0, 32x4x8 30.0. The accumulators do not fit in registers (they live on
+# the stack); what pays is amortising the per-iteration gathers, A broadcasts, loop-mask
+# updates and blends over more multiply-adds. Past 128 accumulators per lane it falls off a
+# cliff.
+LANES_TM = 16
+LANES_KU = 8
+LANES_COLUMNS = 8
 # Elements of each storage type in one 64-bit word (the unit of a wide load).
 WORD_ELEMENTS = {"F32": 2, "F16": 4, "BF16": 4, "I8": 8}
 # The shared-memory path: a workgroup of WG invocations computes TM x TN, each invocation
@@ -72,11 +82,11 @@ def lanes_variant(caps: DeviceCaps, dtype: str, wide_a: int = 0, wide_b: int = 0
             the word's elements), 2 along K (B transposed, K a multiple), 0 element by element.
     """
     vw = WORD_ELEMENTS[dtype]
-    nj = 1 if wide_b == 1 else 2
-    tm = 4 if wide_b == 1 and vw == 8 else LANES_TM  # keep int8's 8 columns x TM at 32
+    vc = vw if wide_b == 1 else 1  # columns one B load carries
+    nj = max(1, LANES_COLUMNS // vc)
     k_step = vw if wide_a or wide_b == 2 else 1
     return {"PATH": GEMM_PATHS["lanes"], "DTYPE": dtype, WORKGROUP: caps.subgroup_size,
-            "TM": tm, "NJ": nj, "KU": max(LANES_KU, k_step), "WIDE_A": wide_a,
+            "TM": LANES_TM, "NJ": nj, "KU": max(LANES_KU, k_step), "WIDE_A": wide_a,
             "WIDE_B": wide_b}
 
 

@@ -33,8 +33,10 @@ from vkumd.vk.caps import CoopMatShape, DeviceCaps
 VARIANTS = ("lanes", "lanes_packed", "shared", "coopmat")
 # The lanes path packs B into column panels first when enough row tiles reuse each panel
 # to repay the copy (measured on lavapipe: 2x at 2048^3, where B's power-of-two row stride
-# puts a panel's rows in few cache sets).
-PACK_MIN_TILES_M = 128
+# puts a panel's rows in few cache sets). 64 tiles of 16 rows: 1024 rows, as before the tile
+# grew from 8 rows (one core, float32 1024^3 with B transposed: 29.0 GFLOP/s packed against
+# 13.2 unpacked; untransposed 28.7 against 29.7, within noise).
+PACK_MIN_TILES_M = 64
 PACK_MIN_K = 256
 # Whether float16 GEMMs on a CPU driver that lists cooperative-matrix shapes use them.
 COOPMAT_ON_CPU = False

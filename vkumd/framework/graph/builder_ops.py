@@ -171,6 +171,26 @@ class OpMethods:
         """``x * sigmoid(x)``."""
         return self._apply("silu", [x], {})
 
+    def exp(self, x: Value) -> Value:
+        """``e**x`` (IR only: no kernel yet)."""
+        return self._apply("exp", [x], {})
+
+    def sqrt(self, x: Value) -> Value:
+        """The square root (IR only: no kernel yet)."""
+        return self._apply("sqrt", [x], {})
+
+    def tanh(self, x: Value) -> Value:
+        """The hyperbolic tangent (IR only: no kernel yet)."""
+        return self._apply("tanh", [x], {})
+
+    def erf(self, x: Value) -> Value:
+        """The error function (IR only: no kernel yet)."""
+        return self._apply("erf", [x], {})
+
+    def sigmoid(self, x: Value) -> Value:
+        """``1 / (1 + e**-x)`` (IR only: no kernel yet)."""
+        return self._apply("sigmoid", [x], {})
+
     # -- row-wise --------------------------------------------------------------------------
 
     def softmax(self, x: Value, *, scale: float | None = None, mask: Value | None = None

@@ -73,6 +73,11 @@ ACTIVATIONS: dict[str | None, Callable[[np.ndarray], np.ndarray]] = {
     "gelu_tanh": gelu_tanh, "silu": silu}
 
 
+def _quiet(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        return np.asarray(fn(x), np.float64)
+
+
 def softmax_rows(x: np.ndarray) -> np.ndarray:
     """Softmax over the last axis; an all ``-inf`` row gives zeros, not NaN."""
     top = np.max(x, axis=-1, keepdims=True)
@@ -128,6 +133,13 @@ def _cast(args: Arrays, attrs: dict[str, Any], shapes: list[tuple[int, ...]]
 
 for _name in ("relu", "gelu", "gelu_tanh", "silu"):
     REFERENCES[_name] = (lambda f: lambda a, attrs, s: [f(a[0])])(ACTIVATIONS[_name])
+
+_MATH: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "exp": np.exp, "sqrt": np.sqrt, "tanh": np.tanh,
+    "erf": lambda x: _erf(x).astype(np.float64), "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x))}
+for _name, _fn in _MATH.items():
+    # errstate: sqrt of a negative is NaN and exp overflows to inf, as in float32 kernels.
+    REFERENCES[_name] = (lambda f: lambda a, attrs, s: [_quiet(f, a[0])])(_fn)
 
 
 @_ref("softmax")

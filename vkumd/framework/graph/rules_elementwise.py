@@ -1,9 +1,10 @@
 """Shape rules of the elementwise and row-wise ops.
 
 Elementwise: add, sub, mul, div (numpy broadcasting, one dtype), the comparisons eq, ne, lt,
-le, gt, ge (uint8 0/1 results: vkumd has no bool type), where, scale, cast, and the
-activations gelu, gelu_tanh, relu, silu. Row-wise (over the last axis, as vkumd's kernels):
-softmax, layer_norm, rms_norm, sum, mean, max.
+le, gt, ge (uint8 0/1 results: vkumd has no bool type), where, scale, cast, the
+activations gelu, gelu_tanh, relu, silu, and the math functions exp, sqrt, tanh, erf, sigmoid
+(for importers; no kernel yet). Row-wise (over the last axis, as vkumd's kernels): softmax,
+layer_norm, rms_norm, sum, mean, max.
 """
 
 from __future__ import annotations
@@ -145,7 +146,9 @@ def _activation(op: str) -> None:
         return [x]
 
 
-for _name in ("gelu", "gelu_tanh", "relu", "silu"):
+# exp, sqrt, tanh, erf and sigmoid are the IR's for importers (ONNX); no kernel runs them yet.
+MATH_OPS = ("exp", "sqrt", "tanh", "erf", "sigmoid")
+for _name in ("gelu", "gelu_tanh", "relu", "silu", *MATH_OPS):
     _activation(_name)
 
 
@@ -214,4 +217,4 @@ for _name in ("sum", "mean", "max"):
     _reduce(_name)
 
 ELEMENTWISE_OPS = ("add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge", "where",
-                   "scale", "cast", "gelu", "gelu_tanh", "relu", "silu")
+                   "scale", "cast", "gelu", "gelu_tanh", "relu", "silu", *MATH_OPS)

@@ -1,0 +1,64 @@
+"""The ONNX frontend's errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vkumd.errors import CapabilityMissing, VkumdValueError
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One node the importer cannot translate.
+
+    Attributes:
+        name: the node's name in the model (may be empty).
+        op_type: its ONNX operator.
+        reason: why (an unknown operator, an attribute value, a dtype).
+        needs: the tensor whose value the node needs at import time (a shape, axes), when
+            that is the only reason; None otherwise.
+    """
+
+    name: str
+    op_type: str
+    reason: str
+    needs: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.op_type} node {self.name or '(unnamed)'!r}: {self.reason}"
+
+
+class UnsupportedModelError(VkumdValueError):
+    """A model has nodes, attributes or types vkumd cannot import; every one is listed.
+
+    Attributes:
+        refusals: one :class:`Refusal` per node that was refused, in model order.
+    """
+
+    def __init__(self, refusals: list[Refusal], model: str = "model") -> None:
+        self.refusals = list(refusals)
+        ops = sorted({r.op_type for r in refusals})
+        lines = "\n".join(f"  - {r}" for r in refusals)
+        super().__init__(f"{model}: {len(refusals)} node(s) cannot be imported (operators "
+                         f"{', '.join(ops)}):\n{lines}")
+
+
+class NoDeviceKernel(CapabilityMissing):
+    """An IR op (or its dtype) that vkumd can express but has no device kernel for yet."""
+
+
+class Unsupported(Exception):
+    """Raised inside a converter; the importer turns it into a :class:`Refusal`."""
+
+
+class NeedsConstant(Unsupported):
+    """A converter needs the value of ``name`` (shape, axes, starts) at import time.
+
+    Args:
+        message: the refusal's text.
+        name: the ONNX tensor whose value is needed.
+    """
+
+    def __init__(self, message: str, name: str) -> None:
+        super().__init__(message)
+        self.name = name

@@ -1,0 +1,189 @@
+"""A loaded ONNX model: the IR after passes, callable with numpy inputs by ONNX name."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from vkumd.errors import VkumdTypeError, VkumdValueError
+from vkumd.framework.frontends.onnx.errors import UnsupportedModelError
+from vkumd.framework.frontends.onnx.importer import Dynamic, Imported, as_model, import_model
+from vkumd.framework.frontends.onnx.run import run_graph
+from vkumd.framework.graph import Graph, evaluate, run_passes
+
+_INT32 = np.iinfo(np.int32)
+_INTEGER_INPUTS = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+# Specializations kept per model (one per distinct value of its shape inputs).
+MAX_SPECIALIZATIONS = 16
+
+
+def _shape_inputs(model: onnx.ModelProto, exc: UnsupportedModelError) -> list[str] | None:
+    """The integer graph inputs to specialize on, when every refusal only lacked a value."""
+    if not all(r.needs for r in exc.refusals):
+        return None
+    init = {t.name for t in model.graph.initializer}
+    names = [vi.name for vi in model.graph.input if vi.name not in init
+             and vi.type.tensor_type.elem_type in _INTEGER_INPUTS]
+    return names or None
+
+
+class OnnxModel:
+    """An imported model bound to a context.
+
+    A model whose shapes, axes or slice bounds are graph inputs (ONNX allows it; exporters
+    rarely do) cannot be imported once for all values: it is *specialized*, imported again
+    for each distinct value of its integer inputs, which are then folded like initializers.
+
+    Attributes:
+        graph: the IR after the default passes (what the executor runs); for a specialized
+            model, the latest specialization's (None before the first call).
+        imported: the import's record (graph before passes, ONNX names and types).
+        specialized_on: the integer inputs folded per call (empty for most models).
+
+    Args:
+        source: the model.
+        dynamic: symbol overrides, as :func:`load`.
+        ctx: the context to run on (created on first call when None).
+
+    Raises:
+        UnsupportedModelError: listing every node vkumd cannot import.
+    """
+
+    def __init__(self, source: onnx.ModelProto, dynamic: Dynamic | None = None,
+                 ctx: Any = None) -> None:
+        self._source, self._dynamic, self._ctx = source, dynamic, ctx
+        self._cache: dict[bytes, tuple[Imported, Graph]] = {}
+        self.specialized_on: list[str] = []
+        self.graph: Graph | None = None
+        try:
+            self.imported: Imported | None = import_model(source, dynamic)
+        except UnsupportedModelError as exc:
+            names = _shape_inputs(source, exc)
+            if names is None:
+                raise
+            self.imported, self.specialized_on = None, names
+            self._all_inputs = [(vi.name, vi.type.tensor_type.elem_type)
+                                for vi in source.graph.input
+                                if vi.name not in {t.name for t in source.graph.initializer}]
+            return
+        self.graph = run_passes(self.imported.graph)
+
+    def _specialize(self, inputs: dict[str, Any]) -> tuple[Imported, Graph]:
+        values = {n: np.asarray(inputs[n]) for n in self.specialized_on if n in inputs}
+        key = b"".join(n.encode() + str(a.shape).encode() + a.tobytes()
+                       for n, a in sorted(values.items()))
+        if key not in self._cache:
+            if len(self._cache) >= MAX_SPECIALIZATIONS:
+                self._cache.pop(next(iter(self._cache)))
+            imported = import_model(self._source, self._dynamic, values)
+            self._cache[key] = (imported, run_passes(imported.graph))
+        return self._cache[key]
+
+    @property
+    def input_names(self) -> list[str]:
+        """The ONNX names of the inputs, in order."""
+        if self.imported is None:
+            return [n for n, _ in self._all_inputs]
+        return list(self.imported.input_names)
+
+    @property
+    def output_names(self) -> list[str]:
+        """The ONNX names of the outputs, in order."""
+        return [vi.name for vi in self._source.graph.output]
+
+    def _context(self) -> Any:
+        if self._ctx is None:
+            from vkumd.framework.context import Context
+
+            self._ctx = Context()
+        return self._ctx
+
+    def _prepare(self, imp: Imported, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+        missing = [n for n in self.input_names if n not in inputs]
+        unknown = [n for n in inputs if n not in self.input_names]
+        if missing or unknown:
+            raise VkumdValueError(f"inputs missing: {missing}, unknown: {unknown}; the model "
+                                  f"takes {self.input_names}")
+        out: dict[str, np.ndarray] = {}
+        for name, elem in zip(imp.input_names, imp.input_types, strict=True):
+            array = np.asarray(inputs[name])
+            if elem == onnx.TensorProto.INT64:
+                if array.size and (array.min() < _INT32.min or array.max() > _INT32.max):
+                    raise VkumdValueError(f"input {name!r} has int64 values outside int32's "
+                                          "range; vkumd stores int64 as int32")
+                array = array.astype(np.int32)
+            elif elem == onnx.TensorProto.BOOL:
+                array = array.astype(np.uint8)
+            elif array.dtype.kind == "f" and array.dtype.itemsize == 8:
+                raise VkumdTypeError(f"input {name!r} is float64; pass float32")
+            elif array.dtype.name == "bfloat16":
+                array = array.astype(np.float32)  # ml_dtypes' type; vkumd rounds it back
+            out[name] = array
+        return out
+
+    def __call__(self, **inputs: Any) -> dict[str, np.ndarray]:
+        """Run the model on the device.
+
+        Args:
+            inputs: an array per ONNX input name.
+
+        Returns:
+            An array per ONNX output name, of the output's ONNX type (int64, bool restored).
+
+        Raises:
+            VkumdValueError: missing or unknown inputs, int64 values outside int32.
+            NoDeviceKernel: the graph needs a kernel vkumd lacks.
+        """
+        imp, feed = self._bind(inputs)
+        assert self.graph is not None
+        return self._typed(imp, run_graph(self.graph, self._context(), feed).values())
+
+    def evaluate(self, **inputs: Any) -> dict[str, np.ndarray]:
+        """Run the model's IR in float64 numpy (:func:`vkumd.framework.graph.evaluate`), with
+        no device: the check of an import whose ops have no kernel yet.
+
+        Args and errors as :meth:`__call__` (without ``NoDeviceKernel``).
+
+        Returns:
+            An array per ONNX output name, rounded to the output's ONNX type.
+        """
+        imp, feed = self._bind(inputs)
+        assert self.graph is not None
+        return self._typed(imp, evaluate(self.graph, feed))
+
+    def _bind(self, inputs: dict[str, Any]) -> tuple[Imported, dict[str, np.ndarray]]:
+        if self.imported is None:
+            imp, self.graph = self._specialize(inputs)
+        else:
+            imp = self.imported
+        return imp, self._prepare(imp, inputs)
+
+    @staticmethod
+    def _typed(imp: Imported, arrays: Iterable[np.ndarray]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for name, elem, array in zip(imp.output_names, imp.output_types, arrays, strict=True):
+            target = onnx.helper.tensor_dtype_to_np_dtype(elem)
+            out[name] = (array != 0) if target == np.bool_ else array.astype(target, copy=False)
+        return out
+
+
+def load(source: str | Path | bytes | onnx.ModelProto, ctx: Any = None,
+         dynamic: Dynamic | None = None) -> OnnxModel:
+    """Import an ONNX model and run the graph passes over it.
+
+    Args:
+        source: a path, serialized bytes or a ``ModelProto``.
+        ctx: the :class:`~vkumd.Context` to run on (default: one created on first call).
+        dynamic: per input name, axis -> symbol name (``{"input_ids": {0: "batch"}}``).
+
+    Returns:
+        The :class:`OnnxModel`: ``.graph`` and ``model(**inputs) -> dict of arrays``.
+
+    Raises:
+        UnsupportedModelError: listing every node vkumd cannot import.
+    """
+    return OnnxModel(as_model(source), dynamic, ctx)

@@ -1,0 +1,206 @@
+"""Converters of MatMul, Gemm, Softmax, LayerNormalization and the reductions.
+
+vkumd's row kernels work over the last axis; other axes are permuted (or reshaped) there
+first, which is what an exporter's graph would have to do on vkumd anyway.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+
+from vkumd.framework.frontends.onnx.errors import Unsupported
+from vkumd.framework.frontends.onnx.state import Bound, State, converter
+from vkumd.framework.graph import Dim, Value, product
+
+
+def _axis(axis: int, ndim: int, what: str = "axis") -> int:
+    if not -max(ndim, 1) <= axis < max(ndim, 1):
+        raise Unsupported(f"{what} {axis} is out of range for {ndim} dimensions")
+    return axis % max(ndim, 1)
+
+
+def _broadcast_batch(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """numpy's broadcast of two batch shapes (None when a symbolic pair would need it)."""
+    out = []
+    width = max(len(a), len(b))
+    a = (1,) * (width - len(a)) + a
+    b = (1,) * (width - len(b)) + b
+    for x, y in zip(a, b, strict=True):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            return None
+    return tuple(out)
+
+
+@converter("MatMul")
+def matmul(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """numpy's matmul: 1-D operands are promoted and squeezed back, a batch of ones shared."""
+    a, b = st.value(node.input[0]), st.value(node.input[1])
+    if a.shape == () or b.shape == ():
+        raise Unsupported("MatMul of a 0-d operand")
+    squeeze_a, squeeze_b = len(a.shape) == 1, len(b.shape) == 1
+    if squeeze_a:
+        a = st.b.reshape(a, (1, a.shape[0]))
+    if squeeze_b:
+        b = st.b.reshape(b, (b.shape[0], 1))
+    batch = _broadcast_batch(a.shape[:-2], b.shape[:-2])
+    if batch is None:
+        raise Unsupported(f"batch dimensions {a.shape[:-2]} and {b.shape[:-2]} do not "
+                          "broadcast")
+    for side in ("a", "b"):
+        v = a if side == "a" else b
+        own = v.shape[:-2]
+        # vkumd's matmul shares a batch-less operand; a batch of ones is the same thing.
+        if own and own != batch and all(d == 1 for d in own):
+            v = st.b.reshape(v, v.shape[-2:])
+        elif own and own != batch:
+            raise Unsupported(f"MatMul batch broadcasting {a.shape[:-2]} x {b.shape[:-2]} "
+                              "is not supported (use equal batch shapes or a 2-D operand)")
+        a, b = (v, b) if side == "a" else (a, v)
+    y = st.b.matmul(a, b)
+    want = (*batch, a.shape[-2], b.shape[-1])
+    if squeeze_a:
+        want = want[:-2] + want[-1:]
+    if squeeze_b:
+        want = want[:-1]
+    return [y if tuple(y.shape) == want else st.b.reshape(y, want)]
+
+
+@converter("Gemm", attrs=("alpha", "beta", "transA", "transB"))
+def gemm(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """``alpha * op(A) @ op(B) + beta * C``: C of ``[N]`` (or ``[1, N]``) is the bias,
+    ``[M, N]`` the residual, anything else broadcast by an add."""
+    a, b = st.value(node.input[0]), st.value(node.input[1])
+    alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+    kw: dict[str, Any] = {"alpha": alpha, "trans_a": bool(attrs.get("transA", 0)),
+                          "trans_b": bool(attrs.get("transB", 0))}
+    if not st.present(node, 2) or beta == 0.0:
+        return [st.b.matmul(a, b, **kw)]
+    known = st.known(node.input[2])
+    if beta != 1.0 and known is not None and known.dtype.kind == "f":
+        c = st.constant(known * beta, st.dtype(node.input[2]))
+    else:
+        c = st.value(node.input[2])
+        c = c if beta == 1.0 else st.b.scale(c, beta)
+    m = a.shape[1] if kw["trans_a"] else a.shape[0]
+    n = b.shape[0] if kw["trans_b"] else b.shape[1]
+    if tuple(c.shape) in ((n,), (1, n)):
+        bias = c if tuple(c.shape) == (n,) else st.b.reshape(c, (n,))
+        return [st.b.matmul(a, b, bias=bias, **kw)]
+    if tuple(c.shape) == (m, n):
+        return [st.b.matmul(a, b, residual=c, **kw)]
+    return [st.b.add(st.b.matmul(a, b, **kw), c)]
+
+
+def _to_last(st: State, x: Value, axis: int) -> tuple[Value, list[int] | None]:
+    """``x`` with ``axis`` moved last, and the permutation that undoes it (None: no move)."""
+    ndim = len(x.shape)
+    if axis == ndim - 1:
+        return x, None
+    order = [d for d in range(ndim) if d != axis] + [axis]
+    inverse = [order.index(d) for d in range(ndim)]
+    return st.b.permute(x, order), inverse
+
+
+@converter("Softmax", attrs=("axis",))
+def softmax(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """Softmax over ``axis``; before opset 13 over the flattened trailing axes."""
+    x = st.value(node.input[0])
+    ndim = len(x.shape)
+    if st.opset < 13:
+        axis = _axis(attrs.get("axis", 1), ndim)
+        if axis == ndim - 1:
+            return [st.b.softmax(x)]
+        flat = st.b.reshape(x, (product(x.shape[:axis]), product(x.shape[axis:])))
+        return [st.b.reshape(st.b.softmax(flat), x.shape)]
+    axis = _axis(attrs.get("axis", -1), ndim)
+    moved, inverse = _to_last(st, x, axis)
+    y = st.b.softmax(moved)
+    return [y if inverse is None else st.b.permute(y, inverse)]
+
+
+@converter("LayerNormalization", attrs=("axis", "epsilon", "stash_type"))
+def layer_norm(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """Layer normalisation over the axes from ``axis`` on (reshaped into one row); the
+    optional Mean and InvStdDev outputs are computed beside it in float32."""
+    if attrs.get("stash_type", 1) != 1:
+        raise Unsupported(f"stash_type={attrs['stash_type']} (only 1, float32, is supported)")
+    x = st.value(node.input[0])
+    ndim = len(x.shape)
+    axis = _axis(attrs.get("axis", -1), ndim)
+    eps = float(attrs.get("epsilon", 1e-5))
+    row = product(x.shape[axis:])
+    params: list[Value | None] = []
+    for i in (1, 2):
+        if not st.present(node, i):
+            params.append(None)
+            continue
+        p = st.value(node.input[i])
+        if tuple(p.shape) != tuple(x.shape[axis:]):
+            raise Unsupported(f"a scale or bias of shape {p.shape} for normalised axes "
+                              f"{x.shape[axis:]} (broadcasting is not supported)")
+        params.append(p if len(p.shape) == 1 else st.b.reshape(p, (row,)))
+    flat = x if axis == ndim - 1 else st.b.reshape(x, (*x.shape[:axis], row))
+    y = st.b.layer_norm(flat, params[0], params[1], eps=eps)
+    outs: list[Bound | None] = [y if axis == ndim - 1 else st.b.reshape(y, x.shape)]
+    if any(name for name in node.output[1:]):
+        outs += _moments(st, flat, eps, (*x.shape[:axis], *([1] * (ndim - axis))))
+    return outs
+
+
+def _moments(st: State, flat: Value, eps: float, shape: tuple[Any, ...]) -> list[Bound | None]:
+    """LayerNormalization's Mean and InvStdDev (``1 / sqrt(var + eps)``), float32."""
+    if flat.dtype.name != "float32":
+        flat = st.b.cast(flat, "float32")  # stash_type 1: the statistics are float32
+    mean = st.b.mean(flat, keepdims=True)
+    centred = st.b.sub(flat, mean)
+    var = st.b.mean(st.b.mul(centred, centred), keepdims=True)
+    inv = st.b.div(st.constant(np.ones((), np.float32), "float32"),
+                   st.b.sqrt(st.b.add(var, eps)))
+    return [st.b.reshape(mean, shape), st.b.reshape(inv, shape)]
+
+
+_REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max"}
+
+
+def _reduce_axes(st: State, node: onnx.NodeProto, attrs: dict[str, Any], ndim: int
+                 ) -> list[int] | None:
+    if "axes" in attrs:
+        axes = list(attrs["axes"])
+    elif st.present(node, 1):
+        axes = st.ints(node.input[1], "axes")
+    else:
+        axes = []
+    if not axes:
+        return None if attrs.get("noop_with_empty_axes", 0) else list(range(ndim))
+    return sorted({_axis(a, ndim, "reduction axis") for a in axes})
+
+
+@converter(*_REDUCE, attrs=("axes", "keepdims", "noop_with_empty_axes"))
+def reduce(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """ReduceMean/Sum/Max over any axes: moved last, merged into one, reduced there."""
+    x = st.value(node.input[0])
+    ndim = len(x.shape)
+    if ndim == 0:
+        raise Unsupported("reducing a 0-d tensor")
+    axes = _reduce_axes(st, node, attrs, ndim)
+    if axes is None:
+        return [x]
+    if node.op_type == "ReduceMax" and any(x.shape[d] == 0 for d in axes):
+        raise Unsupported("ReduceMax over an empty axis (vkumd's max of nothing is undefined)")
+    keep = bool(attrs.get("keepdims", 1))
+    rest = [d for d in range(ndim) if d not in axes]
+    moved = x if rest + axes == list(range(ndim)) else st.b.permute(x, rest + axes)
+    kept: list[int | Dim] = [x.shape[d] for d in rest]
+    if len(axes) > 1:
+        moved = st.b.reshape(moved, (*kept, product([x.shape[d] for d in axes])))
+    y = st.b.op(_REDUCE[node.op_type], moved)
+    if keep:
+        y = st.b.reshape(y, tuple(1 if d in axes else x.shape[d] for d in range(ndim)))
+    return [y]

@@ -1,0 +1,153 @@
+"""Converters of ONNX's arithmetic, activation and comparison operators.
+
+Each returns the node's outputs (graph values or, when every input is known at import time,
+numpy arrays computed here, which is how shape arithmetic folds).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+
+from vkumd.framework.frontends.onnx.errors import Unsupported
+from vkumd.framework.frontends.onnx.state import Bound, State, converter, ir_dtype, tidy
+
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Equal": "eq",
+           "Less": "lt", "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge"}
+_FOLD = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Equal": np.equal,
+         "Less": np.less, "LessOrEqual": np.less_equal, "Greater": np.greater,
+         "GreaterOrEqual": np.greater_equal}
+_UNARY = {"Sqrt": "sqrt", "Exp": "exp", "Erf": "erf", "Tanh": "tanh", "Sigmoid": "sigmoid",
+          "Relu": "relu"}
+
+
+def _fold_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype == object or b.dtype == object:
+        return np.vectorize(lambda x, y: x // y, otypes=[object])(a, b)  # exact (Dim // int)
+    if a.dtype.kind in "iu":
+        # ONNX integer division truncates toward zero, as C does.
+        return np.trunc(np.divide(a, b)).astype(a.dtype)
+    return np.divide(a, b)
+
+
+def _as_scale(st: State, node: onnx.NodeProto) -> Bound | None:
+    """A float ``Mul`` by a one-element constant (either side), or ``Div`` by one, as the
+    ``scale`` op a native model would write (``x / c`` becomes ``x * (1/c)``, within 1 ulp)."""
+    if node.op_type not in ("Mul", "Div"):
+        return None
+    sides = [(0, 1)] if node.op_type == "Div" else [(0, 1), (1, 0)]
+    for var, const in sides:
+        c = st.scalar(node.input[const])
+        if c is None or st.known(node.input[var]) is not None:
+            continue
+        x = st.value(node.input[var])
+        grown = len(st.shape(node.input[const])) > len(x.shape)
+        if x.dtype.name not in ("float32", "float16", "bfloat16") or grown or c == 0.0:
+            continue
+        return st.b.scale(x, c if node.op_type == "Mul" else 1.0 / c)
+    return None
+
+
+@converter(*_BINARY)
+def binary(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """Add, Sub, Mul, Div and the comparisons, with numpy broadcasting."""
+    x, y = node.input[0], node.input[1]
+    a, b = st.known(x), st.known(y)
+    if a is not None and b is not None:
+        if node.op_type == "Div":
+            return [tidy(_fold_div(a, b))]
+        out = np.asarray(_FOLD[node.op_type](a, b))
+        return [tidy(out) if out.dtype == object else out]
+    op = _BINARY[node.op_type]
+    scaled = _as_scale(st, node)
+    if scaled is not None:
+        return [scaled]
+    va, vb = st.value(x), st.value(y)
+    if op == "div" and va.dtype.name in ("int32", "int8", "uint8"):
+        return [st.b.div(va, vb, rounding="trunc")]
+    return [st.b.op(op, va, vb)]
+
+
+@converter(*_UNARY)
+def unary(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """Sqrt, Exp, Erf, Tanh, Sigmoid, Relu: one IR op each."""
+    return [st.b.op(_UNARY[node.op_type], st.value(node.input[0]))]
+
+
+@converter("Neg")
+def neg(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """``-x`` as ``scale(x, -1)`` (folded for known shapes)."""
+    known = st.known(node.input[0])
+    if known is not None:
+        return [tidy(-known)]
+    return [st.b.scale(st.value(node.input[0]), -1.0)]
+
+
+@converter("Reciprocal")
+def reciprocal(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """``1 / x`` as a div by a constant one."""
+    x = st.value(node.input[0])
+    return [st.b.div(st.constant(np.ones((), np.float32), x.dtype.name), x)]
+
+
+@converter("Pow")
+def power(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """``x ** y`` for a constant y of 1, 2 or 0.5 (``x``, ``x * x``, ``sqrt(x)``)."""
+    exponent = st.scalar(node.input[1])
+    if exponent is None:
+        raise Unsupported("the exponent must be a single constant (1, 2 or 0.5)")
+    x = st.value(node.input[0])
+    if exponent == 1.0:
+        return [x]
+    if exponent == 2.0:
+        return [st.b.mul(x, x)]
+    if exponent == 0.5:
+        return [st.b.sqrt(x)]
+    raise Unsupported(f"exponent {exponent} is not supported (only 1, 2 and 0.5)")
+
+
+@converter("Gelu", attrs=("approximate",))
+def gelu(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """GELU, exact (erf) or its tanh approximation."""
+    mode = attrs.get("approximate", "none")
+    if mode not in ("none", "tanh"):
+        raise Unsupported(f"approximate={mode!r} is unknown")
+    x = st.value(node.input[0])
+    return [st.b.gelu(x) if mode == "none" else st.b.gelu_tanh(x)]
+
+
+@converter("Where")
+def where(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """``where(cond, a, b)``; bool conditions are uint8 0/1."""
+    known = [st.known(n) for n in node.input]
+    if all(k is not None for k in known):
+        cond, a, b = known
+        return [tidy(np.where(cond, a, b))]
+    return [st.b.where(*(st.value(n) for n in node.input))]
+
+
+@converter("Cast", attrs=("to", "saturate", "round_mode"))
+def cast(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """Cast to a stored type; to bool as ``x != 0`` (uint8)."""
+    target = attrs["to"]
+    if attrs.get("round_mode", "up") != "up":
+        raise Unsupported(f"round_mode={attrs['round_mode']!r} is not supported")
+    known = st.known(node.input[0])
+    if known is not None and known.dtype == object:
+        if target not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+            raise Unsupported("a shape with symbolic dimensions cast to a non-integer type")
+        return [known]
+    want = ir_dtype(target)
+    if known is not None:
+        np_type = onnx.helper.tensor_dtype_to_np_dtype(target)
+        if np_type == np.float64:
+            raise Unsupported("float64 tensors are not supported; use float32")
+        return [known.astype(np_type)]
+    x = st.value(node.input[0])
+    if target == onnx.TensorProto.BOOL:
+        return [st.b.ne(x, st.constant(np.zeros((), np.float32), x.dtype.name))]
+    if x.dtype.name == want:
+        return [x]
+    return [st.b.cast(x, want)]

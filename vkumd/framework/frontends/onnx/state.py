@@ -1,0 +1,225 @@
+"""What a converter sees while a model is imported: the names bound so far and helpers.
+
+Every ONNX tensor name is bound either to a graph :class:`~vkumd.framework.graph.Value` or
+to a *known* numpy array: an initializer, a ``Constant``, or a result computed at import time
+(shape arithmetic: ``Shape -> Gather -> Concat -> Reshape``). Known arrays keep ONNX's own
+dtype (int64 stays int64); shape vectors with symbolic dimensions are object arrays of ints
+and :class:`~vkumd.framework.graph.Dim`. A known array becomes a weight only when a node of
+the graph reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from vkumd.framework import dtypes
+from vkumd.framework.frontends.onnx.errors import NeedsConstant, Unsupported
+from vkumd.framework.graph import Dim, GraphBuilder, Value
+
+Bound = Value | np.ndarray
+Converter = Callable[["State", onnx.NodeProto, dict[str, Any]], list[Bound | None]]
+
+_INT32 = np.iinfo(np.int32)
+
+# ONNX element types vkumd stores, and as what. int64 is narrowed to int32 (the device has no
+# 64-bit integers; values are range-checked) and bool is uint8 0/1, as vkumd's comparisons.
+IR_DTYPES: dict[int, str] = {
+    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.BFLOAT16: "bfloat16", onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.INT64: "int32", onnx.TensorProto.INT8: "int8",
+    onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.BOOL: "uint8",
+}
+
+
+def type_name(elem_type: int) -> str:
+    """ONNX's name of an element type (``FLOAT``, ``INT64``...)."""
+    return onnx.TensorProto.DataType.Name(elem_type)
+
+
+def ir_dtype(elem_type: int) -> str:
+    """The IR dtype that stores ONNX ``elem_type``.
+
+    Raises:
+        Unsupported: a type vkumd does not store (float64, strings, complex, float8...).
+    """
+    if elem_type not in IR_DTYPES:
+        raise Unsupported(f"{type_name(elem_type)} tensors are not supported (vkumd stores "
+                          "float32, float16, bfloat16, int32, int8, uint8; int64 as int32, "
+                          "bool as uint8)")
+    return IR_DTYPES[elem_type]
+
+
+@dataclass(frozen=True)
+class ConverterSpec:
+    """A registered converter and the attributes it understands."""
+
+    fn: Converter
+    attrs: frozenset[str]
+
+
+CONVERTERS: dict[str, ConverterSpec] = {}
+
+
+def converter(*op_types: str, attrs: Iterable[str] = ()) -> Callable[[Converter], Converter]:
+    """Decorator: ``fn`` converts nodes of ``op_types``; any attribute not in ``attrs`` is
+    refused (so an attribute vkumd ignores cannot change a result silently)."""
+
+    def wrap(fn: Converter) -> Converter:
+        for op in op_types:
+            CONVERTERS[op] = ConverterSpec(fn, frozenset(attrs))
+        return fn
+
+    return wrap
+
+
+def node_attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    """The node's attributes as Python values (strings decoded)."""
+    out: dict[str, Any] = {}
+    for a in node.attribute:
+        value = helper.get_attribute_value(a)
+        if a.type == onnx.AttributeProto.FLOAT:
+            # ONNX stores float attributes as float32; the shortest decimal that rounds to
+            # the same float32 is what the author wrote (epsilon 1e-12, not 9.99999996e-13).
+            value = float(str(np.float32(value)))
+        out[a.name] = value.decode() if isinstance(value, bytes) else value
+    return out
+
+
+def tidy(array: Any) -> np.ndarray:
+    """An object array of plain ints becomes int64 (so numpy arithmetic on it is fast)."""
+    if not isinstance(array, np.ndarray):  # numpy hands back one element of an object array
+        boxed = np.empty((), dtype=object)
+        boxed[()] = array
+        array = boxed
+    if array.dtype == object and all(isinstance(v, (int, np.integer)) for v in array.flat):
+        return array.astype(np.int64)
+    return array
+
+
+def is_symbolic(array: np.ndarray) -> bool:
+    """Whether a known array holds symbolic dimensions."""
+    return array.dtype == object
+
+
+class State:
+    """The bindings of one import and the helpers converters share.
+
+    Args:
+        builder: the builder the graph is made with.
+        opset: the model's default-domain opset version.
+    """
+
+    def __init__(self, builder: GraphBuilder, opset: int) -> None:
+        self.b = builder
+        self.opset = opset
+        self.env: dict[str, Bound] = {}
+        self.onnx_types: dict[str, int] = {}
+        self._weights: dict[str, Value] = {}
+
+    def bind(self, name: str, value: Bound) -> None:
+        """Bind an ONNX name to a value or a known array."""
+        self.env[name] = value
+
+    def present(self, node: onnx.NodeProto, i: int) -> bool:
+        """Whether the node's input ``i`` is given (ONNX writes an absent one as ``""``)."""
+        return i < len(node.input) and node.input[i] != ""
+
+    def known(self, name: str) -> np.ndarray | None:
+        """The array bound to ``name`` when it is known at import time, else None."""
+        bound = self.env[name]
+        return bound if isinstance(bound, np.ndarray) else None
+
+    def shape(self, name: str) -> tuple[int | Dim, ...]:
+        """The shape of what ``name`` is bound to."""
+        bound = self.env[name]
+        return tuple(bound.shape) if isinstance(bound, np.ndarray) else tuple(bound.shape)
+
+    def dtype(self, name: str) -> str:
+        """The IR dtype of what ``name`` is bound to (a known array: as it would be stored)."""
+        bound = self.env[name]
+        if isinstance(bound, Value):
+            return bound.dtype.name
+        return self._storage(bound)[1]
+
+    def ints(self, name: str, what: str) -> list[int]:
+        """A known vector (or scalar) of plain ints.
+
+        Raises:
+            Unsupported: ``name`` is computed at run time or holds symbolic dimensions.
+        """
+        array = self.known(name)
+        if array is None:
+            raise NeedsConstant(f"{what} must be a constant (it is computed at run time)", name)
+        array = tidy(array)
+        if is_symbolic(array) or array.dtype.kind not in "iub":
+            raise Unsupported(f"{what} must hold integers known at import time, got "
+                              f"{array.tolist()}")
+        return [int(v) for v in array.reshape(-1)]
+
+    def dims(self, name: str, what: str) -> list[int | Dim]:
+        """A known vector of ints and symbolic dimensions (a shape).
+
+        Raises:
+            Unsupported: ``name`` is computed at run time.
+        """
+        array = self.known(name)
+        if array is None:
+            raise NeedsConstant(f"{what} must be known at import time (a constant or "
+                                "computed from shapes); it is computed at run time", name)
+        return [v if isinstance(v, Dim) else int(v) for v in array.reshape(-1)]
+
+    def scalar(self, name: str) -> float | None:
+        """The single number a known input holds, or None (unknown, or several values)."""
+        array = self.known(name)
+        if array is None or array.size != 1 or is_symbolic(array):
+            return None
+        return float(array.reshape(-1)[0])
+
+    def value(self, name: str) -> Value:
+        """``name`` as a graph value; a known array becomes a weight (once per name).
+
+        Raises:
+            Unsupported: an array of a type vkumd does not store, int64 values outside int32,
+                or a shape with symbolic dimensions used as a tensor.
+        """
+        bound = self.env[name]
+        if isinstance(bound, Value):
+            return bound
+        if name not in self._weights:
+            data, dt = self._storage(bound)
+            weight_name = self.b.graph.unique_name(name or "const")
+            self._weights[name] = self.b.weight(weight_name, data, dt)
+        return self._weights[name]
+
+    def constant(self, data: np.ndarray, dtype: str) -> Value:
+        """A fresh unnamed constant of IR ``dtype``."""
+        return self.b.constant(np.asarray(data), dtype)
+
+    @staticmethod
+    def _storage(array: np.ndarray) -> tuple[np.ndarray, str]:
+        if is_symbolic(tidy(array)):
+            raise Unsupported(f"the shape {array.tolist()} has symbolic dimensions and cannot "
+                              "be used as a tensor")
+        array = tidy(array)
+        kind, size = array.dtype.kind, array.dtype.itemsize
+        if kind == "b":
+            return array.astype(np.uint8), "uint8"
+        if kind in "iu" and (size == 8 or (kind == "u" and size > 1) or size == 2):
+            if array.size and (array.min() < _INT32.min or array.max() > _INT32.max):
+                raise Unsupported(f"{array.dtype} values outside int32's range cannot be "
+                                  "stored (vkumd narrows int64 to int32)")
+            return array.astype(np.int32), "int32"
+        if array.dtype == np.float64:
+            raise Unsupported("float64 tensors are not supported; use float32")
+        if array.dtype.name == "bfloat16":
+            return array.astype(np.float32), "bfloat16"
+        try:
+            return array, dtypes.dtype(array.dtype).name
+        except Exception as exc:
+            raise Unsupported(f"{array.dtype} tensors are not supported") from exc
