@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-main test-device-only test-coopmat lint bench clean
+.PHONY: setup demo test test-main test-device-only test-coopmat lint bench soak clean
 
 setup:
 	@bash ci/setup.sh
@@ -53,6 +53,14 @@ bench: setup
 	$(PY) bench/attention.py
 	$(PY) bench/graph.py
 	$(PY) bench/model.py
+
+# The soak (tests/soak/soak.py, docs/reliability.md): 10^6 dispatches, 10^5 allocations,
+# 10^4 graph replays and 10^3 contexts, failing if RSS, pool bytes or live objects grow.
+# Validation is off here (it is a leak and endurance run; tests/test_soak_short.py runs the
+# same code scaled down with validation on); SOAK_ARGS="--scale 0.1" runs a tenth of it.
+SOAK_ARGS ?=
+soak: setup
+	VKUMD_VALIDATION=0 $(PY) tests/soak/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

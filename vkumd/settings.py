@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
 
-from vkumd.errors import VkumdValueError
+import numpy as np
+
+from vkumd.errors import VkumdTypeError, VkumdValueError
 
 VARIABLES: dict[str, str] = {
     "VKUMD_DEVICE": "Device to use: an index into `vkumd.devices()` or a substring of its name.",
@@ -153,6 +156,30 @@ def parse_size(value: str) -> int:
     if size > MAX_SIZE:
         raise VkumdValueError(f"{value!r} is more than {MAX_SIZE} bytes; {hint}")
     return int(size)
+
+
+# Context arguments that mirror a flag above. Given in code they must be bools: a string is
+# truthy, so validation="no" would turn validation on.
+SWITCHES = ("validation", "zero_memory", "push_descriptors", "device_only_memory")
+
+
+def check_arguments(arguments: Mapping[str, object]) -> None:
+    """Refuse ``Context`` arguments of the wrong type, before the context creates anything.
+
+    Args:
+        arguments: the constructor's arguments by name (its ``locals()``).
+
+    Raises:
+        VkumdTypeError: a switch (:data:`SWITCHES`) that is not a bool or None, or a
+            ``block_size`` that is not an int.
+    """
+    for name in SWITCHES:
+        value = arguments.get(name)
+        if value is not None and not isinstance(value, (bool, np.bool_)):
+            raise VkumdTypeError(f"Context({name}={value!r}): pass True, False or None")
+    size = arguments.get("block_size")
+    if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
+        raise VkumdTypeError(f"Context(block_size={size!r}): pass a byte count (int)")
 
 
 def check_environment() -> None:

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from vkumd.errors import CapabilityMissing, CaptureError, VkumdTypeError, VkumdValueError
+from vkumd.errors import (
+    CapabilityMissing,
+    CaptureError,
+    VkumdError,
+    VkumdTypeError,
+    VkumdValueError,
+)
 from vkumd.framework import dtypes
 from vkumd.framework.ops import elementwise
-from vkumd.framework.tensor import Tensor, normalize_shape
+from vkumd.framework.tensor import Tensor, as_array, normalize_shape
 from vkumd.runtime.context import RuntimeContext
 
 
@@ -28,6 +35,14 @@ class Context(RuntimeContext):
             (host reads and writes go through staging copies); ``None`` reads
             ``VKUMD_DEVICE_ONLY_MEMORY``.
 
+    Raises:
+        VkumdTypeError: a switch (validation, zero_memory, push_descriptors,
+            device_only_memory) that is not a bool or None, a ``block_size`` that is not an
+            int, a ``device`` that is neither an int nor a string, a bad ``memory_limit``.
+        VkumdValueError: a ``block_size`` under 1 MiB, a negative or unreadable limit, a bad
+            ``VKUMD_*`` variable.
+        DeviceUnavailable: no device matches ``device``.
+
     Example::
 
         with vkumd.Context() as ctx:
@@ -37,7 +52,8 @@ class Context(RuntimeContext):
 
     def _new_tensor(self, shape: tuple[int, ...], dtype: dtypes.DType, zero: bool) -> Tensor:
         self.check_open("creating a tensor")
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if shape else dtype.itemsize
+        # Python ints: numpy's int64 product wraps, and (2**32, 2**32) became 0 bytes.
+        nbytes = math.prod(shape) * dtype.itemsize
         limit = self.caps.max_storage_buffer_range
         if nbytes > limit:
             raise VkumdValueError(
@@ -88,7 +104,7 @@ class Context(RuntimeContext):
             VkumdTypeError: complex, object, string or bool data, or float64 without ``dtype``.
             VkumdValueError: the tensor would exceed ``maxStorageBufferRange``.
         """
-        source = np.asarray(array)
+        source = as_array(array, "ctx.tensor()")
         target = dtypes.from_array(source, dtype)
         result = self._new_tensor(source.shape, target, zero=False)
         try:
@@ -107,7 +123,21 @@ def from_dlpack(source: Any, context: Context, dtype: Any = None) -> Tensor:
 
     The data is copied into a new tensor of ``context``; a vkumd tensor of the same context
     is returned as it is.
+
+    Raises:
+        VkumdTypeError: ``source`` is not a host DLPack producer, or ``context`` is not a
+            Context; as :meth:`Context.tensor` for its data.
     """
+    if not isinstance(context, Context):
+        raise VkumdTypeError(f"from_dlpack(source, context): context must be a vkumd.Context, "
+                             f"not {type(context).__name__}")
     if isinstance(source, Tensor) and source.context is context and dtype is None:
         return source
-    return context.tensor(np.from_dlpack(source), dtype=dtype)
+    try:
+        array = np.from_dlpack(source)
+    except VkumdError:
+        raise
+    except (TypeError, AttributeError, BufferError, RuntimeError, ValueError) as exc:
+        raise VkumdTypeError(f"from_dlpack(): {type(source).__name__} is not a DLPack producer "
+                             f"numpy can import ({exc}); pass a host array or tensor") from None
+    return context.tensor(array, dtype=dtype)

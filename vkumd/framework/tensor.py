@@ -39,6 +39,18 @@ def normalize_shape(shape: Any) -> tuple[int, ...]:
     return dims
 
 
+def as_array(data: Any, what: str) -> np.ndarray:
+    """``np.asarray(data)``, with numpy's refusal of ragged or unreadable data made a vkumd error.
+
+    Raises:
+        VkumdValueError: numpy cannot make one rectangular array of ``data``.
+    """
+    try:
+        return np.asarray(data)
+    except (ValueError, TypeError) as exc:
+        raise VkumdValueError(f"{what}: the data is not a rectangular array ({exc})") from None
+
+
 # Guards every count below: tensors die in whatever thread the garbage collector runs in, and
 # two threads may view one tensor at once. Re-entrant: a collection that starts while the lock
 # is held may release a tensor on the same thread.
@@ -180,7 +192,7 @@ class Tensor(TensorMethods, Handle):
                 work that uses the tensor has finished.
         """
         allocation = self._live_allocation("Tensor.write()")
-        source = np.asarray(array)
+        source = as_array(array, "Tensor.write()")
         if source.shape != self.shape:
             raise VkumdValueError(f"cannot write an array of shape {source.shape} into a tensor "
                                   f"of shape {self.shape}")
@@ -269,5 +281,5 @@ class Tensor(TensorMethods, Handle):
 
     def __len__(self) -> int:
         if not self.shape:
-            raise TypeError("len() of a 0-d tensor")
+            raise VkumdTypeError("len() of a 0-d tensor")
         return self.shape[0]

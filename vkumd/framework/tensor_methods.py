@@ -311,7 +311,7 @@ class TensorMethods:
     def __iter__(self) -> Iterator[Tensor]:
         # Defined so iteration stops at the end (a copy of each row) and refuses 0-d tensors.
         if not self.shape:
-            raise TypeError("iteration over a 0-d tensor")
+            raise VkumdTypeError("iteration over a 0-d tensor")
         for i in range(self.shape[0]):
             yield self[i]
 

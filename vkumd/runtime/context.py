@@ -74,6 +74,7 @@ class RuntimeContext(Handle):
                  zero_memory: bool | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
                  memory_limit: int | str | None = None, push_descriptors: bool | None = None,
                  device_only_memory: bool | None = None) -> None:
+        settings.check_arguments(locals())  # wrong types stop us before anything is made
         super().__init__()
         settings.check_environment()  # a bad VKUMD_* value stops us before any Vulkan object
         # Re-entrant: the garbage collector may end a DLPack view, which takes this lock,

@@ -45,9 +45,15 @@ class Event:
 
     Raises:
         ContextClosed: ``context`` was closed.
+        VkumdTypeError: ``context`` is not a vkumd Context.
     """
 
     def __init__(self, context: RuntimeContext, timing: bool = True) -> None:
+        # Duck-typed: importing the context class here would tie event.py and context.py
+        # into a loop.
+        if not callable(getattr(context, "check_open", None)):
+            raise VkumdTypeError(f"Event(context) takes a vkumd Context, not "
+                                 f"{type(context).__name__}")
         context.check_open("creating an event")
         self.context = context
         self.stream: Stream | None = None

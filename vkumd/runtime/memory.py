@@ -212,7 +212,12 @@ class MemoryPool:
                 cached blocks were released.
             OutOfHostMemory: the driver ran out of host memory, likewise.
             ContextClosed: the pool was released (its context closed).
+            VkumdTypeError, VkumdValueError: ``size`` is not an int, or is negative.
         """
+        try:
+            size = operator.index(size)  # "10" or 10.5 would fail deeper, naming another size
+        except TypeError:
+            raise VkumdTypeError(f"cannot allocate {size!r} bytes; pass an int") from None
         if size < 0:
             raise VkumdValueError(f"cannot allocate {size} bytes")
         size = max(size, 1)

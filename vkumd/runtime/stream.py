@@ -48,6 +48,9 @@ class Stream:
         max_batch_dispatches: submit once a batch holds this many dispatches.
         max_batch_bytes: submit once a batch's commands have touched this many bytes.
 
+    Raises:
+        VkumdTypeError, VkumdValueError: a budget not an int >= 1, or an unknown queue.
+
     Use ``with stream:`` to make it the current stream of this thread for the ops inside.
 
     Threads may share a stream (the default stream is shared by all of them). Each dispatch,
@@ -66,6 +69,9 @@ class Stream:
                  max_batch_bytes: int = DEFAULT_BATCH_BYTES) -> None:
         if queue not in ("compute", "transfer"):
             raise VkumdValueError(f"queue={queue!r}: use 'compute' or 'transfer'")
+        for budget in (max_batch_dispatches, max_batch_bytes):
+            if isinstance(budget, bool) or not isinstance(budget, int):
+                raise VkumdTypeError(f"batch budget {budget!r}: pass an int >= 1")
         if max_batch_dispatches < 1 or max_batch_bytes < 1:
             raise VkumdValueError("max_batch_dispatches and max_batch_bytes must be >= 1")
         device = context.device

@@ -31,7 +31,7 @@ from vkumd.framework.ops.checks import (
     check_tensor,
     output,
 )
-from vkumd.framework.tensor import Tensor
+from vkumd.framework.tensor import Tensor, normalize_shape
 
 __all__ = ["fused_elementwise"]
 
@@ -102,7 +102,7 @@ def fused_elementwise(inputs: Sequence[Tensor], program: tuple, *,
     if out_shape is None:
         target = broadcast("fused_elementwise", *shapes)
     else:
-        target = tuple(int(d) for d in out_shape)
+        target = normalize_shape(out_shape)  # int() let 2.5 pass and "ab" raise ValueError
         if broadcast("fused_elementwise", target, *shapes) != target:
             raise VkumdValueError(f"fused_elementwise: inputs of shapes {list(shapes)} do not "
                                   f"broadcast into out_shape {target}")
