@@ -16,5 +16,19 @@ from vkumd.framework.parallel import (
     open_contexts,
     split_evenly,
 )
+from vkumd.framework.ray_pool import (
+    RESOURCE,
+    EmbedResult,
+    EmbedStats,
+    EmbedStream,
+    EncoderActor,
+    embed,
+    iter_embed,
+    node_resources,
+    remote_class,
+    start_actors,
+)
 
-__all__ = ["DataParallelEncoder", "device_list", "open_contexts", "split_evenly"]
+__all__ = ["RESOURCE", "DataParallelEncoder", "EmbedResult", "EmbedStats", "EmbedStream",
+           "EncoderActor", "device_list", "embed", "iter_embed", "node_resources",
+           "open_contexts", "remote_class", "split_evenly", "start_actors"]
