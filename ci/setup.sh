@@ -111,4 +111,15 @@ else
     exit 1
   fi
 fi
+
+# The ray extra, for tests/distributed/test_ray.py (about 80 MB; the test runs Ray only inside
+# network and PID namespaces it makes, about 25 s here). Not fatal: without it that test skips.
+if "$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('ray') is None)"; then
+  say "ray present"
+else
+  say "installing ray (the ray extra) into $venv"
+  if ! "$venv/bin/python" -m pip install -q "ray>=2.60,<3"; then
+    say "warning: could not install ray; tests/distributed/test_ray.py will skip"
+  fi
+fi
 say "done"

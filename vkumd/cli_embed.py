@@ -3,6 +3,7 @@
     vkumd embed "a sentence" "another"                 # one compact line per sentence
     vkumd embed --file in.txt --out emb.npy            # one sentence a line; .npy or .jsonl
     vkumd embed --similarity "a sentence" "another"    # their cosine similarity
+    vkumd embed --ray auto --file in.txt --out emb.npy # on Ray actors, one per vulkan_gpu
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--batch-size", type=int, default=32, metavar="N")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--device", default=None, help="device index or name (see vkumd info)")
+    p.add_argument("--ray", metavar="ADDRESS", default=None, help="embed on a Ray cluster "
+                   "(auto, or HOST:PORT), one actor per vulkan_gpu its nodes declare; needs "
+                   "the ray extra (docs/scaleout.md)")
+    p.add_argument("--actors", type=int, default=None, metavar="N",
+                   help="with --ray: how many actors (default: every vulkan_gpu)")
     p.set_defaults(func=cmd_embed)
 
 
@@ -82,10 +88,40 @@ def _write(path: Path, texts: list[str], embeddings: np.ndarray) -> None:
 
 def cmd_embed(args: argparse.Namespace) -> int:
     """Run ``vkumd embed``; see the module docstring."""
+    texts = _sentences(args)
+    if args.ray is not None:
+        embeddings = _embed_on_ray(args, texts)
+    else:
+        embeddings = _embed_here(args, texts)
+    _report(args, texts, embeddings)
+    return 0
+
+
+def _embed_on_ray(args: argparse.Namespace, texts: list[str]) -> np.ndarray:
+    """``--ray``: join the cluster, embed on its actors, print the throughput to stderr."""
+    from vkumd.framework.ray_pool import embed, ray_module
+
+    if args.actors is not None and args.actors < 1:
+        raise VkumdValueError(f"embed --actors {args.actors}: it must be >= 1")
+    ray = ray_module()
+    ray.init(address=args.ray, log_to_driver=False)
+    try:
+        result = embed(texts, model=args.model, num_actors=args.actors, dtype=args.dtype,
+                       batch_size=args.batch_size)
+    finally:
+        ray.shutdown()
+    stats = result.stats
+    print(f"ray: {stats.sentences} sentences in {stats.seconds:.2f} s "
+          f"({stats.sentences_per_s:.1f}/s), {stats.retried_batches} batches retried, "
+          f"{stats.actors_lost} actors lost", file=sys.stderr)
+    return result.embeddings
+
+
+def _embed_here(args: argparse.Namespace, texts: list[str]) -> np.ndarray:
+    """Embed in this process on one device."""
     from vkumd.framework.context import Context
     from vkumd.framework.models.encoder import SentenceEncoder
 
-    texts = _sentences(args)
     device: Any = args.device
     if device is not None and device.isdigit():
         device = int(device)
@@ -96,6 +132,11 @@ def cmd_embed(args: argparse.Namespace) -> int:
                                         progress=False if args.no_progress else None)
         finally:
             encoder.close()
+    return embeddings
+
+
+def _report(args: argparse.Namespace, texts: list[str], embeddings: np.ndarray) -> None:
+    """Print or write the embeddings as the options ask."""
     if args.similarity:
         a, b = embeddings.astype(np.float64)
         print(f"{float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))):.6f}")
@@ -111,4 +152,3 @@ def cmd_embed(args: argparse.Namespace) -> int:
         for i, (text, row) in enumerate(zip(texts, embeddings, strict=True)):
             shown = text if len(text) <= 40 else text[:37] + "..."
             print(f"{i:>{width}} {compact(row)} {json.dumps(shown, ensure_ascii=False)}")
-    return 0

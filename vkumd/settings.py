@@ -47,7 +47,8 @@ VARIABLES: dict[str, str] = {
     "VKUMD_DISABLE_TIMELINE_SEMAPHORES": "`1` counts submissions with fences instead of "
     "timeline semaphores (the fallback for drivers without them; cross-stream waits then "
     "block the host).",
-    "VKUMD_MEMORY_LIMIT": "Cap on device bytes the memory pool may hold (e.g. `2GiB`, `512MB`).",
+    "VKUMD_MEMORY_LIMIT": "Cap on device bytes the memory pool may hold: a size (`2GiB`, "
+    "`512MB`) or a share of the device-local heap (`0.25`, `25%`), a per-process quota.",
     "VKUMD_ZERO_MEMORY": "`1` zero-fills every allocation, as `Context(zero_memory=True)`.",
     "VKUMD_DEVICE_ONLY_MEMORY": "`1` never maps tensor memory, as "
     "`Context(device_only_memory=True)`: every host read and write of a tensor goes through "
@@ -182,6 +183,35 @@ def check_arguments(arguments: Mapping[str, object]) -> None:
         raise VkumdTypeError(f"Context(block_size={size!r}): pass a byte count (int)")
 
 
+# A share of the heap: a bare decimal with a point (0.25, 1.0) or a percentage (25%, 0.5%).
+_FRACTION = re.compile(r"(\d*\.\d+|\d+\.)|(\d+(?:\.\d+)?|\.\d+)%")
+
+
+def parse_fraction(value: str) -> float | None:
+    """Read a memory limit written as a share of the heap: ``"0.25"`` or ``"25%"``.
+
+    Args:
+        value: the limit as written (blanks ignored).
+
+    Returns:
+        The share in (0, 1], or ``None`` when ``value`` is not written as one (a size such as
+        ``"512MiB"`` or ``"1048576"``; read those with :func:`parse_size`).
+
+    Raises:
+        VkumdValueError: a share of 0 or above 1 (``"1.5"``, ``"150%"``).
+    """
+    match = _FRACTION.fullmatch(value.strip().replace(" ", ""))
+    if match is None:
+        return None
+    decimal, percent = match.groups()
+    share = Fraction(decimal) if decimal is not None else Fraction(percent) / 100
+    if not 0 < share <= 1:
+        raise VkumdValueError(f"{value!r} is a share of the device-local heap and must be in "
+                              "(0, 1] (or 0%..100%, above 0); for a size write a unit, e.g. "
+                              "1.5GiB, or a whole number of bytes")
+    return float(share)
+
+
 def check_environment() -> None:
     """Read every ``VKUMD_*`` flag and size that is set, raising on the first bad one.
 
@@ -196,6 +226,7 @@ def check_environment() -> None:
     limit = text("VKUMD_MEMORY_LIMIT")
     if limit is not None:
         try:
-            parse_size(limit)
+            if parse_fraction(limit) is None:
+                parse_size(limit)
         except VkumdValueError as exc:
             raise VkumdValueError(f"VKUMD_MEMORY_LIMIT: {exc}") from None

@@ -120,6 +120,9 @@ class MemoryPool:
         self._lock = threading.RLock()
         self._used = 0
         self._limit: int | None = None
+        # Where the limit came from, for the out-of-memory message (a per-process quota set
+        # in the environment is easy to forget).
+        self._limit_source = ""
         self._closed = False
         env_limit = settings.text("VKUMD_MEMORY_LIMIT")
         if limit is not None:
@@ -129,6 +132,7 @@ class MemoryPool:
                 self.set_limit(size=env_limit)
             except VkumdValueError as exc:
                 raise VkumdValueError(f"VKUMD_MEMORY_LIMIT: {exc}") from None
+            self._limit_source = f"VKUMD_MEMORY_LIMIT={env_limit}"
         self.device_only = (settings.flag("VKUMD_DEVICE_ONLY_MEMORY") if device_only is None
                             else bool(device_only))
         self.unified = (caps.unified_memory and caps.device_type != "discrete"
@@ -169,8 +173,9 @@ class MemoryPool:
         request that fits the limit can be served.
 
         Args:
-            size: a byte count, or a size string as ``VKUMD_MEMORY_LIMIT`` takes (``"1GB"``,
-                ``"512MiB"``); ``None`` or 0 removes the limit.
+            size: a byte count, or a string as ``VKUMD_MEMORY_LIMIT`` takes: a size
+                (``"1GB"``, ``"512MiB"``) or a share of the device-local heap (``"0.25"``,
+                ``"25%"``); ``None`` or 0 removes the limit.
             fraction: a share of the device-local memory (0 < fraction <= 1) instead.
 
         Raises:
@@ -179,6 +184,14 @@ class MemoryPool:
             VkumdValueError: a negative size, a string that is not a size, or a fraction
                 outside (0, 1].
         """
+        self._limit_source = ""
+        if isinstance(size, str) and fraction is None:
+            try:
+                fraction = settings.parse_fraction(size)
+            except VkumdValueError as exc:
+                raise VkumdValueError(f"memory limit: {exc}") from None
+            if fraction is not None:
+                size = None
         if fraction is not None:
             if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
                 raise VkumdTypeError(f"fraction must be a number, got "
@@ -286,6 +299,8 @@ class MemoryPool:
         refused.
         """
         limit = "no limit" if self._limit is None else f"limit {self._limit} bytes"
+        if self._limit is not None and self._limit_source:
+            limit += f" from {self._limit_source}"
         call, result = ("vkAllocateMemory", vk.VK_ERROR_OUT_OF_DEVICE_MEMORY) if cause is None \
             else (cause.call, cause.result)
         kind = OutOfHostMemory if result == vk.VK_ERROR_OUT_OF_HOST_MEMORY else OutOfDeviceMemory
