@@ -75,6 +75,12 @@ class Batch:
         self.on_retire: list[Callable[[], None]] = []
         self.last_kernel = ""
         self._bound = None
+        # What the last dispatch left bound: (layout, set or buffers) and (layout, push bytes).
+        # A dispatch that would bind the same again skips the command -- bindings and push
+        # constants persist across dispatches, barriers and pipelines of the same layout --
+        # which saves lavapipe executing them (0.4 us a set, 9 us a push-descriptor write).
+        self._descriptors: tuple[Any, Any] | None = None
+        self._push: tuple[Any, bytes] | None = None
         if after_earlier_work:
             self.barrier()
 
@@ -103,9 +109,15 @@ class Batch:
             if self._bound is not program:
                 lib.vkCmdBindPipeline(cmd, _COMPUTE, program.handle)
                 self._bound = program
-            self.binder.record(cmd, layout, len(buffers), descriptor_set)
-            if push:
+            bound = (layout, buffers if descriptor_set is None else descriptor_set)
+            if bound != self._descriptors:
+                self._descriptors = None  # unknown until the command is recorded
+                self.binder.record(cmd, layout, len(buffers), descriptor_set)
+                self._descriptors = bound
+            if push and (layout, push) != self._push:
+                self._push = None
                 lib.vkCmdPushConstants(cmd, layout.handle, _SHADER_STAGE, 0, len(push), push)
+                self._push = (layout, push)
             lib.vkCmdDispatch(cmd, gx, gy, gz)
         except BaseException as exc:
             self.broken = exc
