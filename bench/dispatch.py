@@ -19,6 +19,14 @@ device time as host time. "+ run" rows include submitting and waiting.
 - replay: ``graph.replay()`` of a captured graph of N dispatches; the host cost only.
 - replay + run: the same, waiting for the device to finish the N dispatches.
 - round trip: record one tiny dispatch, submit it and wait.
+
+Then the peer table (``--peers``, on by default): the same 1024-float add, 16 workgroups of 64,
+through vkumd, wgpu-py (wgpu-native on its Vulkan backend, ``WGPU_BACKEND_TYPE=Vulkan``) and
+vkdispatch, where installed (neither is a dependency; a missing one prints "not installed").
+Per dispatch, wall and process-CPU microseconds: an eager round trip (record one add, submit,
+wait), N adds batched into one submission (vkumd: one stream; wgpu: one compute pass;
+vkdispatch: one fresh CommandGraph) including the wait, and N replayed (vkumd: a captured
+graph; vkdispatch: the recorded CommandGraph submitted again; wgpu has no replay).
 """
 
 from __future__ import annotations
@@ -111,6 +119,180 @@ def measure(count: int, repeats: int) -> dict:
             "numpy_add_us": numpy_us, "rows": rows}
 
 
+def measure_all(count: int, repeats: int, peers: bool) -> dict:
+    result = measure(count, repeats)
+    if peers:
+        result["peers"] = measure_peers(count, repeats)
+    return result
+
+
+PEER_N = 1024
+PEER_GROUPS = 16
+WGSL_ADD = """
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    let i = id.x;
+    if (i < arrayLength(&c)) {
+        c[i] = a[i] + b[i];
+    }
+}
+"""
+
+
+def _process_per(run, count: int, repeats: int) -> tuple[float, float]:
+    """Median wall and process-CPU microseconds per dispatch of ``run()`` (a peer may execute
+    or poll on threads of its own)."""
+    wall, cpu = [], []
+    for _ in range(repeats):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        run()
+        cpu.append((time.process_time() - start_cpu) / count)
+        wall.append((time.perf_counter() - start) / count)
+    return statistics.median(wall) * 1e6, statistics.median(cpu) * 1e6
+
+
+def peer_vkumd(host: np.ndarray, count: int, repeats: int) -> dict:
+    with vkumd.Context(validation=False) as ctx:
+        a, b, c = (ctx.tensor(row) for row in host)
+        stream = ctx.stream(max_batch_dispatches=count + 1)
+
+        def eager() -> None:
+            with stream:
+                ops.add(a, b, out=c)
+            stream.synchronize()
+
+        def batched() -> None:
+            with stream:
+                for _ in range(count):
+                    ops.add(a, b, out=c)
+            stream.synchronize()
+
+        eager()
+        with ctx.capture() as graph:
+            for _ in range(count):
+                ops.add(a, b, out=c)
+        rows = {"eager round trip": _process_per(eager, 1, max(repeats * 20, 50)),
+                "batched": _process_per(batched, count, repeats),
+                "replayed": _process_per(lambda: (graph.replay(stream), stream.synchronize()),
+                                         count, repeats)}
+        assert np.allclose(c.numpy(), host[0] + host[1]), "vkumd's add went wrong"
+        graph.release()
+        stream.release()
+    return rows
+
+
+def peer_wgpu(host: np.ndarray, count: int, repeats: int) -> dict:
+    os.environ.setdefault("WGPU_BACKEND_TYPE", "Vulkan")
+    import wgpu  # noqa: PLC0415 - optional peer
+
+    adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    device = adapter.request_device_sync()
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
+    buffers = [device.create_buffer_with_data(data=row, usage=usage) for row in host]
+    pipeline = device.create_compute_pipeline(
+        layout="auto", compute={"module": device.create_shader_module(code=WGSL_ADD),
+                                "entry_point": "main"})
+    bind_group = device.create_bind_group(
+        layout=pipeline.get_bind_group_layout(0),
+        entries=[{"binding": i, "resource": {"buffer": buf, "offset": 0, "size": buf.size}}
+                 for i, buf in enumerate(buffers)])
+
+    def submit(dispatches: int) -> None:
+        encoder = device.create_command_encoder()
+        compute = encoder.begin_compute_pass()
+        compute.set_pipeline(pipeline)
+        compute.set_bind_group(0, bind_group)
+        for _ in range(dispatches):
+            compute.dispatch_workgroups(PEER_GROUPS)
+        compute.end()
+        device.queue.submit([encoder.finish()])
+        # wgpuDevicePoll(wait=True): wgpu 0.32's on_submitted_work_done_sync() fails against
+        # its bundled wgpu-native (a callback signature mismatch).
+        device._poll_wait()
+
+    submit(1)
+    rows = {"eager round trip": _process_per(lambda: submit(1), 1, max(repeats * 20, 50)),
+            "batched": _process_per(lambda: submit(count), count, repeats)}
+    out = np.frombuffer(device.queue.read_buffer(buffers[2]), dtype=np.float32)
+    assert np.allclose(out, host[0] + host[1]), "wgpu's add went wrong"
+    rows["device"] = adapter.info["device"]
+    return rows
+
+
+def peer_vkdispatch(host: np.ndarray, count: int, repeats: int) -> dict:
+    import vkdispatch as vd  # noqa: PLC0415 - optional peer
+    import vkdispatch.codegen as vc  # noqa: PLC0415
+
+    if not vd.is_context_initialized():
+        vd.make_context(device_ids=[0])  # its default choice skips CPU devices
+
+    # Annotations given explicitly: this module's postponed annotations are strings.
+    @vd.shader(workgroups=(PEER_GROUPS, 1, 1), local_size=(64, 1, 1),
+               arg_type_annotations=[vc.Buffer[vc.f32]] * 3, arg_names=["a", "b", "c"],
+               arg_defaults=[None] * 3)
+    def add(a, b, c) -> None:
+        index = vc.global_invocation_id().x
+        c[index] = a[index] + b[index]
+
+    a, b, c = (vd.asbuffer(row.copy()) for row in host)
+
+    def batched(dispatches: int) -> None:
+        graph = vd.CommandGraph()
+        for _ in range(dispatches):
+            add(a, b, c, graph=graph)
+        graph.submit()
+        vd.queue_wait_idle()
+
+    batched(1)
+    recorded = vd.CommandGraph()
+    for _ in range(count):
+        add(a, b, c, graph=recorded)
+    rows = {"eager round trip": _process_per(lambda: batched(1), 1, max(repeats * 20, 50)),
+            "batched": _process_per(lambda: batched(count), count, repeats),
+            "replayed": _process_per(lambda: (recorded.submit(), vd.queue_wait_idle()),
+                                     count, repeats)}
+    assert np.allclose(c.read(0), host[0] + host[1]), "vkdispatch's add went wrong"
+    return rows
+
+
+def measure_peers(count: int, repeats: int) -> dict:
+    host = np.random.default_rng(1).standard_normal((3, PEER_N), dtype=np.float32)
+    host[2] = 0
+    results: dict[str, dict | str] = {}
+    for name, run in (("vkumd", peer_vkumd), ("wgpu", peer_wgpu),
+                      ("vkdispatch", peer_vkdispatch)):
+        try:
+            results[name] = run(host, count, repeats)
+        except ImportError:
+            results[name] = "not installed"
+        except Exception as exc:  # noqa: BLE001 - a peer failing must not stop the table
+            results[name] = f"failed: {type(exc).__name__}: {exc}"
+    return results
+
+
+def print_peers(lp_threads: str, peers: dict) -> None:
+    print(f"\npeers, LP_NUM_THREADS={lp_threads}: {PEER_N}-float add, {PEER_GROUPS} workgroups "
+          "of 64 (vkumd: its planner's grid); us per dispatch, median wall / process CPU; "
+          "x = peer / vkumd (wall)")
+    ours = peers.get("vkumd")
+    for row in ("eager round trip", "batched", "replayed"):
+        cells = []
+        for name, rows in peers.items():
+            if not isinstance(rows, dict):
+                cells.append(f"{name} {rows}")
+            elif row not in rows:
+                cells.append(f"{name} n/a")
+            else:
+                wall, cpu = rows[row]
+                ratio = (f" x{wall / ours[row][0]:.2f}"
+                         if isinstance(ours, dict) and name != "vkumd" else "")
+                cells.append(f"{name} {wall:.1f} / {cpu:.1f}{ratio}")
+        print(f"  {row:<17}" + "; ".join(cells))
+
+
 def print_table(result: dict) -> None:
     numpy_us = result["numpy_add_us"]
     print(f"\nLP_NUM_THREADS={result['lp_num_threads']}: host us per dispatch, median, "
@@ -125,11 +307,12 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--json", help="write the results as JSON here")
+    parser.add_argument("--no-peers", action="store_true", help="skip the peer table")
     parser.add_argument("--only-this-process", action="store_true",
                         help="measure once with the current environment and print JSON")
     args = parser.parse_args()
     if args.only_this_process:
-        print(json.dumps(measure(args.count, args.repeats)))
+        print(json.dumps(measure_all(args.count, args.repeats, not args.no_peers)))
         return
     results = []
     for threads in (None, "0"):
@@ -139,11 +322,14 @@ def main() -> None:
         else:
             env["LP_NUM_THREADS"] = threads
         done = subprocess.run([sys.executable, __file__, "--only-this-process", "--count",
-                               str(args.count), "--repeats", str(args.repeats)], env=env,
+                               str(args.count), "--repeats", str(args.repeats)]
+                              + (["--no-peers"] if args.no_peers else []), env=env,
                               check=True, capture_output=True, text=True)
         result = json.loads(done.stdout.strip().splitlines()[-1])
         results.append(result)
         print_table(result)
+        if "peers" in result:
+            print_peers(result["lp_num_threads"], result["peers"])
     zero = results[-1]["rows"]
     replay, eager = zero["replay"], zero["eager op, record"]
     print(f"\ngoals at LP_NUM_THREADS=0 (wall / CPU): replay {replay[0]:.2f} / {replay[1]:.2f} "

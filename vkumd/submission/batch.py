@@ -75,6 +75,12 @@ class Batch:
         self.on_retire: list[Callable[[], None]] = []
         self.last_kernel = ""
         self._bound = None
+        # What the last dispatch left bound: (layout, set or buffers) and (layout, push bytes).
+        # A dispatch that would bind the same again skips the command -- bindings and push
+        # constants persist across dispatches, barriers and pipelines of the same layout --
+        # which saves lavapipe executing them (0.4 us a set, 9 us a push-descriptor write).
+        self._descriptors: tuple[Any, Any] | None = None
+        self._push: tuple[Any, bytes] | None = None
         if after_earlier_work:
             self.barrier()
 
@@ -91,7 +97,13 @@ class Batch:
         ``keys`` are the buffers' ``(VkBuffer, offset)`` when the caller has them already.
         """
         layout = program.layout
-        descriptor_set = self.binder.prepare(layout, buffers)
+        binder = self.binder
+        bound = self._descriptors
+        # Push descriptors already bound to these buffers need no preparing at all; a pooled
+        # set is allocated for every dispatch (each submission counts its sets).
+        rebind = (bound is None or bound[0] is not layout or not binder.push_descriptors
+                  or bound[1] != buffers)
+        descriptor_set = binder.prepare(layout, buffers) if rebind else None
         gx, gy, gz = groups
         if keys is None:
             keys = [(buffer, offset) for buffer, offset, _ in buffers]
@@ -103,9 +115,16 @@ class Batch:
             if self._bound is not program:
                 lib.vkCmdBindPipeline(cmd, _COMPUTE, program.handle)
                 self._bound = program
-            self.binder.record(cmd, layout, len(buffers), descriptor_set)
-            if push:
+            if rebind:
+                self._descriptors = None  # unknown until the command is recorded
+                binder.record(cmd, layout, len(buffers), descriptor_set)
+                # A tuple: a caller's list could change in place before the next dispatch.
+                self._descriptors = (layout, tuple(buffers) if descriptor_set is None
+                                     else descriptor_set)
+            if push and (layout, push) != self._push:
+                self._push = None
                 lib.vkCmdPushConstants(cmd, layout.handle, _SHADER_STAGE, 0, len(push), push)
+                self._push = (layout, push)
             lib.vkCmdDispatch(cmd, gx, gy, gz)
         except BaseException as exc:
             self.broken = exc

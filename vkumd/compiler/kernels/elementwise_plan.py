@@ -35,6 +35,11 @@ ELEMENTWISE_WORKGROUP = 64
 # looping over the elements beat one per 64 elements. GPUs get one group per 64 elements
 # up to the dispatch limit, then loop too.
 CPU_WORKGROUPS = 64
+# ... and each of them loops over at least this many pieces of work (64 x 64 elements for the
+# elementwise kernels): measured on lavapipe 25 with LP_NUM_THREADS=0, an extra workgroup
+# costs about 0.3 us and an element of an add about 2.3 ns, so 16 groups for a 1024-float
+# add took 7 us against 2.7 us for one.
+CPU_PIECES_PER_WORKGROUP = 64
 _PLANS = 4096
 
 
@@ -67,9 +72,11 @@ class FixedLaunch:
 
 def looped_grid(caps: DeviceCaps, groups: int) -> tuple[int, int, int]:
     """A grid for a kernel whose workgroups loop over ``groups`` pieces of work: capped at
-    :data:`CPU_WORKGROUPS` on CPU drivers and at the dispatch limit elsewhere."""
-    cap = CPU_WORKGROUPS if caps.device_type == "cpu" else caps.max_workgroup_count[0]
-    return (max(1, min(groups, cap)), 1, 1)
+    :data:`CPU_WORKGROUPS` on CPU drivers (each looping over at least
+    :data:`CPU_PIECES_PER_WORKGROUP` pieces) and at the dispatch limit elsewhere."""
+    if caps.device_type == "cpu":
+        return (max(1, min(-(-groups // CPU_PIECES_PER_WORKGROUP), CPU_WORKGROUPS)), 1, 1)
+    return (max(1, min(groups, caps.max_workgroup_count[0])), 1, 1)
 
 
 def _strides_for(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[int]:
