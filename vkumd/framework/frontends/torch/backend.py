@@ -136,9 +136,9 @@ def _dynamo_weights(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> list[b
     out = []
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, value in zip(placeholders, example_inputs, strict=False):
-        source = getattr(node.meta.get("grapharg"), "source", None)
-        where = source.name if isinstance(getattr(source, "name", None), str) else (
-            source.name() if source is not None else "")
+        # Dynamo records where each input came from: L['self']._modules['fc']._parameters[..]
+        label = getattr(getattr(node.meta.get("grapharg"), "source", None), "name", "")
+        where = label() if callable(label) else str(label)
         out.append(isinstance(value, torch.nn.Parameter)
                    or "_buffers" in where or "_parameters" in where)
     return out
