@@ -69,24 +69,28 @@ def test_float16_graph_matches_the_reference(encoder16, reference) -> None:
 def test_length_37_runs_the_64_bucket_as_the_exact_shape_run(ctx, encoder, reference) -> None:
     from vkumd.framework.execute import CompiledGraph
     from vkumd.framework.models.bert_graph import graph_inputs
+    from vkumd.framework.models.encoder import BUCKETS
 
     lengths, ids = _batch([37, 37, 37, 21])
     feeds = graph_inputs(lengths, ids, "mean")
-    bucketed = encoder.compiled_graph
-    before = bucketed.recorded
-    got = bucketed(**feeds)[1].numpy()
-    env = [s.bindings for s in bucketed.buckets()][-1]
-    assert env == {"batch": 4, "seq": 64} and bucketed.recorded <= before + 1
-    # The key lengths the replay wrote are the true ones, not the bucket's.
-    recording = list(bucketed.recordings())[-1]
-    np.testing.assert_array_equal(recording.inputs["lengths"].numpy()[:4], lengths)
-    exact = CompiledGraph(encoder.graph, ctx, buckets={"batch": None, "seq": None})
-    try:
-        want = exact(**feeds)[1].numpy()
-        assert [s.bindings for s in exact.buckets()] == [{"batch": 4, "seq": 37}]
-    finally:
-        exact.release()
+    results = {}
+    for name, buckets in (("pow2", None), ("exact", {"batch": None, "seq": None}),
+                          ("encoder", BUCKETS)):
+        compiled = CompiledGraph(encoder.graph, ctx, buckets=buckets)
+        try:
+            results[name] = compiled(**feeds)[1].numpy()
+            assert compiled.recorded == 1
+            env = compiled.buckets()[0].bindings
+            # The key lengths the replay wrote are the true ones, not the bucket's.
+            recording = next(compiled.recordings())
+            np.testing.assert_array_equal(recording.inputs["lengths"].numpy()[:4], lengths)
+        finally:
+            compiled.release()
+        assert env == {"pow2": {"batch": 4, "seq": 64}, "exact": {"batch": 4, "seq": 37},
+                       "encoder": {"batch": 4, "seq": 40}}[name]
+    got, want = results["pow2"], results["exact"]
     assert np.abs(got - want).max() <= 1e-6
+    assert np.abs(results["encoder"] - want).max() <= 1e-6
     states = [reference.hidden(list(row[:n])) for row, n in zip(ids, lengths, strict=True)]
     pooled = np.array([h.mean(0) for h in states])
     assert_close(got, pooled / np.linalg.norm(pooled, axis=1, keepdims=True), **F32)
