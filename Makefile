@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-main test-device-only test-coopmat lint bench clean
+.PHONY: setup demo test test-main test-device-only test-coopmat lint bench bench-check clean
 
 setup:
 	@bash ci/setup.sh
@@ -50,6 +50,12 @@ bench: setup
 	$(PY) bench/gemm.py
 	$(PY) bench/transformer.py
 	$(PY) bench/attention.py
+
+# Performance-regression gate (not part of make test): bench/check.py reruns the benchmarks
+# in bench/baseline.json with --quick (a couple of minutes) and fails when a ratio (vkumd over
+# its same-run peer) falls more than 25% below its baseline. Needs onnx and onnxruntime.
+bench-check: setup
+	$(PY) bench/check.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
