@@ -32,9 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from vkumd import ops
 from vkumd.errors import VkumdValueError
-from vkumd.framework import dtypes
+from vkumd.framework import dtypes, ops
 from vkumd.framework.models.config import BertConfig, SentenceConfig
 from vkumd.framework.tensor import Tensor
 
