@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-main test-device-only test-coopmat lint bench soak clean
+.PHONY: setup demo test test-main test-device-only test-coopmat lint bench bench-check soak clean
 
 setup:
 	@bash ci/setup.sh
@@ -61,6 +61,12 @@ bench: setup
 SOAK_ARGS ?=
 soak: setup
 	VKUMD_VALIDATION=0 $(PY) tests/soak/soak.py $(SOAK_ARGS)
+
+# Performance-regression gate (not part of make test): bench/check.py reruns the benchmarks
+# in bench/baseline.json with --quick (a couple of minutes) and fails when a ratio (vkumd over
+# its same-run peer) falls more than 25% below its baseline. Needs onnx and onnxruntime.
+bench-check: setup
+	$(PY) bench/check.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -1,16 +1,19 @@
 """all-MiniLM-L6-v2 end to end: vkumd against onnxruntime (CPU) and the numpy reference.
 
-Usage: python bench/model.py [--full] [--repeats N] [--json PATH] [--dtype float16]
-                             [--ort-threads N] [--no-onnx]
+Usage: python bench/model.py [--full | --quick] [--repeats N] [--json PATH]
+                             [--dtype float16] [--ort-threads N] [--no-onnx]
 
 For short (8-30 words) and long (200+ tokens) sentences at batch 1, 8 and 32 (``--full`` adds
 128), each peer embeds the same sentences, tokenized by the same tokenizer, sorted by length
-and padded per batch, in the same run. Each row starts with one profiled vkumd run (GPU
-timestamps from ``vkumd.profile()``: kernel time, kernel compiles, and host overhead = the
-rest of the wall time, in which no kernel ran; the pool's size after it, from an emptied
-pool, is the row's peak memory), then vkumd and onnxruntime runs alternate (so load from
-other processes on this shared machine hits both) up to ``--repeats`` each or until
-``--budget`` seconds have passed. Rows show medians and [min-max] ranges of sentences/s,
+and padded per batch, in the same run; vkumd runs twice, as the compiled graph (the default
+path) and eagerly (``compiled=False``). ``--quick`` runs only the rows ``bench/check.py``
+gates on, and the JSON's ``ratios`` are what it compares. Each path of each row runs once
+untimed (recording, compiles; the pool's growth over what was in use is the path's peak
+memory) and once profiled (GPU timestamps from ``vkumd.profile()``: kernel time, kernel
+compiles, and host overhead = the rest of the wall time, in which no kernel ran); then the
+compiled, eager and onnxruntime runs alternate (so load from other processes on this shared
+machine hits all) up to ``--repeats`` each or until ``--budget`` seconds have passed. Rows
+show medians and [min-max] ranges of sentences/s,
 tokens/s (real tokens, not padding), and the number of timed runs. The onnxruntime peer
 runs a graph built here from the same safetensors with ``onnx.helper`` (opset 17); its output
 and vkumd's are checked against the float64 numpy reference (one sentence at a time,
@@ -199,52 +202,84 @@ def _agreement(got: np.ndarray, want: np.ndarray) -> dict:
     return {"min_cos": float(cos.min()), "max_abs": float(np.abs(got - want).max())}
 
 
-def _profiled(encoder, texts: list[str], batch: int) -> tuple[dict, np.ndarray]:
-    """One vkumd run under the profiler: kernel time, compile time and the rest (host)."""
-    with vkumd.profile() as prof:
+def _profiled(encoder, texts: list[str], batch: int, compiled: bool) -> tuple[dict, np.ndarray]:
+    """One vkumd run under the profiler: kernel time, compile time and the rest (host).
+
+    Replayed recordings are invisible to the profiler, so for the compiled path host time is
+    the wall time outside the waits for results (each batch is read back before the next is
+    written, so the device is idle while the host works)."""
+    waited = [0.0]
+    collect = encoder._collect
+
+    def timed_collect(*args: object) -> None:
         start = time.perf_counter()
-        out = encoder.encode(texts, batch_size=batch, progress=False)
-        wall = time.perf_counter() - start
+        collect(*args)
+        waited[0] += time.perf_counter() - start
+
+    encoder._collect = timed_collect
+    try:
+        with vkumd.profile() as prof:
+            start = time.perf_counter()
+            out = encoder.encode(texts, batch_size=batch, progress=False, compiled=compiled)
+            wall = time.perf_counter() - start
+    finally:
+        del encoder._collect
     kernels = sum(r.duration_ns for r in prof.dispatches) / 1e9
     compiles = sum(e.end_ns - e.start_ns for e in prof.events if e.kind == "compile") / 1e9
-    host = max(wall - kernels - compiles, 0.0)
+    host = max(wall - (waited[0] if compiled else kernels) - compiles, 0.0)
     return {"profiled_wall_s": wall, "kernel_s": kernels, "compile_s": compiles,
-            "host_overhead_s": host, "host_overhead_share": host / (wall - compiles),
+            "host_overhead_s": host, "host_overhead_share": host / max(wall - compiles, 1e-9),
             "dispatches": len(prof.dispatches),
             "kernels_ms": {r["kernel"]: round(r["total_us"] / 1e3, 3)
                            for r in prof.summary()}}, out
 
 
+MODES = {"compiled": True, "eager": False}
+
+
 def measure_row(encoder, ctx, peer, kind: str, batch: int, repeats: int,
-                budget: float) -> dict:
-    """One table row. The first vkumd run is profiled (it also warms the pool, whose size
-    after it is the row's peak; kernel compiles are timed and left out of host overhead);
-    then vkumd and onnxruntime runs alternate, so a change in the machine's load hits both,
-    until ``repeats`` pairs or ``budget`` seconds."""
-    texts = sentences(kind, COUNTS[kind][batch], seed=batch)
+                budget: float, count: int | None = None) -> dict:
+    """One table row. Each vkumd path (compiled graph, eager ops) first runs once untimed
+    (recording its bucket; kernel compiles), then once profiled from an emptied pool: the
+    pool's growth over what was in use before is the path's peak (for the compiled path:
+    the new recordings' arenas and tensors). Then the compiled, eager and onnxruntime runs
+    alternate, so a change in the machine's load hits all three, until ``repeats`` rounds
+    or ``budget`` seconds."""
+    texts = sentences(kind, count or COUNTS[kind][batch], seed=batch)
     tokens = encoder.tokenize(texts)
     real_tokens = sum(len(t) for t in tokens)
     row = {"set": kind, "batch": batch, "sentences": len(texts), "tokens": real_tokens,
            "padded_tokens": _padded(tokens, batch)}
-    ctx.synchronize()
-    ctx.memory.free_all_blocks()
-    profile, mine = _profiled(encoder, texts, batch)
-    row.update(profile)
-    row["pool_peak_bytes"] = ctx.memory.total_bytes()
-    if peer is not None:
-        row["vkumd_vs_ort"] = _agreement(mine, peer(tokens, batch).astype(np.float64))
-    ours, theirs = [], []
+    for mode, compiled in MODES.items():
+        ctx.synchronize()
+        ctx.memory.free_all_blocks()
+        before = ctx.memory.used_bytes()
+        encoder.encode(texts, batch_size=batch, progress=False, compiled=compiled)
+        ctx.synchronize()
+        row[mode] = {"pool_peak_bytes": ctx.memory.total_bytes() - before}
+        profile, mine = _profiled(encoder, texts, batch, compiled)
+        row[mode].update(profile)
+        if peer is not None and compiled:
+            row["vkumd_vs_ort"] = _agreement(mine, peer(tokens, batch).astype(np.float64))
+    samples: dict[str, list[float]] = {"compiled": [], "eager": [], "ort": []}
     started = time.perf_counter()
-    while len(ours) < repeats and (not ours or time.perf_counter() - started < budget):
-        ours.append(_timed(lambda: encoder.encode(texts, batch_size=batch, progress=False)))
+    while len(samples["compiled"]) < repeats and (
+            not samples["compiled"] or time.perf_counter() - started < budget):
+        for mode, compiled in MODES.items():
+            samples[mode].append(_timed(lambda c=compiled: encoder.encode(
+                texts, batch_size=batch, progress=False, compiled=c)))
         if peer is not None:
-            theirs.append(_timed(lambda: peer(tokens, batch)))
-    row["vkumd_sent_s"] = _rate(len(texts), ours)
-    row["vkumd_tok_s"] = real_tokens / statistics.median(ours)
+            samples["ort"].append(_timed(lambda: peer(tokens, batch)))
+    for mode in MODES:
+        row[mode]["sent_s"] = _rate(len(texts), samples[mode])
+        row[mode]["tok_s"] = real_tokens / statistics.median(samples[mode])
+    rate = {m: row[m]["sent_s"]["median"] for m in MODES}
+    row["ratios"] = {"compiled_vs_eager": rate["compiled"] / rate["eager"]}
     if peer is not None:
-        row["ort_sent_s"] = _rate(len(texts), theirs)
-        row["ort_tok_s"] = real_tokens / statistics.median(theirs)
-        row["ratio_vs_ort"] = row["vkumd_sent_s"]["median"] / row["ort_sent_s"]["median"]
+        row["ort_sent_s"] = _rate(len(texts), samples["ort"])
+        row["ort_tok_s"] = real_tokens / statistics.median(samples["ort"])
+        for mode in MODES:
+            row["ratios"][f"{mode}_vs_ort"] = rate[mode] / row["ort_sent_s"]["median"]
     return row
 
 
@@ -267,18 +302,24 @@ def _fmt_rate(rate: dict) -> str:
 
 
 def print_table(rows: list[dict], refs: dict[str, dict]) -> None:
-    print(f"{'set':<6}{'batch':>6}{'n':>5}{'runs':>5}{'vkumd sent/s [range]':>24}{'tok/s':>8}"
-          f"{'ort sent/s [range]':>24}{'vk/ort':>8}{'numpy sent/s':>13}{'vk/np':>7}"
-          f"{'kernel s':>9}{'host %':>8}{'pool MiB':>9}")
+    print(f"{'set':<6}{'batch':>6}{'n':>5}{'runs':>5}{'compiled sent/s':>22}"
+          f"{'eager sent/s':>22}{'ort sent/s':>22}{'cmp/ort':>8}{'eag/ort':>8}{'cmp/eag':>8}"
+          f"{'np sent/s':>10}{'host % c/e':>12}{'launch c/e':>11}{'peak MiB c/e':>13}")
     for r in rows:
+        c, e, q = r["compiled"], r["eager"], r["ratios"]
         ort = _fmt_rate(r["ort_sent_s"]) if "ort_sent_s" in r else "-"
-        ratio = f"{r['ratio_vs_ort']:.2f}" if "ratio_vs_ort" in r else "-"
-        np_rate = refs[r["set"]]["sent_s"]
-        print(f"{r['set']:<6}{r['batch']:>6}{r['sentences']:>5}"
-              f"{r['vkumd_sent_s']['samples']:>5}{_fmt_rate(r['vkumd_sent_s']):>24}"
-              f"{r['vkumd_tok_s']:>8.0f}{ort:>24}{ratio:>8}{np_rate:>13.1f}"
-              f"{r['vkumd_sent_s']['median'] / np_rate:>7.2f}{r['kernel_s']:>9.3f}"
-              f"{100 * r['host_overhead_share']:>8.1f}{r['pool_peak_bytes'] / 2**20:>9.0f}")
+        vs = [f"{q[k]:.2f}" if k in q else "-" for k in ("compiled_vs_ort", "eager_vs_ort")]
+        print(f"{r['set']:<6}{r['batch']:>6}{r['sentences']:>5}{c['sent_s']['samples']:>5}"
+              f"{_fmt_rate(c['sent_s']):>22}{_fmt_rate(e['sent_s']):>22}{ort:>22}"
+              f"{vs[0]:>8}{vs[1]:>8}{q['compiled_vs_eager']:>8.2f}"
+              f"{refs[r['set']]['sent_s']:>10.1f}"
+              f"{100 * c['host_overhead_share']:>6.1f}/{100 * e['host_overhead_share']:<5.1f}"
+              f"{c['dispatches']:>5}/{e['dispatches']:<5}"
+              f"{c['pool_peak_bytes'] / 2**20:>7.0f}/{e['pool_peak_bytes'] / 2**20:<5.0f}")
+
+
+# --quick: the rows bench/check.py gates on, a couple of minutes in all.
+QUICK = (("short", 1, 8), ("short", 32, 64), ("long", 8, 8))
 
 
 def main() -> None:
@@ -291,8 +332,14 @@ def main() -> None:
     parser.add_argument("--ort-threads", type=int, default=2)
     parser.add_argument("--no-onnx", action="store_true", help="skip the onnxruntime peer")
     parser.add_argument("--json", help="write the results as JSON here")
+    parser.add_argument("--quick", action="store_true",
+                        help="only the rows bench/check.py gates on (a couple of minutes)")
     args = parser.parse_args()
     batches = [1, 8, 32] + ([128] if args.full else [])
+    plan = QUICK if args.quick else tuple((kind, batch, None) for kind in ("short", "long")
+                                          for batch in batches)
+    if args.quick:
+        REFERENCE_COUNT.update(short=4, long=1)
     files = load_model_files("all-MiniLM-L6-v2")
     reference = _load_reference().ReferenceEncoder(files.root)
     refs = {kind: reference_row(reference, kind) for kind in ("short", "long")}
@@ -314,8 +361,8 @@ def main() -> None:
             if peer is not None:
                 accuracy[kind]["ort"] = _agreement(peer(encoder.tokenize(ref["texts"]), 8),
                                                    ref["embeddings"])
-        rows = [measure_row(encoder, ctx, peer, kind, batch, args.repeats, args.budget)
-                for kind in ("short", "long") for batch in batches]
+        rows = [measure_row(encoder, ctx, peer, kind, batch, args.repeats, args.budget, count)
+                for kind, batch, count in plan]
         device = ctx.caps.name
         encoder.close()
     print(f"device: {device}; dtype {args.dtype}; weights {weights_bytes / 2**20:.0f} MiB; "
@@ -329,16 +376,21 @@ def main() -> None:
     for r in rows:
         if r["batch"] != 32:
             continue
-        goals.append((f"host overhead < 10% of batch-32 time ({r['set']})",
-                      r["host_overhead_share"] < 0.10, f"{100 * r['host_overhead_share']:.1f}%"))
-        if "ratio_vs_ort" in r:
+        share = r["compiled"]["host_overhead_share"]
+        goals.append((f"host overhead < 10% of batch-32 time ({r['set']}, compiled)",
+                      share < 0.10, f"{100 * share:.1f}%"))
+        if "compiled_vs_ort" in r["ratios"]:
+            ratio = r["ratios"]["compiled_vs_ort"]
             goals.append((f">= 0.25 of onnxruntime's sentences/s at batch 32 ({r['set']})",
-                          r["ratio_vs_ort"] >= 0.25, f"{r['ratio_vs_ort']:.2f}"))
+                          ratio >= 0.25, f"{ratio:.2f}"))
     for text, ok, value in goals:
         print(f"goal {'met   ' if ok else 'MISSED'} {text}: {value}")
     if args.json:
         result = {"device": device, "dtype": args.dtype, "repeats": args.repeats,
                   "weights_bytes": weights_bytes, "rows": rows, "accuracy": accuracy,
+                  # What bench/check.py compares with bench/baseline.json.
+                  "ratios": {f"{r['set']}/{r['batch']}/{name}": value for r in rows
+                             for name, value in r["ratios"].items()},
                   "numpy_reference": {k: {"sentences": v["sentences"], "sent_s": v["sent_s"]}
                                       for k, v in refs.items()},
                   "goals": [{"goal": t, "met": ok, "value": v} for t, ok, v in goals]}

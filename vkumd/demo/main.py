@@ -10,6 +10,7 @@ import vkumd
 from vkumd import ops
 from vkumd.demo import attention as demo_attention
 from vkumd.demo import compiled as demo_compiled
+from vkumd.demo import embed as demo_embed
 from vkumd.demo import gemm as demo_gemm
 from vkumd.timing import median_seconds
 
@@ -63,6 +64,7 @@ def main() -> int:
         failures += demo_gemm.run(ctx, rng)
         failures += demo_attention.run(ctx, rng)
         failures += demo_compiled.run(ctx, rng)
+        failures += demo_embed.run(ctx)
 
         used = ctx.memory.used_bytes() / 2**20
         held = ctx.memory.total_bytes() / 2**20

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vkumd.framework import ops
+from vkumd.framework.execute.arena import view
 from vkumd.framework.graph.errors import UnsupportedOpError
 from vkumd.framework.graph.ir import Node
 from vkumd.framework.graph.shapes import op_info
@@ -60,11 +61,26 @@ def _cast(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     ops.cast(ins[0], attrs_of(node)["dtype"], out=outs[0])
 
 
+def _rows(a: Tensor, b: Tensor, residual: Tensor | None, out: Tensor, trans_a: bool) -> bool:
+    """Whether ``a``'s batch can join its rows: a batched ``a`` (not transposed) times one
+    2-D matrix shared by the batch is a single GEMM of ``batch * M`` rows."""
+    return (a.ndim > 2 and b.ndim == 2 and not trans_a
+            and (residual is None or residual.shape == out.shape))
+
+
 def _matmul(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     a, b, bias, residual = ins
     at = attrs_of(node)
+    out = outs[0]
+    if _rows(a, b, residual, out, at["trans_a"]):
+        # One GEMM, not batch entries of M rows each: short entries leave row tiles part
+        # empty (bert.py measured batch entries 1.5x slower for short sentences on lavapipe).
+        a = view(a, (a.size // a.shape[-1], a.shape[-1]))
+        out = view(out, (out.size // out.shape[-1], out.shape[-1]))
+        if residual is not None:
+            residual = view(residual, out.shape)
     ops.matmul(a, b, bias=bias, activation=at["activation"], residual=residual,
-               alpha=at["alpha"], trans_a=at["trans_a"], trans_b=at["trans_b"], out=outs[0])
+               alpha=at["alpha"], trans_a=at["trans_a"], trans_b=at["trans_b"], out=out)
 
 
 def _attention(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
