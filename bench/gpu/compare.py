@@ -469,10 +469,17 @@ def model_sections(ctx: vkumd.Context, peer: Any, args: argparse.Namespace, sect
     """The sentence-encoder rows, then the compiled-layer rows; a model that cannot load is
     recorded against every row, not fatal."""
     batches = model_rows.QUICK_BATCHES if args.quick else model_rows.MODEL_BATCHES
-    model_list = [(f"encode batch {b}", {"batch": b}) for b in batches]
+    # torch.compile's first calls compile (minutes on a CPU, not yet measured on the H200):
+    # its rows come last, after the eager peer's and the compiled-graph rows.
+    model_list = [(f"encode batch {b}", {"batch": b, "peers": ("torch eager",)})
+                  for b in batches]
+    compiled_list = [(f"encode batch {b}, torch.compile", {"batch": b,
+                                                           "peers": ("torch.compile",)})
+                     for b in batches]
     graph_list = [(f"layer b{b} s{s}", {"batch": b, "seq": s})
                   for b, s in model_rows.graph_shapes(args.quick)]
-    wanted = [(name, cases) for name, cases in (("model", model_list), ("graph", graph_list))
+    wanted = [(name, cases) for name, cases in (("model", model_list), ("graph", graph_list),
+                                                ("model", compiled_list))
               if name in sections]
     try:
         runner = model_rows.ModelRunner(ctx, args.model, args.model_dtype, peer.name,
@@ -480,8 +487,9 @@ def model_sections(ctx: vkumd.Context, peer: Any, args: argparse.Namespace, sect
     except Exception as exc:
         traceback.print_exc()
         for name, cases in wanted:
-            results[name] = [{"case": label, **kw, "error": f"loading {args.model}: "
-                              f"{type(exc).__name__}: {exc}"} for label, kw in cases]
+            results.setdefault(name, []).extend(
+                {"case": label, **kw, "error": f"loading {args.model}: "
+                 f"{type(exc).__name__}: {exc}"} for label, kw in cases)
         save()
         return
     results["model_info"] = {"model": str(runner.files.root), "dtype": args.model_dtype,

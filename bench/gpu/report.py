@@ -226,7 +226,8 @@ def skipped_cases(results: dict) -> list[str]:
         for row in results.get(section, []):
             if "skipped" in row:
                 found.append(f"{section}: {row['case']}: {row['skipped']}")
-            for name, peer in row.get("peers", {}).items():
+            peers = row.get("peers")
+            for name, peer in (peers.items() if isinstance(peers, dict) else ()):
                 if "skipped" in peer:
                     found.append(f"{section}: {row['case']}, {name}: {peer['skipped']}")
     return found
