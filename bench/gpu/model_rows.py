@@ -82,7 +82,8 @@ class TorchBert:
     pooling and L2 normalisation. ``encode`` batches longest-first and pads per batch, as
     ``SentenceEncoder.encode`` does."""
 
-    def __init__(self, files: Any, dtype: str, device: str = "cuda") -> None:
+    def __init__(self, files: Any, dtype: str, device: str = "cuda",
+                 weights: dict[str, np.ndarray] | None = None) -> None:
         import torch
 
         self.torch = torch
@@ -92,7 +93,7 @@ class TorchBert:
         self.dtype = getattr(torch, dtype)
         self.w = {name: torch.from_numpy(np.ascontiguousarray(array)).to(self.device,
                                                                          self.dtype)
-                  for name, array in files.weights.items()}
+                  for name, array in (files.weights if weights is None else weights).items()}
         self._forward = self.forward
 
     def compile(self) -> None:
@@ -177,6 +178,8 @@ class ModelRunner:
 
         self.files = load_model_files(model)
         self.kept = _module("gpu_pack_model", HERE / "pack_model.py").kept_ids(self.files.root)
+        # The peers' copy: SentenceEncoder may drop files.weights once uploaded (main does).
+        self.host_weights = dict(self.files.weights)
         self.encoder = SentenceEncoder(self.files, ctx, dtype=dtype)
         self.dtype, self.quick = dtype, quick
         self.torch_reason = (torch_unavailable() if peer_kind == "torch"
@@ -229,11 +232,11 @@ class ModelRunner:
     def _torch_row(self, name: str, texts: list[str], batch: int, mine: np.ndarray,
                    repeats: int, seconds: float) -> dict:
         if self.torch is None:
-            self.torch = TorchBert(self.files, self.dtype)
+            self.torch = TorchBert(self.files, self.dtype, weights=self.host_weights)
         peer = self.torch
         if name == "torch.compile":
             if self.compiled is None:
-                self.compiled = TorchBert(self.files, self.dtype)
+                self.compiled = TorchBert(self.files, self.dtype, weights=self.host_weights)
                 self.compiled.compile()
             peer = self.compiled
         start = time.perf_counter()
