@@ -28,6 +28,18 @@ CORPUS = [f"line {i}: a sentence about {w} and {i % 7} other things"
           for i, w in enumerate(["rivers", "cats", "tea", "maths", "trains", "night"] * 8)]
 
 
+def refuse_outside_a_private_network_namespace() -> None:
+    """Stop unless this process runs in a network namespace of its own (unshare -n) whose
+    only interface is loopback: Ray would otherwise bind to the machine's own address."""
+    # /proc/self/net follows the process's network namespace (/sys/class/net does not,
+    # unless sysfs is mounted again inside it).
+    lines = Path("/proc/self/net/dev").read_text().splitlines()[2:]
+    interfaces = sorted(line.split(":", 1)[0].strip() for line in lines)
+    if interfaces != ["lo"]:
+        sys.exit(f"ray_job.py must run inside a private network namespace (unshare -n) with "
+                 f"only lo; this one has {interfaces}")
+
+
 def descendants() -> set[int]:
     """PIDs of every process below this one, read from /proc (ppid is field 4 of stat)."""
     parent: dict[int, int] = {}
@@ -78,6 +90,7 @@ def stop_by_pid(pids: set[int]) -> list[int]:
 
 def main() -> int:
     """Run the job; see the module docstring."""
+    refuse_outside_a_private_network_namespace()
     assert os.environ.get("RAY_USAGE_STATS_ENABLED") == "0"
     temp = tempfile.mkdtemp(prefix="vkray", dir="/tmp")  # short: Ray's socket paths
     started: set[int] = set()

@@ -7,11 +7,10 @@ from vkumd.compiler.kernels.transformer import ROW_CODES
 from vkumd.errors import VkumdValueError
 from vkumd.framework.ops.checks import (
     check_float,
-    check_real,
     check_same,
-    leading_rows,
     output,
 )
+from vkumd.framework.ops.norm import check_norm_arguments
 from vkumd.framework.tensor import Tensor
 
 __all__ = ["add_layer_norm"]
@@ -48,17 +47,7 @@ def add_layer_norm(x: Tensor, residual: Tensor, weight: Tensor | None = None,
     if residual.shape != x.shape:
         raise VkumdValueError(f"{op}: residual has shape {residual.shape}; it must be x's "
                               f"{x.shape}")
-    rows, cols = leading_rows(op, x)
-    eps = check_real(op, eps, "eps")
-    if not eps >= 0.0:
-        raise VkumdValueError(f"{op}: eps={eps!r}; it must be >= 0 (it keeps 1/sqrt finite)")
-    for what, param in (("weight", weight), ("bias", bias)):
-        if param is None:
-            continue
-        check_same(op, x, param, what)
-        if param.shape != (cols,):
-            raise VkumdValueError(f"{op}: {what} has shape {param.shape}; it must be "
-                                  f"({cols},), the length of x's last dimension")
+    rows, cols, eps = check_norm_arguments(op, x, weight, bias, eps)
     out = output(op, x.context, out, x.shape, x.dtype, (x, residual))
     if out.size == 0:
         return out

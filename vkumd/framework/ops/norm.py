@@ -15,9 +15,14 @@ from vkumd.framework.ops.checks import (
 from vkumd.framework.tensor import Tensor
 
 
-def _norm(op: str, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float,
-          out: Tensor | None) -> Tensor:
-    x = check_float(op, x)
+def check_norm_arguments(op: str, x: Tensor, weight: Tensor | None, bias: Tensor | None,
+                         eps: float) -> tuple[int, int, float]:
+    """``(rows, cols, eps)`` after the checks every normalisation shares.
+
+    Raises:
+        VkumdTypeError: weight or bias of another dtype; non-numeric eps.
+        VkumdValueError: 0-d x; weight or bias of the wrong length; negative eps.
+    """
     rows, cols = leading_rows(op, x)
     eps = check_real(op, eps, "eps")
     if not eps >= 0.0:
@@ -29,6 +34,13 @@ def _norm(op: str, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: f
         if param.shape != (cols,):
             raise VkumdValueError(f"{op}: {what} has shape {param.shape}; it must be "
                                   f"({cols},), the length of x's last dimension")
+    return rows, cols, eps
+
+
+def _norm(op: str, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float,
+          out: Tensor | None) -> Tensor:
+    x = check_float(op, x)
+    rows, cols, eps = check_norm_arguments(op, x, weight, bias, eps)
     out = output(op, x.context, out, x.shape, x.dtype)
     if out.size == 0:
         return out
