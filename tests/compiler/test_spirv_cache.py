@@ -269,7 +269,7 @@ def test_garbage_is_also_refused_by_spirv_val(tmp_path: Path) -> None:
     for kind, data in {"compiled": spirv, **_garbage(spirv)}.items():
         module.write_bytes(data)
         done = subprocess.run([str(spirv_val()), "--target-env", TARGET_ENV, str(module)],
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, errors="replace", timeout=60)
         assert (done.returncode == 0) == (kind == "compiled"), (kind, done.stderr)
 
 
