@@ -7,31 +7,14 @@ import math
 
 import numpy as np
 import pytest
+from fusion_checks import feeds_for, ops_of, same_reference
 
 from vkumd.framework import ops
 from vkumd.framework.graph import PASSES, GraphBuilder, evaluate, run_passes
 from vkumd.framework.graph.fusion_attention import fuse_attention
-from vkumd.framework.graph.ir import Graph
 from vkumd.framework.graph.passes import FUSION
 
 B, H, S, T, D = 2, 3, 5, 7, 8
-
-
-def ops_of(g: Graph) -> list[str]:
-    return [n.op for n in g.nodes]
-
-
-def feeds_for(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return {v.name: rng.standard_normal([d if isinstance(d, int) else 3 for d in v.shape])
-            .astype(np.float32) for v in g.inputs}
-
-
-def same_reference(before: Graph, after: Graph) -> None:
-    after.check()
-    feeds = feeds_for(before)
-    for want, got in zip(evaluate(before, feeds), evaluate(after, feeds), strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
 def qkv(b: GraphBuilder, d: int = D, batch: object = B):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fusion_checks import feeds_for
 
 from vkumd.framework.graph import PASSES, GraphBuilder, evaluate, op_info, run_passes
 from vkumd.framework.graph.fusion_elementwise import MAX_INPUTS, fuse_elementwise
@@ -20,12 +21,6 @@ def same_reference(before: Graph, after: Graph, feeds: dict[str, np.ndarray]) ->
     after.check()
     for want, got in zip(evaluate(before, feeds), evaluate(after, feeds), strict=True):
         np.testing.assert_array_equal(got, want)
-
-
-def feeds_for(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return {v.name: rng.standard_normal([d if isinstance(d, int) else 3 for d in v.shape])
-            .astype(np.float32) for v in g.inputs}
 
 
 def test_a_chain_becomes_one_node_with_inlined_constants() -> None:

@@ -8,26 +8,16 @@ import zlib
 
 import numpy as np
 import pytest
+from fusion_checks import feeds_for, ops_of
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes, ops
 from vkumd.framework.graph import PASSES, GraphBuilder, evaluate, run_passes
 from vkumd.framework.graph.fusion_norm import fuse_add_layer_norm
-from vkumd.framework.graph.ir import Graph
 from vkumd.framework.graph.passes import FUSION
 from vkumd.framework.graph.reference import round_to
 
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
-
-
-def ops_of(g: Graph) -> list[str]:
-    return [n.op for n in g.nodes]
-
-
-def feeds_for(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return {v.name: rng.standard_normal([d if isinstance(d, int) else 3 for d in v.shape])
-            .astype(np.float32) for v in g.inputs}
 
 
 def block(shape: tuple = (4, 6)) -> tuple[GraphBuilder, object, object, object, object]:
