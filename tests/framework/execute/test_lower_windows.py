@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import vkumd
 from vkumd import ops
@@ -169,3 +171,43 @@ def test_a_where_on_integers_is_refused_by_name(ctx) -> None:
     b.output(b.where(cond, x, b.input("y", (4,), "int32")))
     with pytest.raises(UnsupportedOpError, match=r"= where.*int32"):
         CompiledGraph(b.build(), ctx)
+
+
+@st.composite
+def window_programs(draw: st.DrawFn):
+    """A random graph of slices, joins, cuts and selects over two inputs of one odd shape."""
+    rank = draw(st.integers(1, 4))
+    shape = tuple(draw(st.integers(1, 6)) for _ in range(rank))
+    b = GraphBuilder("windows")
+    pool = [b.input("x", shape), b.input("y", shape)]
+    for _ in range(draw(st.integers(1, 6))):
+        v = pool[draw(st.integers(0, len(pool) - 1))]
+        axis = draw(st.integers(-v.type.ndim, v.type.ndim - 1))
+        n = int(v.shape[axis])
+        op = draw(st.sampled_from(("slice", "concat", "split", "where")))
+        if op == "slice":
+            start = draw(st.integers(-n, n - 1))
+            stop = draw(st.integers(start % n + 1, n)) if draw(st.booleans()) else None
+            pool.append(b.slice(v, axis, start, stop))
+        elif op == "concat":
+            pool.append(b.concat([v, b.relu(v), v], axis))
+        elif op == "split" and n >= 2:
+            cut = draw(st.integers(1, n - 1))
+            pool.extend(b.split(v, (cut, n - cut), axis))
+        else:
+            # Values are copies and exact scalings, so no comparison sits on a rounding edge.
+            pool.append(b.where(b.gt(v, 0.0), v, b.scale(v, -0.5)))
+    b.output(pool[-1], pool[draw(st.integers(2 if len(pool) > 2 else 0, len(pool) - 1))])
+    return b.build(), shape
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(window_programs(), st.integers(0, 2**32 - 1))
+def test_random_window_graphs_compile_and_match_the_reference(ctx, program, seed) -> None:
+    graph, shape = program
+    feeds = _feeds(np.random.default_rng(seed), "x", "y", shape=shape)
+    fused = run_passes(graph)
+    for got, want in zip(_compiled_outputs(fused, ctx, feeds), evaluate(graph, feeds),
+                         strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got.astype(np.float64), want)
