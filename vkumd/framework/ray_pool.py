@@ -80,9 +80,13 @@ class EncoderActor:
         return index, self.encoder.encode(sentences, batch_size=batch_size, progress=False)
 
     def info(self) -> dict[str, Any]:
-        """Where this actor runs: process id and device."""
-        return {"pid": os.getpid(), "device": self.context.caps.name,
-                "driver": self.context.caps.driver_info}
+        """Where this actor runs: process id, Ray node id and device."""
+        return {"pid": os.getpid(), "node": ray_module().get_runtime_context().get_node_id(),
+                "device": self.context.caps.name, "driver": self.context.caps.driver_info}
+
+    def cpu_seconds(self) -> float:
+        """CPU time this actor's process has used (every thread, lavapipe's included)."""
+        return time.process_time()
 
     def ping(self) -> bool:
         """Answers when the actor is alive (after its queued work)."""
@@ -122,13 +126,15 @@ def start_actors(num_actors: int | None = None, model: str = DEFAULT_MODEL,
 
 @dataclass
 class EmbedStats:
-    """What a job did: sentences, wall seconds, throughput, batches run again, actors lost."""
+    """What a job did: sentences, wall seconds, throughput, batches run again, actors lost,
+    and ``per_actor``: batches each actor (by position in the list given) finished."""
 
     sentences: int = 0
     seconds: float = 0.0
     batches: int = 0
     retried_batches: int = 0
     actors_lost: int = 0
+    per_actor: list[int] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter, repr=False)
 
     @property
@@ -152,7 +158,8 @@ class EmbedStream:
             raise VkumdValueError(f"embed: chunk_size={chunk_size!r}; give an int >= 1")
         self.actors = list(actors)
         self.chunk_size, self.batch_size = chunk_size, batch_size
-        self.stats = EmbedStats(batches=-(-len(self.texts) // chunk_size))
+        self.stats = EmbedStats(batches=-(-len(self.texts) // chunk_size),
+                                per_actor=[0] * len(self.actors))
 
     def _chunk(self, index: int) -> tuple[int, list[str]]:
         start = index * self.chunk_size
@@ -189,7 +196,10 @@ class EmbedStream:
                     del running[i]
                     todo.appendleft(i)
                 continue
-            running.pop(index, None)
+            finisher = running.pop(index, None)
+            position = next((i for i, a in enumerate(self.actors) if a is finisher), None)
+            if position is not None:
+                self.stats.per_actor[position] += 1
             done[index] = rows
             while next_out in done:
                 chunk = done.pop(next_out)
