@@ -256,6 +256,25 @@ def descendants() -> set[int]:
     return found
 
 
+def namespace_cpu_seconds() -> float:
+    """CPU seconds (user + system) of every process this process can see in ``/proc``.
+
+    Inside a PID namespace with its own ``/proc`` (:data:`PID_NAMESPACE`) that is every process
+    of the namespace: a Ray node's daemons, workers and driver. A process that has ended
+    no longer counts.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / tick
+
+
 def stop_by_pid(pids: set[int], grace_s: float = 10.0) -> list[int]:
     """SIGTERM, then SIGKILL after up to ``grace_s``, those of ``pids`` still running; return
     the ones that were running."""
