@@ -117,3 +117,41 @@ def test_stream_refuses_bad_input() -> None:
         iter_embed(["a"], [object()], chunk_size=0)
     with pytest.raises(VkumdTypeError, match="one string"):
         iter_embed("text", [object()])  # type: ignore[arg-type]
+
+
+def test_claim_slot_spreads_actors_and_frees_a_dead_ones_slot(tmp_path: Path) -> None:
+    import multiprocessing
+
+    from vkumd.framework.ray_pool import claim_slot
+
+    first, held_a = claim_slot("node1", str(tmp_path))
+    second, held_b = claim_slot("node1", str(tmp_path))
+    other, held_c = claim_slot("node2", str(tmp_path))
+    assert (first, second, other) == (0, 1, 0)  # per node, lowest free first
+    # Another process sees the held slots too (flock is per open file, across processes).
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        assert pool.apply(_claim_in_child, (str(tmp_path),)) == 2
+    held_a.close()  # as when an actor dies: its slot is free for the replacement
+    again, held_d = claim_slot("node1", str(tmp_path))
+    assert again == 0
+    for handle in (held_b, held_c, held_d):
+        handle.close()
+
+
+def _claim_in_child(directory: str) -> int:
+    from vkumd.framework.ray_pool import claim_slot
+
+    slot, handle = claim_slot("node1", directory)
+    handle.close()
+    return slot
+
+
+def test_claim_slot_says_when_all_are_held(tmp_path: Path) -> None:
+    from vkumd.errors import VkumdError
+    from vkumd.framework.ray_pool import claim_slot
+
+    _, handle = claim_slot("n", str(tmp_path), most=1)
+    with pytest.raises(VkumdError, match="all 1 vulkan_gpu slots of node n are held"):
+        claim_slot("n", str(tmp_path), most=1)
+    handle.close()
