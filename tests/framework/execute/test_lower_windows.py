@@ -169,8 +169,16 @@ def test_a_where_on_integers_is_refused_by_name(ctx) -> None:
     b = GraphBuilder("int_select")
     cond, x = b.input("c", (4,), "uint8"), b.input("x", (4,), "int32")
     b.output(b.where(cond, x, b.input("y", (4,), "int32")))
+    graph = b.build()
     with pytest.raises(UnsupportedOpError, match=r"= where.*int32"):
-        CompiledGraph(b.build(), ctx)
+        CompiledGraph(graph, ctx)
+    # The eager interpreter still runs it (through the host), exactly.
+    rng = np.random.default_rng()
+    feeds = {"c": rng.integers(0, 2, 4).astype(np.uint8),
+             "x": rng.integers(-2**31, 2**31, 4, dtype=np.int64).astype(np.int32),
+             "y": rng.integers(-2**31, 2**31, 4, dtype=np.int64).astype(np.int32)}
+    (got,) = run_graph(graph, ctx, {k: ctx.tensor(v) for k, v in feeds.items()})
+    np.testing.assert_array_equal(got.numpy(), np.where(feeds["c"] != 0, feeds["x"], feeds["y"]))
 
 
 @st.composite
