@@ -53,7 +53,7 @@ PACK_WORKGROUP = 64
 # (256 accumulators, half the B gathers per multiply-add of 16x8) won: interleaved in one
 # process, 1024^3 float32 / float16 1.03-1.10x / 1.11-1.21x over 16x8x8, 2048^3 1.23x / 1.20x,
 # the transformer shapes 1.09-1.20x; B transposed 1.10-1.17x at 1024^3, 0.89-1.10x at 2048^3
-# (float32; float16 0.92x). Against 32x8x4 at 1024^3: 24x8x4 0.97-1.03x, 40x8x4 0.88-0.92x,
+# (float32; float16 0.92-1.09x). Against 32x8x4 at 1024^3: 24x8x4 0.97-1.03x, 40x8x4 0.88-0.92x,
 # 16x8x4 0.89-0.90x, 48x8x4 0.69-0.77x, 32x6x4 0.95x, 32x4x4 0.87-0.89x, 32x12x4 (float16)
 # 0.74x; on the transformer shapes 32x8x2 0.84-0.90x. Summing each
 # accumulator's K steps as a tree (0.92-1.07x at 16x8x8), or blocking the multiply-adds 4
