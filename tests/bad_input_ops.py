@@ -268,8 +268,11 @@ def _alias(env: Env, op: Callable[..., Any], shapes: list[tuple[int, ...]], *arg
 OUT = [
     C("add_out_wrong_shape", lambda e: ops.add(e.t(), e.t(), out=e.t((2, 1))), VE,
       "expected (2, 3)"),
-    C("relu_out_wrong_dtype", lambda e: ops.relu(e.t(), out=e.t(dtype="float16")), VE,
-      "expected (2, 3) and float32"),
+    C("relu_out_wrong_dtype", lambda e: ops.relu(e.t(), out=e.t(dtype="float16")), TE,
+      "out= is float16; the result is float32"),
+    C("layer_norm_out_wrong_dtype",
+      lambda e: ops.layer_norm(e.t(), out=e.t(dtype="bfloat16")), TE,
+      "out= is bfloat16; the result is float32"),
     C("softmax_out_wrong_shape", lambda e: ops.softmax(e.t(), out=e.t((3, 2))), VE,
       "out= has shape"),
     C("layer_norm_out_released", lambda e: ops.layer_norm(e.t(), out=e.released()), VE,

@@ -328,7 +328,7 @@ BAD = [
     ("scale inf", _inputs, {"scale": float("inf")}, vkumd.VkumdValueError, "finite"),
     ("causal", _inputs, {"causal": "yes"}, vkumd.VkumdTypeError, "bool"),
     ("out shape", _inputs, {"out": (1, 4, 8, 16)}, vkumd.VkumdValueError, "out="),
-    ("out dtype", _inputs, {"out": "f16-out"}, vkumd.VkumdValueError, "out="),
+    ("out dtype", _inputs, {"out": "f16-out"}, vkumd.VkumdTypeError, "out="),
 ]
 
 

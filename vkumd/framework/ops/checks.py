@@ -142,18 +142,21 @@ def output(op: str, context: Any, out: Any, shape: tuple[int, ...], dtype: dtype
             them (the kernel would read what it overwrites).
 
     Raises:
-        VkumdTypeError: ``out`` is not a tensor.
-        VkumdValueError: ``out`` is released, of another context, shape or dtype, or shares
-            memory with an input.
+        VkumdTypeError: ``out`` is not a tensor, or of another dtype.
+        VkumdValueError: ``out`` is released, of another context or shape, or shares memory
+            with an input.
     """
     if out is None:
         return context.empty(shape, dtype)
     check_tensor(op, out, "out=")
     if out.context is not context:
         raise VkumdValueError(f"{op}: out= belongs to a different context than the inputs")
-    if out.shape != shape or out.dtype is not dtype:
+    if out.shape != shape:
         raise VkumdValueError(f"{op}: out= has shape {out.shape} and dtype {out.dtype.name}; "
                               f"expected {shape} and {dtype.name}")
+    if out.dtype is not dtype:
+        raise VkumdTypeError(f"{op}: out= is {out.dtype.name}; the result is {dtype.name} "
+                             f"(shape {shape}). Pass an out= of {dtype.name}, or cast after")
     allocation = out.allocation
     if allocation is not None:
         for t in inputs:
