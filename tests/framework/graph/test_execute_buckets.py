@@ -18,7 +18,8 @@ from test_execute import transformer_block
 import vkumd
 from vkumd.errors import VkumdValueError
 from vkumd.framework.execute import CompiledGraph
-from vkumd.framework.graph import GraphBuilder, evaluate
+from vkumd.framework.graph import GraphBuilder, GraphError, evaluate
+from vkumd.framework.graph.dims import sym
 
 
 def reduce_graph(rng):
@@ -202,3 +203,24 @@ def test_bad_shapes_and_bounds_are_refused_and_leave_the_graph_usable(ctx) -> No
     for bad in ({"max_recordings": 0}, {"sizes_per_bucket": 0}, {"sizes_per_bucket": True}):
         with pytest.raises(VkumdValueError, match="keep at least 1"):
             CompiledGraph(graph, ctx, **bad)
+
+
+def test_a_dimension_that_shrinks_as_its_symbol_grows_is_refused_naming_the_fix(ctx) -> None:
+    b = GraphBuilder("shrinks")
+    x = b.input("x", ("n",))
+    y = b.input("y", (20 - sym("n"),))  # at n=5 (bucket 8): 15 elements in a slot of 12
+    b.output(b.relu(x), b.relu(y))
+    graph = b.build()
+    compiled = CompiledGraph(graph, ctx)
+    with pytest.raises(GraphError, match=r"does not fit in its slot for the bucket \{'n': 8\}"
+                                         r".*buckets=\{'n': None\}"):
+        compiled(x=random(np.random.default_rng(), 5), y=random(np.random.default_rng(), 15))
+    feeds = {"x": random(np.random.default_rng(), 8), "y": random(np.random.default_rng(), 12)}
+    got = run(compiled, feeds)  # a size that fits still runs
+    assert all(rel(g, w) < TOL for g, w in zip(got, evaluate(graph, feeds), strict=True))
+    compiled.release()
+    exact = CompiledGraph(graph, ctx, buckets={"n": None})
+    feeds = {"x": random(np.random.default_rng(), 5), "y": random(np.random.default_rng(), 15)}
+    got = run(exact, feeds)
+    assert all(rel(g, w) < TOL for g, w in zip(got, evaluate(graph, feeds), strict=True))
+    exact.release()

@@ -156,6 +156,11 @@ class Bucket:
         self.recorded += 1
         return made
 
+    def replay(self, recording: Recording) -> None:
+        """Submit one of this bucket's size-recordings on the current stream (a call)."""
+        recording.replay()
+        self.replays += 1
+
     def recordings(self) -> Iterator[Recording]:
         """The size-recordings held now, least recently used first."""
         return iter(list(self._recordings.values()))

@@ -112,6 +112,7 @@ class CompiledGraph(Handle):
             VkumdTypeError: an input that is not an array or tensor, or a tensor of the
                 wrong dtype.
         """
+        self._check_open()
         shapes = {}
         for name, value in inputs.items():
             shape = getattr(value, "shape", None)
@@ -122,8 +123,7 @@ class CompiledGraph(Handle):
         recording = self._recording(shapes)
         for v in self.graph.inputs:
             recording.write_input(v.name, inputs[v.name])
-        recording.replay()
-        recording.bucket.replays += 1
+        recording.bucket.replay(recording)
         self.calls += 1
         return list(recording.outputs)
 
@@ -137,9 +137,12 @@ class CompiledGraph(Handle):
         """
         return dict(self._recording({k: tuple(v) for k, v in shapes.items()}).inputs)
 
-    def _recording(self, shapes: dict[str, tuple[int, ...]]) -> Recording:
+    def _check_open(self) -> None:
         if self.released:
             raise VkumdValueError("this CompiledGraph was released; compile the graph again")
+
+    def _recording(self, shapes: dict[str, tuple[int, ...]]) -> Recording:
+        self._check_open()
         true_env = bind_symbols(self.graph, shapes)
         return self._bucket(self.policy.apply(true_env)).recording(true_env)
 

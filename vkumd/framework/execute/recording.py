@@ -50,7 +50,6 @@ class Recording:
         self.bucket = bucket
         self.env = dict(env)
         self.captured: Any = None
-        self.replays = 0
         self.arena_views: list[TensorView] = []
         self.tensors = self._make_views()
         self.inputs = {v.name: self.tensors[v.id] for v in bucket.graph.inputs}
@@ -70,9 +69,15 @@ class Recording:
             return view(base, self.shape_of(value), value.dtype, offset)
         except VkumdValueError as exc:
             # Only a dimension that shrinks as a symbol grows can get here.
+            dims = self.bucket.graph.dims
+            names = sorted({name for d in value.shape if not isinstance(dims.resolve(d), int)
+                            for name in dims.resolve(d).symbols})
+            exact = ", ".join(f"{n!r}: None" for n in names)
             raise GraphError(f"value %{value.id} of true shape {self.shape_of(value)} does "
-                             f"not fit in its slot for the bucket {self.bucket.env}: {exc}",
-                             value.producer.describe() if value.producer else "") from exc
+                             f"not fit in its slot for the bucket {self.bucket.env} ({exc}); "
+                             f"a dimension that shrinks as a symbol grows needs exact sizes: "
+                             f"buckets={{{exact}}}",
+                             value.producer.describe() if value.producer else None) from exc
 
     def _make_views(self) -> dict[int, Tensor]:
         bucket = self.bucket
@@ -156,7 +161,6 @@ class Recording:
         """Submit the captured work on the current stream."""
         if self.launches:
             self.captured.replay()
-        self.replays += 1
 
     def release(self) -> None:
         """Wait for replays in flight and free the command buffer. The views free nothing:
