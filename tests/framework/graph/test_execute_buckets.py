@@ -161,6 +161,12 @@ def test_the_least_recently_used_bucket_is_evicted(ctx) -> None:
     compiled(**reduce_feeds(rng, 6))
     assert compiled.allocated == 4
     assert [s.bindings["seq"] for s in compiled.buckets()] == [16, 8]
+    before, used = _live(), ctx.memory.used_bytes()
+    for n in (30, 60, 13, 6):  # buckets 32 and 64 come and go; 16 and 8 come back
+        compiled(**reduce_feeds(rng, n))
+    assert compiled.evicted == 6 and [s.bindings["seq"] for s in compiled.buckets()] == [16, 8]
+    ctx.synchronize()
+    assert _live() == before and ctx.memory.used_bytes() == used  # evicted memory went back
     compiled.release()
 
 
