@@ -4,8 +4,10 @@ Allocated once per bucket (symbol sizes): input tensors of the bucket's shapes, 
 holding every intermediate at the offsets :func:`plan_memory` gives for those sizes, and a
 tensor per output. Each distinct set of true sizes a call brings gets its own
 :class:`~vkumd.framework.execute.recording.Recording` over that memory, kept in a bounded
-least-recently-used cache: recording again costs a few microseconds per launch, so a
-workload cycling over many lengths re-records instead of growing without bound.
+least-recently-used cache: recording again costs the ops' host path, about 70 us a launch
+(8 ms for MiniLM's 122 launches at batch 32, against 0.3 ms for a replay and 0.7 s of
+device work; ``LP_NUM_THREADS=0``, thread CPU), so a workload cycling over many lengths
+re-records instead of growing without bound.
 """
 
 from __future__ import annotations
