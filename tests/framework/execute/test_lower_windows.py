@@ -221,7 +221,7 @@ def test_random_window_graphs_compile_and_match_the_reference(ctx, program, seed
         np.testing.assert_array_equal(got.astype(np.float64), want)
 
 
-def test_windows_along_a_symbolic_axis_are_recorded_at_exact_sizes(ctx) -> None:
+def test_windows_along_a_symbolic_axis_run_at_the_true_sizes(ctx) -> None:
     b = GraphBuilder("symbolic")
     x = b.input("x", ("n", 7))
     lo, hi = b.split(x, (3, 4), -1)
@@ -234,7 +234,10 @@ def test_windows_along_a_symbolic_axis_are_recorded_at_exact_sizes(ctx) -> None:
             want = [data[-2:], np.concatenate([data[:, 3:], data[:, :3]], 1), data[1:]]
             for g, w in zip(got, want, strict=True):
                 np.testing.assert_array_equal(g, w)
-        # Padding would put zeros where x[-2:] reads: the cut symbol gets exact sizes.
-        assert sorted(s.bindings["n"] for s in compiled.buckets()) == [3, 5]
+        # x[-2:] of a padded x would read padding: the windows run at the true n, each in
+        # its bucket's memory (3 -> 4, 5 -> 8), and 5 is recorded once.
+        assert sorted(s.bindings["n"] for s in compiled.buckets()) == [4, 8]
+        assert sorted(e["n"] for s in compiled.buckets() for e in s.sizes) == [3, 5]
+        assert compiled.recorded == 2
     finally:
         compiled.release()

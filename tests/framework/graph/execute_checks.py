@@ -20,14 +20,13 @@ def rel(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def poison(compiled: CompiledGraph) -> None:
-    """Fill every recording's arena and outputs with NaN bits, so an unwritten element (or a
+    """Fill every bucket's arena and outputs with NaN bits, so an unwritten element (or a
     value read before it is written) shows up in the results."""
     compiled.context.synchronize()  # the arena's own key never saw the replays' work
-    for rec in compiled.recordings():
-        base = rec.arena.base
+    for bucket in compiled.bucket_memory():
+        base = bucket.arena.base
         base.write(np.full(base.shape, 0xFF, np.uint8))
-        for out in rec.outputs:
-            target = getattr(out, "base", out)
+        for target in [*bucket.owned.values(), *bucket.returned.values()]:
             if target.dtype.name in ("float32", "float16", "bfloat16"):
                 target.write(np.full(target.shape, np.nan, np.float32))
             else:

@@ -42,7 +42,7 @@ def feeds(rng):
 
 
 def check_the_overlap(compiled) -> None:
-    (rec,) = compiled.recordings()
+    (rec,) = compiled.bucket_memory()
     graph = compiled.graph
     alloc = rec.plan.allocations
     p, q = graph.nodes[0].outputs[0].id, graph.nodes[2].outputs[0].id
@@ -87,7 +87,7 @@ def test_a_chain_reuses_memory_and_stays_correct(ctx) -> None:
     check_against_reference(graph, compiled, {"x": random(rng, 9, 31)})
     check_against_reference(graph, compiled, {"x": random(rng, 9, 31)})
     (stats,) = compiled.buckets()
-    (rec,) = compiled.recordings()
+    (rec,) = compiled.bucket_memory()
     assert stats.arena_bytes < stats.intermediate_bytes
     assert any(a.reuses is not None for a in rec.plan.allocations.values())  # in place
     compiled.release()

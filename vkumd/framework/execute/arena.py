@@ -113,21 +113,8 @@ class Arena:
     def __init__(self, context: Any, nbytes: int) -> None:
         self.nbytes = nbytes
         self.base = context.empty((max(nbytes, 1),), dtypes.uint8)
-        self.views: list[TensorView] = []
-
-    def view(self, offset: int, shape: Iterable[int], dtype: Any) -> TensorView:
-        """A view of the arena at byte ``offset`` (see :func:`view`)."""
-        made = view(self.base, shape, dtype, offset)
-        self.views.append(made)
-        return made
-
-    def ranges(self) -> list[tuple[Any, int, int]]:
-        """The ``(VkBuffer, offset, nbytes)`` bindings of every non-empty view."""
-        return [v.binding for v in self.views if v.binding is not None]
 
     def release(self) -> None:
-        """Forget every view, then free the arena (once no work or live graph uses it)."""
-        for v in self.views:
-            v.release()
-        self.views.clear()
+        """Free the arena; a live graph recorded over its views pins the memory until that
+        graph is released."""
         self.base.release()

@@ -1,9 +1,11 @@
-"""Shape buckets: which recording serves a call, from the sizes its inputs give the symbols.
+"""Shape buckets: which bucket's memory serves a call, from the sizes its inputs give the
+symbols.
 
-A compiled graph records its launches once per bucket: every symbolic dimension (``batch``,
+A compiled graph allocates its memory once per bucket: every symbolic dimension (``batch``,
 ``seq``) is rounded up to a bucket size, powers of two by default or the smallest of a list
-the caller gives per symbol. Inputs are padded up to the bucket and outputs cut back, so
-one recording serves every size up to its bucket.
+the caller gives per symbol. The launches themselves are recorded at the true sizes over
+that memory (see :mod:`vkumd.framework.execute.bucket`), so one bucket serves every size up
+to it and no padding is computed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from vkumd.framework.graph.dims import Dim, format_shape, sym
 from vkumd.framework.graph.ir import Graph
 
 BucketSpec = Mapping[str, Sequence[int] | None]
-"""Per symbol: a list of bucket sizes, or None for exact sizes (one recording per size).
+"""Per symbol: a list of bucket sizes, or None for exact sizes (one bucket per size).
 Symbols not named get powers of two."""
 
 
@@ -26,14 +28,12 @@ class BucketPolicy:
         graph: the graph (symbols are keyed by their class representative, so any name of an
             equated class may be given).
         buckets: see :data:`BucketSpec`; None: powers of two for every symbol.
-        exact: symbols that must not be padded (their padding would leak into results).
 
     Raises:
         VkumdValueError: a bucket list that is empty or holds sizes < 1.
     """
 
-    def __init__(self, graph: Graph, buckets: BucketSpec | None = None,
-                 exact: Sequence[str] = ()) -> None:
+    def __init__(self, graph: Graph, buckets: BucketSpec | None = None) -> None:
         self._lists: dict[str, tuple[int, ...] | None] = {}
         for name, sizes in (buckets or {}).items():
             root = _root(graph, name)
@@ -45,8 +45,6 @@ class BucketPolicy:
                 raise VkumdValueError(f"buckets[{name!r}] = {list(sizes)}: give one or more "
                                       "sizes >= 1, or None for exact sizes")
             self._lists[root] = listed
-        for name in exact:
-            self._lists[_root(graph, name)] = None
 
     def bucket(self, symbol: str, size: int) -> int:
         """The bucket for ``size`` of ``symbol`` (a class representative).
@@ -106,8 +104,9 @@ def bind_symbols(graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> dict[st
     for v in graph.inputs:
         actual = tuple(int(d) for d in shapes[v.name])
         if len(actual) != len(v.shape):
-            raise VkumdValueError(f"input {v.name!r} has shape {actual}; the graph declares "
-                                  f"{format_shape(v.shape)}")
+            raise VkumdValueError(f"input {v.name!r} has shape {actual} of rank {len(actual)}; "
+                                  f"the graph declares {format_shape(v.shape)}, of rank "
+                                  f"{len(v.shape)}")
         for axis, (d, size) in enumerate(zip(v.shape, actual, strict=True)):
             r = graph.dims.resolve(d)
             if isinstance(r, Dim) and len(r.symbols) == 1 and r == sym(next(iter(r.symbols))):

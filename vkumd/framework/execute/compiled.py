@@ -1,10 +1,11 @@
-"""``CompiledGraph``: a graph lowered to kernel launches, recorded once per shape bucket.
+"""``CompiledGraph``: a graph lowered to kernel launches, its memory allocated per shape bucket.
 
 Example::
 
     compiled = CompiledGraph(graph, ctx)
-    y, = compiled(x=np.ones((37, 384), np.float32))   # records the seq=64 bucket, replays it
-    y, = compiled(x=np.ones((50, 384), np.float32))   # replays the same recording
+    y, = compiled(x=np.ones((37, 384), np.float32))   # allocates the seq=64 bucket, records 37
+    y, = compiled(x=np.ones((50, 384), np.float32))   # the same memory, a recording for 50
+    y, = compiled(x=np.ones((37, 384), np.float32))   # replays the recording for 37
     print(compiled.summary())
 """
 
@@ -17,27 +18,34 @@ from typing import Any
 import numpy as np
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
+from vkumd.framework.execute.bucket import Bucket, BucketStats, planning_graph
 from vkumd.framework.execute.buckets import BucketPolicy, BucketSpec, bind_symbols
 from vkumd.framework.execute.lower import check_lowerable
-from vkumd.framework.execute.padded_io import RowIndices, read_output, write_input
-from vkumd.framework.execute.padding import leaky_symbols
-from vkumd.framework.execute.recording import BucketStats, Recording, planning_graph
+from vkumd.framework.execute.recording import Recording
 from vkumd.framework.graph.ir import Graph
 from vkumd.framework.graph.memory import format_bytes
 from vkumd.framework.tensor import Tensor
 from vkumd.vk.handle import Handle
 
 
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise VkumdValueError(f"{name}={value!r}: keep at least 1")
+    return value
+
+
 class CompiledGraph(Handle):
     """``graph`` compiled for ``ctx``: call it with its inputs by name, get its outputs.
 
-    Each distinct bucket of symbol sizes is lowered once: its launches are captured with
-    ``ctx.capture()`` over an arena holding every intermediate, and replayed on every call of
-    that bucket. Symbols are rounded up to their bucket; inputs are zero-padded to it and the
-    outputs cut back to the true shapes. A symbol whose padding would leak into results
-    (see :mod:`vkumd.framework.execute.padding`) is recorded at exact sizes instead.
+    Each symbol's size is rounded up to a bucket, and a bucket owns the memory: input and
+    output tensors and an arena holding every intermediate, sized for the bucket and
+    allocated once. The launches are lowered at the call's TRUE sizes, over true-shaped
+    views at the start of each value's bucket-sized slot, captured with ``ctx.capture()``
+    once per distinct set of true sizes and replayed on every later call with those sizes.
+    So push constants carry the true sizes, no padding is ever computed, and results equal
+    an exact-shape run's bit for bit, while calls of many sizes share one bucket's memory.
 
-    Returned tensors may be the recording's own output memory: the next call of the same
+    Returned tensors are views of the bucket's own output memory: the next call of the same
     bucket overwrites them (copy with ``ops.copy`` to keep one). They stay valid after the
     compiled graph is released.
 
@@ -46,38 +54,37 @@ class CompiledGraph(Handle):
         ctx: a :class:`vkumd.Context`.
         buckets: per symbol, a list of bucket sizes or None for exact sizes; symbols not
             named get powers of two.
-        max_recordings: buckets kept recorded at once; the least recently used is released
-            when another is needed.
+        max_recordings: buckets kept allocated at once; the least recently used is released
+            (its memory and recordings) when another is needed.
+        sizes_per_bucket: size-recordings (command buffers) each bucket keeps; the least
+            recently used is released when a call brings other true sizes. At most
+            ``max_recordings * sizes_per_bucket`` recordings are held in all.
 
     Raises:
         UnsupportedOpError: a node whose op has no lowering (naming the node).
         GraphError: the graph does not check.
-        VkumdValueError: a bad bucket list or ``max_recordings`` < 1.
+        VkumdValueError: a bad bucket list, or a bound < 1.
     """
 
     def __init__(self, graph: Graph, ctx: Any, *, buckets: BucketSpec | None = None,
-                 max_recordings: int = 8) -> None:
+                 max_recordings: int = 8, sizes_per_bucket: int = 8) -> None:
         super().__init__()
-        if isinstance(max_recordings, bool) or not isinstance(max_recordings, int) \
-                or max_recordings < 1:
-            raise VkumdValueError(f"max_recordings={max_recordings!r}: keep at least 1")
+        self.max_recordings = _positive("max_recordings", max_recordings)
+        self.sizes_per_bucket = _positive("sizes_per_bucket", sizes_per_bucket)
         graph.check()
         check_lowerable(graph.nodes)
         self.graph = graph
         self.context = ctx
-        self.max_recordings = max_recordings
-        self.leaky = leaky_symbols(graph)
-        """Symbols recorded at exact sizes, each with the reason."""
-        self.policy = BucketPolicy(graph, buckets, exact=tuple(self.leaky))
+        self.policy = BucketPolicy(graph, buckets)
         self._plan_graph = planning_graph(graph)
-        self._recordings: OrderedDict[tuple, Recording] = OrderedDict()
+        self._buckets: OrderedDict[tuple, Bucket] = OrderedDict()
+        self.allocated = 0
+        """Buckets allocated so far (one evicted and needed again counts twice)."""
         self.evicted = 0
-        """Recordings released to make room for another bucket."""
+        """Buckets released to make room for another."""
         self.calls = 0
-        self.recorded = 0
-        """Recordings made so far (a bucket evicted and needed again counts twice)."""
+        self._recorded_gone = 0  # size-recordings of buckets released
         self.weights: dict[int, Tensor] = {}
-        self._indices = RowIndices(ctx)
         self.handle = True
         try:
             for v in graph.weights:
@@ -85,6 +92,11 @@ class CompiledGraph(Handle):
         except BaseException:
             self.release()
             raise
+
+    @property
+    def recorded(self) -> int:
+        """Size-recordings made so far, over every bucket held now and released."""
+        return self._recorded_gone + sum(b.recorded for b in self._buckets.values())
 
     # -- calling ---------------------------------------------------------------------------
     def __call__(self, **inputs: Any) -> list[Tensor]:
@@ -95,11 +107,12 @@ class CompiledGraph(Handle):
 
         Raises:
             VkumdValueError: a missing or unknown input, a shape the graph does not take
-                (two inputs that disagree on a symbol are both named), a released graph.
-            VkumdTypeError: an input tensor of the wrong dtype.
+                (two inputs that disagree on a symbol are both named), a size past the
+                largest listed bucket, a released graph.
+            VkumdTypeError: an input that is not an array or tensor, or a tensor of the
+                wrong dtype.
         """
-        if self.released:
-            raise VkumdValueError("this CompiledGraph was released; compile the graph again")
+        self._check_open()
         shapes = {}
         for name, value in inputs.items():
             shape = getattr(value, "shape", None)
@@ -107,83 +120,91 @@ class CompiledGraph(Handle):
                 raise VkumdTypeError(f"input {name!r} is a {type(value).__name__}; pass a "
                                      "numpy array or a vkumd Tensor")
             shapes[name] = tuple(shape)
-        true_env = bind_symbols(self.graph, shapes)
-        recording = self._recording(self.policy.apply(true_env))
+        recording = self._recording(shapes)
         for v in self.graph.inputs:
-            write_input(v.name, recording.inputs[v.name], inputs[v.name], self._indices)
-        recording.replay(true_env)
+            recording.write_input(v.name, inputs[v.name])
+        recording.bucket.replay(recording)
         self.calls += 1
-        return [read_output(t, self.graph.dims.bind(v.shape, true_env), self._indices)
-                for v, t in zip(self.graph.outputs, recording.outputs, strict=True)]
+        return list(recording.outputs)
 
     def input_tensors(self, **shapes: tuple[int, ...]) -> dict[str, Tensor]:
         """The input tensors of the recording that serves these input shapes, recording it
-        if needed. Fill them (``Tensor.write``, or ops with ``out=``) and pass them back to
-        the call: the recording's own tensors are bound without a copy. Their shapes are
-        the bucket's, so the call then runs at the bucket's sizes.
+        if needed: true-shaped views of the bucket's memory. Fill them (``Tensor.write``, or
+        ops with ``out=``) and pass them back to the call: they are bound without a copy.
 
         Raises:
             VkumdValueError: as :meth:`__call__` for shapes it does not take.
         """
+        return dict(self._recording({k: tuple(v) for k, v in shapes.items()}).inputs)
+
+    def _check_open(self) -> None:
         if self.released:
             raise VkumdValueError("this CompiledGraph was released; compile the graph again")
-        env = self.policy.apply(bind_symbols(self.graph, {k: tuple(v) for k, v in
-                                                          shapes.items()}))
-        return dict(self._recording(env).inputs)
 
-    def _recording(self, env: dict[str, int]) -> Recording:
+    def _recording(self, shapes: dict[str, tuple[int, ...]]) -> Recording:
+        self._check_open()
+        true_env = bind_symbols(self.graph, shapes)
+        return self._bucket(self.policy.apply(true_env)).recording(true_env)
+
+    def _bucket(self, env: dict[str, int]) -> Bucket:
         key = tuple(sorted(env.items()))
-        found = self._recordings.get(key)
+        found = self._buckets.get(key)
         if found is not None:
-            self._recordings.move_to_end(key)
+            self._buckets.move_to_end(key)
             return found
-        while len(self._recordings) >= self.max_recordings:
-            _, old = self._recordings.popitem(last=False)
+        while len(self._buckets) >= self.max_recordings:
+            _, old = self._buckets.popitem(last=False)
+            self._recorded_gone += old.recorded
             old.release()
             self.evicted += 1
-        padded = frozenset(s for s in env if s not in self.leaky)
-        made = Recording(self.context, self.graph, self._plan_graph, self.weights, env, padded)
-        self._recordings[key] = made
-        self.recorded += 1
+        made = Bucket(self.context, self.graph, self._plan_graph, self.weights, env,
+                      self.sizes_per_bucket)
+        self._buckets[key] = made
+        self.allocated += 1
         return made
 
     # -- reporting -------------------------------------------------------------------------
     def buckets(self) -> list[BucketStats]:
-        """Statistics of the recordings held now, least recently used first."""
-        return [r.stats() for r in self._recordings.values()]
+        """Statistics of the buckets held now, least recently used first."""
+        return [b.stats() for b in self._buckets.values()]
 
-    def recordings(self) -> Iterator[Recording]:
-        """The recordings held now, least recently used first (for tests and tools)."""
-        return iter(list(self._recordings.values()))
+    def bucket_memory(self) -> Iterator[Bucket]:
+        """The buckets held now, least recently used first (for tests and tools)."""
+        return iter(list(self._buckets.values()))
 
     def summary(self) -> str:
-        """A text table: per bucket, nodes, kernels launched, barriers, arena bytes against
-        the intermediates' sum, replays; then the symbols kept exact and why."""
+        """A text table: per bucket, its size-recordings, the nodes, kernels launched and
+        barriers (of the latest size-recording), arena bytes against the intermediates'
+        sum, and calls served."""
         lines = [f"CompiledGraph {self.graph.name}: {len(self.graph.nodes)} nodes, "
-                 f"{len(self._recordings)} recording(s) of at most {self.max_recordings} "
-                 f"({self.evicted} evicted), {self.calls} call(s)",
-                 f"{'bucket':<28}{'nodes':>6}{'kernels':>8}{'barriers':>9}{'arena':>12}"
-                 f"{'intermediates':>15}{'replays':>8}"]
+                 f"{len(self._buckets)} bucket(s) of at most {self.max_recordings} "
+                 f"({self.evicted} evicted), {self.recorded} size-recording(s) made, "
+                 f"{self.calls} call(s)",
+                 f"{'bucket':<28}{'sizes':>6}{'nodes':>6}{'kernels':>8}{'barriers':>9}"
+                 f"{'arena':>12}{'intermediates':>15}{'replays':>8}"]
         for s in self.buckets():
             name = ", ".join(f"{k}={v}" for k, v in sorted(s.bindings.items())) or "(static)"
-            lines.append(f"{name:<28}{s.nodes:>6}{s.launches:>8}{s.barriers:>9}"
-                         f"{format_bytes(s.arena_bytes):>12}"
+            lines.append(f"{name:<28}{len(s.sizes):>6}{s.nodes:>6}{s.launches:>8}"
+                         f"{s.barriers:>9}{format_bytes(s.arena_bytes):>12}"
                          f"{format_bytes(s.intermediate_bytes):>15}{s.replays:>8}")
-        for symbol, why in sorted(self.leaky.items()):
-            lines.append(f"{symbol}: exact sizes ({why})")
+            if s.bindings:
+                held = "; ".join(", ".join(f"{k}={v}" for k, v in sorted(e.items()))
+                                 for e in s.sizes)
+                lines.append(f"  recorded at {held} (at most {self.sizes_per_bucket}, "
+                             f"{s.evicted} evicted)")
         return "\n".join(lines)
 
     # -- lifetime --------------------------------------------------------------------------
     def _release(self) -> None:
-        for recording in self._recordings.values():
-            recording.release()
-        self._recordings.clear()
-        self._indices.release()
+        for bucket in self._buckets.values():
+            self._recorded_gone += bucket.recorded
+            bucket.release()
+        self._buckets.clear()
         for t in self.weights.values():
             t.release()
         self.weights.clear()
 
     def __repr__(self) -> str:
         state = " released" if self.released else ""
-        return (f"<vkumd.CompiledGraph {self.graph.name}: {len(self._recordings)} "
-                f"recording(s){state}>")
+        return (f"<vkumd.CompiledGraph {self.graph.name}: {len(self._buckets)} "
+                f"bucket(s){state}>")

@@ -5,25 +5,23 @@ The graph is written in plain ops, as a frontend would produce it (``matmul`` th
 of the bias, ``gelu``, ``add`` of the residual), and the passes fuse it: every GEMM takes its
 bias, activation and residual as an epilogue, the word + position sum and its norm become one
 ``add_layer_norm``, and the token-type-0 row is folded into the position table. ``batch`` and
-``seq`` are symbolic, so one recording serves every batch up to its bucket (powers of two).
-Inputs, all int32 and zero-padded by the executor past the true sizes:
+``seq`` are symbolic, so one bucket's memory serves every batch up to it, each size recorded
+at its true sizes. Inputs, all int32:
 
 - ``ids`` ``[batch, seq]``: token ids (0 past each sentence's length);
 - ``positions`` ``[batch, seq]``: ``0 .. seq-1`` on every row;
-- ``lengths`` ``[batch]``: tokens per sentence; attention masks the keys past it, so padding
-  (the batch's and the bucket's) never reaches a real token;
+- ``lengths`` ``[batch]``: tokens per sentence; attention masks the keys past it, so the
+  batch's padding (to its longest sentence) never reaches a real token;
 - ``pool_lengths`` ``[batch]``: the tokens pooled (the length; 1 for ``cls`` pooling).
 
 Outputs: ``pooled`` ``[batch, hidden]`` and ``embeddings`` (its L2-normalised form).
 
-Pooling is a masked mean over ``seq``. A GEMM of host-made pooling weights by the hidden
-states would reduce over the padded ``seq`` axis, and the executor then refuses to pad
-``seq`` at all (a reduction may mix padding into true results; see
-:mod:`vkumd.framework.execute.padding`). Attention is the op that reduces over a padded axis
-safely, keys past ``key_lengths`` are never read: with a zero query (scale 0) every score is
-0, so softmax weighs the first ``pool_lengths`` keys ``1/length`` each and the output is their
-mean, per head; ``pool_lengths`` = 1 gives the ``[CLS]`` state. ``mean_sqrt_len`` multiplies
-the mean by ``sqrt(length)``, from the input ``pool_scale`` ``[batch, 1]``.
+Pooling is a masked mean over ``seq``, as attention: keys past ``key_lengths`` (the batch's
+padding) are never read, where a GEMM of host-made pooling weights by the hidden states would
+multiply them by 0 (not 0 when padding holds a NaN). With a zero query (scale 0) every score
+is 0, so softmax weighs the first ``pool_lengths`` keys ``1/length`` each and the output is
+their mean, per head; ``pool_lengths`` = 1 gives the ``[CLS]`` state. ``mean_sqrt_len``
+multiplies the mean by ``sqrt(length)``, from the input ``pool_scale`` ``[batch, 1]``.
 """
 
 from __future__ import annotations

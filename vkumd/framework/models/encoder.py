@@ -27,8 +27,8 @@ from vkumd.framework.models import bert, bert_graph
 from vkumd.framework.models.loader import DEFAULT_MODEL, ModelFiles, load_model_files
 from vkumd.framework.models.progress import ProgressBar, wanted
 
-# Sequence buckets about 1.3x apart: with powers of two, sentences of 33-40 tokens ran at 64
-# and batch 32 of short sentences took 2x the eager path's time. The batch keeps powers of
+# Sequence buckets about 1.3x apart: a bucket sizes the memory (the launches run at the true
+# length), so a call uses at least 1/1.3 of what its bucket holds. The batch keeps powers of
 # two (batches are full but for the last).
 BUCKETS = {"seq": [8, 16, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 224, 256, 384, 512]}
 
