@@ -34,8 +34,8 @@ from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.ops.checks import (
     broadcast,
-    check_context,
     check_dtype,
+    check_pair,
     check_storage,
     check_tensor,
     output,
@@ -230,14 +230,10 @@ def _binary(op: str, a: Any, b: Any, out: Tensor | None, kernel_op: str) -> Tens
     if not (isinstance(a, Tensor) and isinstance(b, Tensor)) and (_is_number(a)
                                                                   or _is_number(b)):
         return _with_number(op, a, b, out, kernel_op)
-    check_tensor(op, a, "the first operand")
-    check_tensor(op, b, "the second operand")
-    if a.context is not b.context:
-        check_context(op, a, b, "the second operand")
+    context = check_pair(op, a, b)
     if a.dtype is not b.dtype:
         raise VkumdTypeError(f"{op}: dtypes differ ({a.dtype.name} and {b.dtype.name}); "
                              "cast one first")
-    context = a.context
     check_dtype(op, a, "the first operand", ELEMENTWISE_CODES)
     out_shape = _broadcast(op, a.shape, b.shape)
     out = output(op, context, out, out_shape, a.dtype)
