@@ -22,7 +22,6 @@ _SHADER_STAGE = vk.VK_SHADER_STAGE_COMPUTE_BIT
 _SIZE = operator.itemgetter(2)
 KEY = operator.itemgetter(0, 1)
 """A buffer range's hazard and memory-use key, ``(VkBuffer, offset)`` (in C, per range)."""
-_BARRIER = lib.vkCmdPipelineBarrier2
 
 
 def _dependency(stages: int, writes: int, dst_stages: int, dst_access: int) -> Any:
@@ -107,7 +106,7 @@ class Batch:
 
     def barrier(self) -> None:
         """Order every earlier command of the queue before every later one."""
-        _BARRIER(self.cmd, self.kind.between)
+        lib.vkCmdPipelineBarrier2(self.cmd, self.kind.between)
 
     def dispatch(self, program: Any, buffers: Sequence[BufferRange], push: bytes,
                  groups: tuple[int, int, int], writes: Sequence[int],
@@ -135,7 +134,7 @@ class Batch:
         cmd = self.cmd
         try:
             if hazard:
-                _BARRIER(cmd, self.kind.between)
+                lib.vkCmdPipelineBarrier2(cmd, self.kind.between)
             if self._bound is not program:
                 lib.vkCmdBindPipeline(cmd, _COMPUTE, program.handle)
                 self._bound = program
@@ -196,7 +195,7 @@ class Batch:
 
     def finish(self) -> None:
         """Make the batch's writes visible to the host and end the command buffer."""
-        _BARRIER(self.cmd, self.kind.to_host)
+        lib.vkCmdPipelineBarrier2(self.cmd, self.kind.to_host)
         self.end()
 
     def end(self) -> None:
