@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-main test-device-only test-coopmat lint bench bench-check soak clean
+.PHONY: setup demo test test-main test-device-only test-coopmat test-ray lint bench bench-check soak clean
 
 setup:
 	@bash ci/setup.sh
@@ -15,20 +15,32 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
-# The main lane: the system lavapipe, validation layers on, every test (coopmat ones skip
-# there with the reason). Then the same with device-only memory (discrete-GPU transfers).
-# Then the cooperative-matrix lane: Mesa 26's lavapipe, only the tests marked coopmat, and a
-# missing capability fails instead of skipping.
-test: lint test-main test-device-only test-coopmat
+# The main lane: the system lavapipe, validation layers on, every test but the Ray ones
+# (coopmat ones skip there with the reason). Then the same with device-only memory
+# (discrete-GPU transfers). Then the cooperative-matrix lane: Mesa 26's lavapipe, only the
+# tests marked coopmat, and a missing capability fails instead of skipping. Last, the Ray
+# tests (marked ray), which start Ray clusters in network namespaces, in a step of their own
+# with a time budget.
+test: lint test-main test-device-only test-coopmat test-ray
 
 test-main: setup
-	VKUMD_VALIDATION=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+	VKUMD_VALIDATION=1 $(PY) -m pytest -q -m "not ray" $(PYTEST_ARGS)
 
 # The main lane again with tensors in memory the host never maps (VKUMD_DEVICE_ONLY_MEMORY=1),
 # so every upload and read-back goes through staging copies as on a discrete GPU; lavapipe
 # maps all of its memory and would otherwise never run those paths. About as long as test-main.
 test-device-only: setup
-	VKUMD_DEVICE_ONLY_MEMORY=1 VKUMD_VALIDATION=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+	VKUMD_DEVICE_ONLY_MEMORY=1 VKUMD_VALIDATION=1 $(PY) -m pytest -q -m "not ray" $(PYTEST_ARGS)
+
+# The Ray tests (tests/distributed/test_ray.py, marked ray): a one-node cluster in a
+# loopback-only namespace and a two-node cluster over a veth pair (docs/scale-out.md). Each
+# starts Ray, which takes 10-40 s on two shared cores; RAY_TEST_BUDGET caps the step (the
+# timeout ends pytest, whose own cleanup stops the clusters by PID). They skip, with the
+# reason, without ray, root or the model; with no test selected (exit 5) the step fails.
+RAY_TEST_BUDGET ?= 900
+test-ray: setup
+	VKUMD_VALIDATION=1 timeout --signal=INT --kill-after=60 $(RAY_TEST_BUDGET) \
+		$(PY) -m pytest -q -m ray $(PYTEST_ARGS)
 
 # The coopmat lane fails -- never passes quietly -- when the lane cannot be provisioned
 # (coopmat-lane.sh exits 1), when the device lacks VK_KHR_cooperative_matrix

@@ -26,7 +26,9 @@ the layout allows (2 float32 / 4 float16 values per gathered element), which mea
 2048^3 (an 8 KiB row stride puts a panel's rows in few cache sets). On an 8-row tile, 16 and 32
 accumulators per lane measured within noise; a 16-row tile with 128 accumulators per lane (on
 the stack), K by 8, each accumulator taking all steps of an iteration in turn, measured
-1.7-2.5x (see ``LANES_TM`` in vkumd/compiler/kernels/gemm.py and docs/performance.md). The
+1.7-2.5x, and a 32-row tile with K by 4 (256 accumulators, the same 1024 multiply-adds per
+iteration from half the B gathers) 1.03-1.23x more (see ``LANES_TM`` in
+vkumd/compiler/kernels/gemm.py and docs/performance.md): the gathers are what binds. The
 bound is the loads-free mul+add loop of bench/ceiling.py, measured at the start of each run (an
 early estimate of 37 GFLOP/s was not); on one AMD EPYC core it reaches 0.75-0.83 of numpy. With
 the old 8-row tile, LP_NATIVE_VECTOR_WIDTH=512 (16-wide subgroups) measured 1.5x. Walking A and

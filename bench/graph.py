@@ -7,13 +7,21 @@ chain of elementwise ops.
 
 Per workload and path: kernels launched and barriers per call (eager: the stream's counters
 over one call; compiled: the recording's), host time (``time.thread_time`` of the Python
-thread over the call and its ``synchronize``), device time (wall time over the same), and
+thread over the call and its ``synchronize``), CPU time (``time.process_time`` over the same:
+every thread of the process, lavapipe's workers included, so on lavapipe it is the device's
+work too, and unlike wall time it does not grow when other processes share the cores;
+compare it with ``LP_NUM_THREADS=0``), device time (wall time over the same), and
 peak memory (the pool's ``used_bytes`` high-water mark over a call, see :class:`HighWater`;
 compiled: the first call, which allocates the recording). A third path, ``in place``, passes
 the recording's own input tensors, without the public call's input copy. Eager
 and compiled calls alternate, so drift hits both; medians, ranges (min-max) and the ratio
-of medians are printed. Goals on lavapipe: BERT compiled >= 2x faster with <= half the
-kernels, the chain >= 4x faster in one kernel, arena <= 0.5 of the intermediates' sum.
+of medians are printed (``speed-up`` of wall times, ``cpu x`` of CPU times). Below each
+workload, the time by kernel of the optimised graph run node by node under
+``vkumd.profile()`` (the same launches the recording replays), with the bound it sets: when
+one kind of kernel alone takes longer than the goal allows the whole call, the goal cannot
+be met by fusing or scheduling, only by making that kernel faster. Goals on lavapipe: BERT
+compiled >= 2x faster with <= half the kernels, the chain >= 4x faster in one kernel, arena
+<= 0.5 of the intermediates' sum.
 
 Usage::
 
@@ -176,13 +184,15 @@ def measure(ctx: Any, fn: Callable[..., Any], inputs: dict, repeats: int) -> dic
             "in place": lambda: cf(**own)}
     host: dict[str, list[float]] = {p: [] for p in PATHS}
     wall: dict[str, list[float]] = {p: [] for p in PATHS}
+    cpu: dict[str, list[float]] = {p: [] for p in PATHS}
     for _ in range(repeats):
         for path in PATHS:
             ctx.synchronize()
-            t0, c0 = time.perf_counter(), time.thread_time()
+            t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
             out = runs[path]()
             ctx.synchronize()
             host[path].append(time.thread_time() - c0)
+            cpu[path].append(time.process_time() - p0)
             wall[path].append(time.perf_counter() - t0)
             del out
     compiled = {"kernels": bucket.launches, "barriers": bucket.barriers,
@@ -194,19 +204,53 @@ def measure(ctx: Any, fn: Callable[..., Any], inputs: dict, repeats: int) -> dic
         "relative_error": error, "summary": cf.summary(),
         "eager": {"kernels": eager_kernels, "barriers": eager_barriers, "peak_bytes": eager_peak},
         "compiled": dict(compiled), "in place": dict(compiled),
+        "by_kernel": {"eager": by_kernel(ctx, lambda: fn(**inputs)),
+                      "compiled": by_kernel(ctx, lambda: cf.run_eager(**inputs))},
     }
     result["in place"]["kernels"] = bucket.launches  # no input copy outside the recording
     result["compiled"]["input_copies"] = len(inputs)
     for path in PATHS:
         result[path]["host_s"] = _stats(host[path])
+        result[path]["cpu_s"] = _stats(cpu[path])
         result[path]["wall_s"] = _stats(wall[path])
         if path != "eager":
             ratios = [e / c for e, c in zip(wall["eager"], wall[path], strict=True)]
             result[path]["speedup"] = {
                 "median": statistics.median(wall["eager"]) / statistics.median(wall[path]),
                 "min": min(ratios), "max": max(ratios),
-                "host": statistics.median(host["eager"]) / statistics.median(host[path])}
+                "host": statistics.median(host["eager"]) / statistics.median(host[path]),
+                "cpu": statistics.median(cpu["eager"]) / statistics.median(cpu[path])}
     return result, cf
+
+
+def by_kernel(ctx: Any, run: Callable[[], Any]) -> dict[str, float]:
+    """Seconds per kernel name over one ``run``, from ``vkumd.profile()``'s timestamps
+    (each dispatch timed alone, so eager-style runs only)."""
+    run()
+    ctx.synchronize()
+    with vkumd.profile() as prof:
+        run()
+        ctx.synchronize()
+    totals: dict[str, float] = {}
+    for record in prof.dispatches:
+        totals[record.kernel] = totals.get(record.kernel, 0.0) + record.duration_ns / 1e9
+    return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+
+
+def bound(name: str, r: dict) -> list[str]:
+    """The profile of the compiled graph's launches against the speed-up goal."""
+    eager, compiled = r["by_kernel"]["eager"], r["by_kernel"]["compiled"]
+    total_e, total_c = sum(eager.values()), sum(compiled.values())
+    allowed = total_e / GOALS[name]["speedup"]
+    parts = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in compiled.items())
+    lines = [f"  {name} by kernel, run one by one (ms): eager {total_e * 1e3:.1f}; compiled "
+             f"{total_c * 1e3:.1f} = {parts}"]
+    top, top_s = next(iter(compiled.items()), ("none", 0.0))
+    verdict = ("so the goal needs a faster " + top + " kernel, not fewer launches"
+               if top_s > allowed else "within the goal's budget")
+    lines.append(f"  bound {name}: {GOALS[name]['speedup']:g}x allows {allowed * 1e3:.1f} ms; "
+                 f"{top} alone takes {top_s * 1e3:.1f} ms, {verdict}")
+    return lines
 
 
 def goals(name: str, r: dict) -> list[str]:
@@ -240,16 +284,17 @@ def table(report: dict) -> str:
              "times in ms as median [min-max]; speed-up = eager median / path median "
              "[range of per-repeat ratios]",
              f"{'workload':<9}{'path':<10}{'kernels':>8}{'barriers':>9}{'host ms':>22}"
-             f"{'device ms':>24}{'peak MiB':>9}{'speed-up':>20}{'host x':>8}"]
+             f"{'cpu ms':>24}{'device ms':>24}{'peak MiB':>9}{'speed-up':>20}{'host x':>8}"
+             f"{'cpu x':>8}"]
     for name, r in report["workloads"].items():
         for path in PATHS:
             p = r[path]
             s = p.get("speedup")
             ratio = (f"{s['median']:>7.2f}x [{s['min']:.2f}-{s['max']:.2f}]{s['host']:>7.2f}x"
-                     if s else "")
+                     f"{s['cpu']:>7.2f}x" if s else "")
             lines.append(f"{name:<9}{path:<10}{p['kernels']:>8}{p['barriers']:>9}"
-                         f"{_ms(p['host_s']):>22}{_ms(p['wall_s']):>24}"
-                         f"{p['peak_bytes'] / 2**20:>9.1f}{ratio:>28}")
+                         f"{_ms(p['host_s']):>22}{_ms(p['cpu_s']):>24}{_ms(p['wall_s']):>24}"
+                         f"{p['peak_bytes'] / 2**20:>9.1f}{ratio:>36}")
         c = r["compiled"]
         lines.append(f"  {name}: {r['nodes']['traced']} traced nodes -> "
                      f"{r['nodes']['optimised']} ({', '.join(r['ops'])}); arena "
@@ -258,6 +303,7 @@ def table(report: dict) -> str:
                      f"{r['relative_error']:.1e}; the public call also copies "
                      f"{c['input_copies']} input(s) in")
         lines.extend(goals(name, r))
+        lines.extend(bound(name, r))
     return "\n".join(lines)
 
 

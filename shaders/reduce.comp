@@ -29,11 +29,19 @@ void main() {
     uint width = gl_WorkGroupSize.x;
     float answer;
     if (OP == 2u) {
+        // GLSL's max() may return either operand when one is NaN, so NaNs are counted apart:
+        // a row holding one has NaN as its maximum, as numpy gives.
         float m = uintBitsToFloat(0xFF800000u);
+        float nans = 0.0;
         for (uint u = lane; u < units; u += width) {
-            m = max(m, HMAX(UNIT_TO_F(x[base + u])));
+            VT v = UNIT_TO_F(x[base + u]);
+            m = max(m, HMAX(v));
+            nans = max(nans, HAS_NAN(v) ? 1.0 : 0.0);
         }
         answer = row_max(m);
+        if (row_max(nans) > 0.0) {
+            answer = uintBitsToFloat(0x7FC00000u);
+        }
     } else {
         VT sum = VT(0.0);
         for (uint u = lane; u < units; u += width) {

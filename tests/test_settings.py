@@ -129,7 +129,7 @@ def test_parse_size_takes_the_largest_device_size() -> None:
     assert settings.parse_size(str(settings.MAX_SIZE)) == settings.MAX_SIZE
 
 
-# "0.5" is a share of the heap now (docs/scaleout.md); "1.5" is a share above the whole.
+# "0.5" is a share of the heap now (docs/scale-out.md); "1.5" is a share above the whole.
 @pytest.mark.parametrize("value", ["-1", "nan", "1e400", "1.5", "0%"])
 def test_memory_limit_is_refused_at_context_creation(value: str,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:

@@ -42,7 +42,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--device", default=None, help="device index or name (see vkumd info)")
     p.add_argument("--ray", metavar="ADDRESS", default=None, help="embed on a Ray cluster "
                    "(auto, or HOST:PORT), one actor per vulkan_gpu its nodes declare; needs "
-                   "the ray extra (docs/scaleout.md)")
+                   "the ray extra (docs/scale-out.md)")
     p.add_argument("--actors", type=int, default=None, metavar="N",
                    help="with --ray: how many actors (default: every vulkan_gpu)")
     p.set_defaults(func=cmd_embed)

@@ -5,7 +5,7 @@
 - :func:`embed`, :class:`EncoderActor` and :func:`node_resources` spread a corpus over Ray
   actors, one per device; they import Ray only when called (``pip install 'vkumd[ray]'``).
 
-See docs/scaleout.md.
+See docs/scale-out.md.
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ import numpy as np
 from vkumd.errors import VkumdTypeError, VkumdValueError
 
 VARIABLES: dict[str, str] = {
-    "VKUMD_DEVICE": "Device to use: an index into `vkumd.devices()` or a substring of its name.",
+    "VKUMD_DEVICE": "Device to use: an index into `vkumd.devices()` or a substring of its name; "
+    "a comma-separated list (`0,1`) gives `open_contexts()` a context per entry and a plain "
+    "`Context()` the first.",
     "VKUMD_ICD": "Path to a Vulkan ICD json; only that driver is loaded (sets VK_DRIVER_FILES).",
     "VKUMD_VALIDATION": "`1` enables VK_LAYER_KHRONOS_validation; messages go to `logging`.",
     "VKUMD_SYNC_VALIDATION": "`1`, with VKUMD_VALIDATION, adds the layer's synchronization "

@@ -26,9 +26,12 @@ float vkumd_erf(float x) {
 }
 
 float vkumd_gelu(float x) {
-    float z = x * 0.70710678118654752;
-    // 1 + erf(z) = 2 - erfc(z) for z >= 0, and erfc(-z) for z < 0.
-    return x >= 0.0 ? 0.5 * x * (2.0 - vkumd_erfc_nonneg(z)) : 0.5 * x * vkumd_erfc_nonneg(-z);
+    // 1 + erf(z) = 2 - erfc(z) for z >= 0, and erfc(-z) for z < 0: erfc(|z|) either way,
+    // computed once: a SIMD driver runs both arms of a divergent select (on lavapipe with
+    // LP_NUM_THREADS=0, one erfc instead of two took a 4M-float gelu from 19.0 to 13.1 ms
+    // of CPU time). The same operations as the two-armed form, so the same bits.
+    float c = vkumd_erfc_nonneg(abs(x * 0.70710678118654752));
+    return x >= 0.0 ? 0.5 * x * (2.0 - c) : 0.5 * x * c;
 }
 
 // 0.5 (1 + tanh u) = sigmoid(2u), written with exp of a non-positive argument: large |u|

@@ -61,7 +61,8 @@ bool is_finite(float v) {
 }
 
 // VT is what one load yields in float32; a row of `cols` elements is cols / VEC units.
-// FINITE(v) is is_finite per component (bool or bvec4), for mix(); UVT is VT's bits as
+// FINITE(v) is is_finite per component (bool or bvec4), for mix(); HAS_NAN(v) whether any
+// component is NaN (one bool); UVT is VT's bits as
 // unsigned integers (HMAX takes them too).
 #if VEC == 4
 #define UNIT ELEM4
@@ -71,6 +72,7 @@ bool is_finite(float v) {
 #define HSUM(v) (((v).x + (v).y) + ((v).z + (v).w))
 #define HMAX(v) max(max((v).x, (v).y), max((v).z, (v).w))
 #define FINITE(v) notEqual(floatBitsToUint(v) & uvec4(0x7F800000u), uvec4(0x7F800000u))
+#define HAS_NAN(v) any(greaterThan(floatBitsToUint(v) & uvec4(0x7FFFFFFFu), uvec4(0x7F800000u)))
 #define UVT uvec4
 #elif VEC == 1
 #define UNIT ELEM
@@ -80,6 +82,7 @@ bool is_finite(float v) {
 #define HSUM(v) (v)
 #define HMAX(v) (v)
 #define FINITE(v) is_finite(v)
+#define HAS_NAN(v) ((floatBitsToUint(v) & 0x7FFFFFFFu) > 0x7F800000u)
 #define UVT uint
 #else
 #error "VEC must be 1 or 4"

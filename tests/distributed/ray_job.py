@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,74 +22,15 @@ import ray
 
 from vkumd.distributed import iter_embed, node_resources, start_actors
 from vkumd.models import SentenceEncoder
+from vkumd.testing.netns import descendants, refuse_outside, stop_by_pid
 
 CORPUS = [f"line {i}: a sentence about {w} and {i % 7} other things"
           for i, w in enumerate(["rivers", "cats", "tea", "maths", "trains", "night"] * 8)]
 
 
-def refuse_outside_a_private_network_namespace() -> None:
-    """Stop unless this process runs in a network namespace of its own (unshare -n) whose
-    only interface is loopback: Ray would otherwise bind to the machine's own address."""
-    # /proc/self/net follows the process's network namespace (/sys/class/net does not,
-    # unless sysfs is mounted again inside it).
-    lines = Path("/proc/self/net/dev").read_text().splitlines()[2:]
-    interfaces = sorted(line.split(":", 1)[0].strip() for line in lines)
-    if interfaces != ["lo"]:
-        sys.exit(f"ray_job.py must run inside a private network namespace (unshare -n) with "
-                 f"only lo; this one has {interfaces}")
-
-
-def descendants() -> set[int]:
-    """PIDs of every process below this one, read from /proc (ppid is field 4 of stat)."""
-    parent: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = set(), {os.getpid()}
-    while frontier:
-        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - found
-        found |= frontier
-    return found
-
-
-def stop_by_pid(pids: set[int]) -> list[int]:
-    """SIGTERM, then SIGKILL after up to 10 s, those of ``pids`` that still run."""
-    def running() -> list[int]:
-        alive = []
-        for pid in pids:
-            try:
-                status = Path(f"/proc/{pid}/status").read_text(errors="ignore")
-            except OSError:
-                continue  # gone
-            if "zombie" not in status:
-                alive.append(pid)
-        return alive
-
-    def send(pid: int, sig: int) -> None:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass  # it ended between the look and the signal
-
-    left = running()
-    for pid in left:
-        send(pid, signal.SIGTERM)
-    for _ in range(100):  # bounded: 10 s
-        if not running():
-            break
-        time.sleep(0.1)
-    for pid in running():
-        send(pid, signal.SIGKILL)
-    return left
-
-
 def main() -> int:
     """Run the job; see the module docstring."""
-    refuse_outside_a_private_network_namespace()
+    refuse_outside(["lo"])  # on the host Ray would bind to the machine's own address
     assert os.environ.get("RAY_USAGE_STATS_ENABLED") == "0"
     temp = tempfile.mkdtemp(prefix="vkray", dir="/tmp")  # short: Ray's socket paths
     started: set[int] = set()

@@ -15,6 +15,7 @@ import pytest
 import vkumd
 from vkumd.distributed import DataParallelEncoder, device_list, open_contexts, split_evenly
 from vkumd.errors import DeviceUnavailable, VkumdTypeError, VkumdValueError
+from vkumd.models import SentenceEncoder
 
 from .conftest import MISSING, model_installed
 
@@ -105,7 +106,7 @@ def test_two_drivers_when_the_loader_lists_them(encoder) -> None:
     drivers = {c.driver_info for c in listed}
     if len(listed) < 2:
         pytest.skip(f"the loader lists one device ({listed[0].name}, {listed[0].driver_info});"
-                    " run under two ICDs (docs/scaleout.md) to test two drivers")
+                    " run under two ICDs (docs/scale-out.md) to test two drivers")
     want = encoder.encode(SENTENCES)
     with DataParallelEncoder(devices=[0, 1]) as dp:
         got = dp.encode(SENTENCES, batch_size=4)
@@ -114,3 +115,57 @@ def test_two_drivers_when_the_loader_lists_them(encoder) -> None:
     np.testing.assert_allclose(got, want, atol=1e-4)
     cos = (got.astype(np.float64) * want).sum(1)
     assert cos.min() > 1 - 1e-6
+
+
+def _random_sentences(count: int) -> list[str]:
+    """Fresh sentences each run, 1 to 30 words drawn from a small vocabulary."""
+    rng = np.random.default_rng()
+    words = ["river", "cat", "tea", "proof", "train", "night", "GPU", "bridge", "a", "the"]
+    return [" ".join(rng.choice(words, size=int(rng.integers(1, 31)))) for _ in range(count)]
+
+
+@needs_model
+def test_from_pretrained_with_devices_splits_across_two_contexts(encoder) -> None:
+    texts = _random_sentences(13)  # odd: the two slices differ in size (7 and 6)
+    want = encoder.encode(texts).astype(np.float64)
+    with SentenceEncoder.from_pretrained(devices=[0, 0]) as dp:
+        assert isinstance(dp, DataParallelEncoder) and len(dp.encoders) == 2
+        assert dp.contexts[0] is not dp.contexts[1]
+        assert dp.max_seq_length == encoder.max_seq_length
+        got = dp.encode(texts, batch_size=3, progress=False)
+        assert got.shape == want.shape and got.dtype == np.float32
+        # Rows in input order: each matches its own sentence's embedding, by relative error.
+        error = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
+        assert error.max() < 1e-5, (error.max(), texts)
+        assert dp.encode(texts, compiled=False).shape == want.shape
+
+
+@needs_model
+def test_from_pretrained_with_a_device_list_string(encoder) -> None:
+    texts = _random_sentences(3)
+    want = encoder.encode(texts)
+    with SentenceEncoder.from_pretrained(devices="0, 0") as dp:
+        got = dp.encode(texts)
+    assert np.abs(got - want).max() < 1e-5
+
+
+@needs_model
+@pytest.mark.parametrize(("devices", "error", "words"), [
+    ("0,,0", VkumdValueError, "entry 1 is empty"),
+    ([], VkumdValueError, "empty list"),
+    ([0, "no-such-gpu"], DeviceUnavailable, "no device name contains"),
+    ([0, 2.0], VkumdTypeError, r"devices\[1\] is float"),
+])
+def test_from_pretrained_refuses_bad_devices_and_frees_what_it_made(
+        encoder, devices: object, error: type, words: str) -> None:
+    before = vkumd.live_objects()
+    with pytest.raises(error, match=words):
+        SentenceEncoder.from_pretrained(devices=devices)
+    assert vkumd.live_objects() == before
+    assert encoder.encode(["still usable"]).shape == (1, encoder.hidden_size)
+
+
+@needs_model
+def test_from_pretrained_refuses_ctx_and_devices_together(ctx) -> None:
+    with pytest.raises(VkumdValueError, match="ctx or devices, not both"):
+        SentenceEncoder.from_pretrained(ctx=ctx, devices=[0])

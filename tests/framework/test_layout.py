@@ -53,7 +53,13 @@ def test_embedding_out_of_range_ids_give_zero_rows(ctx, dim: int) -> None:
 
 PERMUTES = [((5,), (0,)), ((3, 7), (1, 0)), ((2, 3, 4), (2, 0, 1)), ((2, 3, 4), (0, 2, 1)),
             ((1, 5, 1, 3), (3, 2, 1, 0)), ((2, 3, 1, 4, 5, 3), (5, 1, 0, 4, 3, 2)),
-            ((2, 1, 2, 1, 2, 1, 2, 1), (7, 6, 5, 4, 3, 2, 1, 0)), ((4, 6), (-1, -2))]
+            ((2, 1, 2, 1, 2, 1, 2, 1), (7, 6, 5, 4, 3, 2, 1, 0)), ((4, 6), (-1, -2)),
+            # Rows of whole runs of four (moved four elements a load): a head permute, rows of
+            # four and of 4098 units (two chunks), and rows of six (one element a load).
+            ((8, 5, 3, 32), (0, 2, 1, 3)), ((3, 5, 4), (1, 0, 2)), ((2, 3, 16392), (1, 0, 2)),
+            ((2, 3, 6), (1, 0, 2)),
+            # More rows than a CPU driver's workgroups, so each walks a block of them.
+            ((7, 9, 11, 4), (2, 0, 1, 3)), ((3, 50, 7, 2), (1, 3, 0, 2))]
 
 
 @pytest.mark.parametrize(("shape", "dims"), PERMUTES, ids=str)

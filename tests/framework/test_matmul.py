@@ -22,8 +22,15 @@ import vkumd
 from vkumd import ops
 from vkumd.compiler.kernels.gemm import (
     COOPMAT_TILE_VARIABLE,
+    LANES_BODY,
+    LANES_KU,
+    LANES_TM,
+    WORD_ELEMENTS,
     coopmat_shared_bytes,
     coopmat_tiles,
+    gemm_type_codes,
+    lanes_tile_n,
+    lanes_variant,
     parse_coopmat_tile,
     usable_coopmat_shape,
 )
@@ -49,8 +56,10 @@ FLOATS = ("float32", "float16", "bfloat16")
 SHAPES = [  # (M, N, K)
     (1, 1, 1),
     (7, 13, 5),        # primes: every tile is an edge tile
-    (8, 16, 4),        # exactly one lanes tile
+    (8, 16, 4),        # one row per lane, two columns of lanes
     (9, 17, 5),        # one past it in every direction
+    (32, 64, 8),       # exactly one float32 lanes tile (32 rows x 64 columns)
+    (33, 65, 9),       # one past it in every direction
     (129, 65, 257),    # one past powers of two
     (3, 5, 4099),      # long K with a tail
     (64, 64, 64),      # tile multiples for every variant
@@ -327,6 +336,22 @@ def coopmat_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Planning tests on stand-in caps ask what a device with coopmat gets, so the lane's
     ``VKUMD_DISABLE_COOPMAT=1`` (which the GPU run sets for its second suite) must not apply."""
     monkeypatch.delenv("VKUMD_DISABLE_COOPMAT", raising=False)
+
+
+def test_lanes_tiles_keep_the_loop_body(ctx) -> None:
+    # A lane's multiply-adds per main-loop iteration stay within LANES_BODY (past it the loop
+    # measured slower), so types that step K further (int8: 8 per word) get fewer rows.
+    for code in gemm_type_codes(ctx.caps):
+        for wide_a in (0, 1):
+            for wide_b in (0, 1, 2):
+                v = lanes_variant(ctx.caps, code, wide_a, wide_b)
+                columns = lanes_tile_n(ctx.caps, v) // ctx.caps.subgroup_size
+                assert v["TM"] * columns * v["KU"] <= LANES_BODY, (code, v)
+                assert v["TM"] >= ctx.caps.subgroup_size, (code, v)
+                k_step = WORD_ELEMENTS[code] if wide_a or wide_b == 2 else 1
+                assert v["KU"] % k_step == 0, (code, v)
+                if v["KU"] == LANES_KU:
+                    assert v["TM"] == LANES_TM, (code, v)
 
 
 @pytest.mark.usefixtures("coopmat_allowed")

@@ -65,6 +65,22 @@ def test_max_with_neg_inf(ctx) -> None:
     np.testing.assert_array_equal(ops.max(ctx.tensor(x)).numpy(), [-np.inf, 2.0])
 
 
+@pytest.mark.parametrize("cols", [1, 6, 8, 4099])
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.usefixtures("row_path")
+def test_reductions_propagate_nan(ctx, dtype: str, cols: int) -> None:
+    # A NaN anywhere in a row (first, middle or last, beside +-inf) makes every reduction NaN.
+    rng = np.random.default_rng()
+    x = rng.standard_normal((4, cols)).astype(np.float32)
+    x[1:, [0, cols // 2, cols - 1][:3]] = np.inf
+    for row, col in ((1, 0), (2, cols // 2), (3, cols - 1)):
+        x[row, col] = np.nan
+    for name, reference in REFERENCES.items():
+        got = getattr(ops, name)(tensor(ctx, x, dtype), out=poisoned(ctx, (4,), dtype)).numpy()
+        expected = reference(x.astype(np.float64), axis=-1)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(expected), f"{name} {dtype}")
+
+
 def test_many_rows_use_a_2d_grid(ctx) -> None:
     rng = np.random.default_rng()
     shape = (ctx.caps.max_workgroup_count[0] + 9, 4)

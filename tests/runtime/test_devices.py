@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 import vkumd
@@ -146,3 +147,30 @@ def test_cli_info_shows_the_default_device(capsys) -> None:
     assert "<- default" in out
     assert "cooperative-matrix shapes" in out
     assert "subgroup_size" in out
+
+
+def test_a_vkumd_device_list_gives_context_its_first_entry(monkeypatch) -> None:
+    devices = [_fake(0, "discrete", 1), _fake(1, "cpu", 1), _fake(2, "integrated", 1)]
+    monkeypatch.setenv("VKUMD_DEVICE", "1,0")
+    assert default_device_index(devices) == 1
+    monkeypatch.setenv("VKUMD_DEVICE", " integrated , 1")
+    assert default_device_index(devices) == 2
+    monkeypatch.setenv("VKUMD_DEVICE", "0,0")
+    with vkumd.Context() as ctx:  # the real device: a list opens one context, on entry 0
+        assert ctx.caps.index == 0
+        assert ctx.tensor(np.arange(5, dtype=np.float32)).numpy().tolist() == [0, 1, 2, 3, 4]
+
+
+def test_a_bad_vkumd_device_list_is_refused_and_leaves_nothing(monkeypatch) -> None:
+    before = vkumd.live_objects()
+    monkeypatch.setenv("VKUMD_DEVICE", "0,,1")
+    with pytest.raises(vkumd.VkumdValueError, match="entry 1 is empty"):
+        vkumd.Context()
+    assert vkumd.live_objects() == before
+    monkeypatch.setenv("VKUMD_DEVICE", "no-such-gpu,0")  # the first entry decides
+    with pytest.raises(vkumd.DeviceUnavailable, match="no device name contains"):
+        vkumd.Context()
+    assert vkumd.live_objects() == before
+    monkeypatch.delenv("VKUMD_DEVICE")
+    with vkumd.Context() as ctx:
+        assert ctx.tensor(np.ones(3, np.float32)).numpy().sum() == 3

@@ -364,11 +364,16 @@ def _workload(fallbacks: bool) -> None:
     with vkumd.Context(block_size=1 * MiB, **(_FALLBACKS if fallbacks else {})) as ctx:
         x = np.arange(300, dtype=np.float32)
         a, b = ctx.tensor(x), ctx.zeros(300)
+        w = ctx.tensor(np.ones((320, 320), np.float32))
         stream = ctx.stream()
         start = stream.record()
         with stream:
             ops.add(a, a, out=b)
             ops.mul(b, a)
+            # Milliseconds of device work, so the synchronize below finds it unfinished and
+            # really waits (vkWaitSemaphores) even when a loaded host ran late.
+            for _ in range(4):
+                ops.matmul(w, w)
         end = stream.record()
         stream.synchronize()
         start.elapsed_time(end)
@@ -379,7 +384,7 @@ def _workload(fallbacks: bool) -> None:
         graph.replay()
         ctx.synchronize()
         stream.release()
-        for t in (a, b, big):
+        for t in (a, b, w, big):
             t.release()
 
 

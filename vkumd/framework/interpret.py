@@ -4,9 +4,10 @@
 executor exists, and "eager vs compiled" comparisons use it as the device-side reference
 (the float64 one is :func:`vkumd.framework.graph.reference.evaluate`). Each node is one eager
 op call with the node's attributes, through the executor's lowering table
-(:data:`vkumd.framework.execute.lower.LOWERINGS`); ops it has no lowering for yet (slice,
-concat, split, the comparisons, where) go through the host in numpy, which is slow but
-exact (they only move or compare stored values).
+(:data:`vkumd.framework.execute.lower.LOWERINGS`). Ops it has no lowering for (the lone
+comparisons) and nodes whose lowering refuses them (a slice with a step, a ``where`` on
+integers: :func:`~vkumd.framework.execute.lower.unsupported_reason`) go through the host in
+numpy, which is slow but exact (they only move or compare stored values).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 
 from vkumd import errors
 from vkumd.framework import dtypes
-from vkumd.framework.execute.lower import LOWERINGS
+from vkumd.framework.execute.lower import LOWERINGS, unsupported_reason
 from vkumd.framework.graph import Graph, GraphError, Node, op_info
 from vkumd.framework.graph.reference import REFERENCES, bindings_for
 from vkumd.framework.tensor import Tensor
@@ -84,8 +85,9 @@ def _by_reference(op: str) -> EagerFn:
     return run
 
 
-# Ops the executor has no lowering for yet, run on the host (every other op runs through
-# the executor's lowering, the same vkumd.ops call a compiled graph records).
+# Ops (or nodes, see unsupported_reason) the executor cannot record, run on the host; every
+# other node runs through the executor's lowering, the same vkumd.ops call a compiled graph
+# records.
 HOST: dict[str, EagerFn] = {
     "reshape": _reshape, "slice": _slice, "concat": _concat, "split": _split,
     "where": _where, **{op: _compare(op) for op in _COMPARE},
@@ -104,7 +106,7 @@ def run_node(ctx: Any, node: Node, args: Args, shapes: list[tuple[int, ...]]) ->
         GraphError: no eager form of the op, or a result of the wrong shape.
     """
     lowering = LOWERINGS.get(node.op)
-    if lowering is not None:
+    if lowering is not None and (node.op not in HOST or unsupported_reason(node) is None):
         outs = [ctx.empty(shape, out.dtype) for shape, out in zip(shapes, node.outputs,
                                                                    strict=True)]
         lowering(node, args, outs)

@@ -1,7 +1,8 @@
 """Several devices in one process: one context per device, a batch split across them.
 
 ``VKUMD_DEVICE`` may name a list (``0,1``; ``0,0`` opens two contexts on one device);
-:func:`device_list` reads it and :func:`open_contexts` opens one context per entry.
+:func:`~vkumd.runtime.device.device_list` reads it, :func:`open_contexts` opens one context
+per entry (a plain ``Context()`` takes the first).
 :class:`DataParallelEncoder` holds one :class:`SentenceEncoder` per context and splits each
 ``encode`` call into contiguous slices, one per encoder, each run on its own thread. Nothing
 here assumes the contexts sit on distinct devices: each context owns its own ``VkDevice``, so
@@ -11,67 +12,20 @@ two on the same physical device are as independent as two on different ones.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from vkumd import settings
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.context import Context
 from vkumd.framework.models.encoder import SentenceEncoder, check_sentences
 from vkumd.framework.models.loader import DEFAULT_MODEL
+from vkumd.runtime.device import DeviceSpec, device_list
 
-DeviceSpec = int | str
-
-
-def device_list(value: str | Sequence[DeviceSpec] | None = None) -> list[DeviceSpec]:
-    """The devices a multi-device helper should open.
-
-    Args:
-        value: a comma-separated string (``"0,1"``, ``"0, llvmpipe"``), a sequence of indices
-            or name substrings, or ``None`` to read ``VKUMD_DEVICE`` (unset: ``[None]``'s
-            equivalent, the default device once, returned as ``[]``).
-
-    Returns:
-        The entries in order, digits turned into ints; repeats are kept (``0,0`` means two
-        contexts on device 0). An empty list means "the default device, once".
-
-    Raises:
-        VkumdValueError: an empty entry (``"0,,1"``) or an empty sequence.
-        VkumdTypeError: an entry that is neither an int nor a str.
-    """
-    source = "VKUMD_DEVICE" if value is None else "devices"
-    if value is None:
-        value = settings.text("VKUMD_DEVICE")
-        if value is None:
-            return []
-    if isinstance(value, str):
-        entries: list[Any] = value.split(",")
-    elif isinstance(value, Sequence):
-        entries = list(value)
-        if not entries:
-            raise VkumdValueError(f"{source}: an empty list of devices; name at least one, "
-                                  "e.g. [0] or [0, 1]")
-    else:
-        raise VkumdTypeError(f"{source} must be a list of device indices or names, or a "
-                             f"comma-separated string, not {type(value).__name__}")
-    result: list[DeviceSpec] = []
-    for position, entry in enumerate(entries):
-        if isinstance(entry, bool) or not isinstance(entry, (int, str)):
-            raise VkumdTypeError(f"{source}[{position}] is {type(entry).__name__} "
-                                 f"({entry!r}); give a device index or a name substring")
-        if isinstance(entry, str):
-            entry = entry.strip()
-            if not entry:
-                raise VkumdValueError(f"{source}={value!r}: entry {position} is empty; write "
-                                      "indices or names separated by commas, e.g. 0,1")
-            entry = int(entry) if re.fullmatch(r"\d+", entry) else entry
-        result.append(entry)
-    return result
-
+__all__ = ["DataParallelEncoder", "DeviceSpec", "device_list", "open_contexts",
+           "split_evenly"]
 
 def open_contexts(devices: str | Sequence[DeviceSpec] | None = None,
                   **options: Any) -> list[Context]:
@@ -90,8 +44,7 @@ def open_contexts(devices: str | Sequence[DeviceSpec] | None = None,
     wanted = device_list(devices)
     contexts: list[Context] = []
     try:
-        # A single plain Context reads VKUMD_DEVICE itself and would refuse a list: name the
-        # device explicitly, so each entry is resolved on its own.
+        # A plain Context would take only the list's first entry: name each device.
         for entry in wanted or [None]:
             contexts.append(Context(device=entry, **options))
     except BaseException:
@@ -127,6 +80,7 @@ class DataParallelEncoder:
         model: the model to load on each device (with ``devices``).
         dtype: ``"float32"`` or ``"float16"`` (with ``devices``).
         context_options: passed to each ``Context`` (with ``devices``).
+        compiled: as :meth:`SentenceEncoder.from_pretrained` (with ``devices``).
 
     Raises:
         VkumdValueError: both or neither source given in a way that names no encoder, or two
@@ -137,7 +91,8 @@ class DataParallelEncoder:
     def __init__(self, encoders: Sequence[SentenceEncoder] | None = None, *,
                  devices: str | Sequence[DeviceSpec] | None = None,
                  model: str | os.PathLike[str] = DEFAULT_MODEL, dtype: Any = "float32",
-                 context_options: dict[str, Any] | None = None) -> None:
+                 context_options: dict[str, Any] | None = None,
+                 compiled: bool = True) -> None:
         if encoders is not None and devices is not None:
             raise VkumdValueError("DataParallelEncoder: give encoders or devices, not both")
         self._owned: list[Context] = []
@@ -146,7 +101,8 @@ class DataParallelEncoder:
             made: list[SentenceEncoder] = []
             try:
                 for ctx in self._owned:
-                    made.append(SentenceEncoder.from_pretrained(model, ctx=ctx, dtype=dtype))
+                    made.append(SentenceEncoder.from_pretrained(model, ctx=ctx, dtype=dtype,
+                                                                compiled=compiled))
             except BaseException:
                 for enc in made:
                     enc.close()
@@ -192,14 +148,23 @@ class DataParallelEncoder:
         """Length of each embedding."""
         return self.encoders[0].hidden_size
 
+    @property
+    def max_seq_length(self) -> int:
+        """Tokens per sentence; longer ones are truncated (as each encoder)."""
+        return self.encoders[0].max_seq_length
+
     def encode(self, sentences: Sequence[str], batch_size: int = 32,
-               normalize: bool = True) -> np.ndarray:
+               normalize: bool = True, progress: bool | None = None,
+               compiled: bool | None = None) -> np.ndarray:
         """Embed each sentence, the list cut into one contiguous slice per encoder.
 
         Args:
             sentences: a list of str, as :meth:`SentenceEncoder.encode` takes.
             batch_size: sentences per device batch within each slice.
             normalize: scale each embedding to unit length.
+            progress: accepted as :meth:`SentenceEncoder.encode` takes it, so code written
+                for one encoder runs unchanged; no bar is drawn (the slices run at once).
+            compiled: as :meth:`SentenceEncoder.encode`.
 
         Returns:
             float32 array ``(len(sentences), hidden_size)`` in input order, the same values
@@ -210,10 +175,12 @@ class DataParallelEncoder:
                 one encoder's thread is raised here after every thread has stopped.
         """
         texts = check_sentences(sentences)
+        if progress is not None and not isinstance(progress, bool):
+            raise VkumdTypeError(f"encode: progress must be a bool or None, not {progress!r}")
         result = np.empty((len(texts), self.hidden_size), dtype=np.float32)
         ranges = split_evenly(len(texts), len(self.encoders))
         futures = [self._pool.submit(enc.encode, texts[start:stop], batch_size, normalize,
-                                     False)
+                                     False, compiled)
                    for enc, (start, stop) in zip(self.encoders, ranges, strict=True)
                    if stop > start]
         # Wait for every thread before raising, so no encoder is still running when the

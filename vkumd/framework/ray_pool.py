@@ -56,21 +56,52 @@ def node_resources(slots_per_device: int = 1) -> dict[str, float]:
     return {RESOURCE: float(len(devices()) * slots_per_device)}
 
 
+def claim_slot(node: str, directory: str | None = None, most: int = 1024) -> tuple[int, Any]:
+    """The lowest slot number no live process on this machine holds for ``node``.
+
+    Each slot is a lock file (``flock``) in ``directory`` (default: the temp dir); the open
+    file returned holds the slot until it is closed or the process ends, so a dead actor's
+    slot is free again for its replacement. Rank order cannot do this: Ray decides which
+    ranks land on which node, and two ranks on one node could both pick device 0.
+
+    Raises:
+        VkumdError: all ``most`` slots are held.
+    """
+    import fcntl
+    import tempfile
+
+    base = directory or tempfile.gettempdir()
+    for slot in range(most):
+        handle = open(os.path.join(base, f"vkumd-{RESOURCE}-{node}-{slot}.lock"), "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        return slot, handle
+    raise VkumdError(f"all {most} {RESOURCE} slots of node {node} are held")
+
+
 class EncoderActor:
     """One context and one :class:`SentenceEncoder`, living in a Ray worker.
 
     Args:
         model: model directory or installed name.
-        rank: this actor's number; with ``device=None`` it picks device
-            ``rank % len(devices())`` on its node.
-        device: a device index or name to use instead.
+        rank: this actor's number in the job (reported by :meth:`info`).
+        device: a device index or name; ``None`` claims the lowest free slot on this node
+            (:func:`claim_slot`) and takes device ``slot % len(devices())``, so the actors
+            Ray places on a node with several GPUs spread over them.
         dtype: ``"float32"`` or ``"float16"``.
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, rank: int = 0, device: int | str | None = None,
                  dtype: str = "float32") -> None:
+        self.rank = rank
+        self._slot: Any = None
         if device is None:
-            device = rank % max(len(devices()), 1)
+            node = ray_module().get_runtime_context().get_node_id()
+            slot, self._slot = claim_slot(node)
+            device = slot % max(len(devices()), 1)
         self.context = Context(device=device)
         self.encoder = SentenceEncoder.from_pretrained(model, ctx=self.context, dtype=dtype)
 
@@ -80,9 +111,14 @@ class EncoderActor:
         return index, self.encoder.encode(sentences, batch_size=batch_size, progress=False)
 
     def info(self) -> dict[str, Any]:
-        """Where this actor runs: process id and device."""
-        return {"pid": os.getpid(), "device": self.context.caps.name,
-                "driver": self.context.caps.driver_info}
+        """Where this actor runs: process id, Ray node id and device."""
+        return {"pid": os.getpid(), "node": ray_module().get_runtime_context().get_node_id(),
+                "rank": self.rank, "device_index": self.context.caps.index,
+                "device": self.context.caps.name, "driver": self.context.caps.driver_info}
+
+    def cpu_seconds(self) -> float:
+        """CPU time this actor's process has used (every thread, lavapipe's included)."""
+        return time.process_time()
 
     def ping(self) -> bool:
         """Answers when the actor is alive (after its queued work)."""
@@ -122,13 +158,15 @@ def start_actors(num_actors: int | None = None, model: str = DEFAULT_MODEL,
 
 @dataclass
 class EmbedStats:
-    """What a job did: sentences, wall seconds, throughput, batches run again, actors lost."""
+    """What a job did: sentences, wall seconds, throughput, batches run again, actors lost,
+    and ``per_actor``: batches each actor (by position in the list given) finished."""
 
     sentences: int = 0
     seconds: float = 0.0
     batches: int = 0
     retried_batches: int = 0
     actors_lost: int = 0
+    per_actor: list[int] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter, repr=False)
 
     @property
@@ -152,7 +190,8 @@ class EmbedStream:
             raise VkumdValueError(f"embed: chunk_size={chunk_size!r}; give an int >= 1")
         self.actors = list(actors)
         self.chunk_size, self.batch_size = chunk_size, batch_size
-        self.stats = EmbedStats(batches=-(-len(self.texts) // chunk_size))
+        self.stats = EmbedStats(batches=-(-len(self.texts) // chunk_size),
+                                per_actor=[0] * len(self.actors))
 
     def _chunk(self, index: int) -> tuple[int, list[str]]:
         start = index * self.chunk_size
@@ -189,7 +228,10 @@ class EmbedStream:
                     del running[i]
                     todo.appendleft(i)
                 continue
-            running.pop(index, None)
+            finisher = running.pop(index, None)
+            position = next((i for i, a in enumerate(self.actors) if a is finisher), None)
+            if position is not None:
+                self.stats.per_actor[position] += 1
             done[index] = rows
             while next_out in done:
                 chunk = done.pop(next_out)

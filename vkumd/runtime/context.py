@@ -52,7 +52,9 @@ class RuntimeContext(Handle):
 
     Args:
         device: an index into :func:`devices`, a substring of a device name, or ``None`` for
-            the default choice (see :func:`vkumd.runtime.device.default_device_index`).
+            the default choice (see :func:`vkumd.runtime.device.default_device_index`):
+            ``VKUMD_DEVICE`` when set, its first entry when it lists several (``0,1``; one
+            context per entry is :func:`vkumd.distributed.open_contexts`).
         validation: enable the Khronos validation layer; ``None`` reads ``VKUMD_VALIDATION``.
         zero_memory: zero-fill every allocation; ``None`` reads ``VKUMD_ZERO_MEMORY``.
         block_size: bytes per pooled ``VkDeviceMemory`` block.

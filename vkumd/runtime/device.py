@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from vkumd import settings
-from vkumd.errors import CapabilityMissing, DeviceUnavailable, VkumdTypeError
+from vkumd.errors import CapabilityMissing, DeviceUnavailable, VkumdTypeError, VkumdValueError
 from vkumd.vk.binding import NULL, c_strings, ffi, lib, new, vk
 from vkumd.vk.caps import DeviceCaps, query_caps
 from vkumd.vk.errors import DeviceLost, check
@@ -20,6 +21,7 @@ log = logging.getLogger("vkumd.runtime")
 
 MIN_API_VERSION = (1, 3, 0)
 _TYPE_RANK = {"discrete": 0, "integrated": 1, "virtual": 2, "cpu": 3, "other": 4}
+DeviceSpec = int | str
 
 
 def enumerate_caps(instance: Instance) -> list[tuple[Any, DeviceCaps]]:
@@ -28,19 +30,66 @@ def enumerate_caps(instance: Instance) -> list[tuple[Any, DeviceCaps]]:
             for index, physical in enumerate(instance.physical_devices())]
 
 
+def device_list(value: str | Sequence[DeviceSpec] | None = None) -> list[DeviceSpec]:
+    """The devices named by ``VKUMD_DEVICE`` or by a ``devices=`` argument, in order.
+
+    Args:
+        value: a comma-separated string (``"0,1"``, ``"0, llvmpipe"``), a sequence of indices
+            or name substrings, or ``None`` to read ``VKUMD_DEVICE``.
+
+    Returns:
+        The entries, digits turned into ints; repeats are kept (``0,0`` means two contexts
+        on device 0). ``[]`` when ``VKUMD_DEVICE`` is unset: the default device, once.
+
+    Raises:
+        VkumdValueError: an empty entry (``"0,,1"``) or an empty sequence.
+        VkumdTypeError: an entry that is neither an int nor a str.
+    """
+    source = "VKUMD_DEVICE" if value is None else "devices"
+    if value is None:
+        value = settings.text("VKUMD_DEVICE")
+        if value is None:
+            return []
+    if isinstance(value, str):
+        entries: list[Any] = value.split(",")
+    elif isinstance(value, Sequence):
+        entries = list(value)
+        if not entries:
+            raise VkumdValueError(f"{source}: an empty list of devices; name at least one, "
+                                  "e.g. [0] or [0, 1]")
+    else:
+        raise VkumdTypeError(f"{source} must be a list of device indices or names, or a "
+                             f"comma-separated string, not {type(value).__name__}")
+    result: list[DeviceSpec] = []
+    for position, entry in enumerate(entries):
+        if isinstance(entry, bool) or not isinstance(entry, (int, str)):
+            raise VkumdTypeError(f"{source}[{position}] is {type(entry).__name__} "
+                                 f"({entry!r}); give a device index or a name substring")
+        if isinstance(entry, str):
+            entry = entry.strip()
+            if not entry:
+                raise VkumdValueError(f"{source}={value!r}: entry {position} is empty; write "
+                                      "indices or names separated by commas, e.g. 0,1")
+            entry = int(entry) if re.fullmatch(r"\d+", entry) else entry
+        result.append(entry)
+    return result
+
+
 def default_device_index(all_caps: list[DeviceCaps]) -> int:
     """Index of the device vkumd picks by default.
 
     Only devices with Vulkan 1.3 qualify; among them a discrete GPU wins, then integrated,
     virtual and CPU devices; ties go to the one with more device-local memory.
-    ``VKUMD_DEVICE`` (an index or a substring of the name) overrides the choice.
+    ``VKUMD_DEVICE`` (an index or a substring of the name) overrides the choice; when it
+    lists several (``0,1``, for :func:`vkumd.distributed.open_contexts`) the first is taken.
 
     Raises:
-        DeviceUnavailable: no device qualifies, or ``VKUMD_DEVICE`` matches none.
+        DeviceUnavailable: no device qualifies, or ``VKUMD_DEVICE``'s first entry matches none.
+        VkumdValueError: ``VKUMD_DEVICE`` has an empty entry (``0,,1``).
     """
-    wanted = settings.text("VKUMD_DEVICE")
-    if wanted is not None:
-        return resolve_device(all_caps, wanted)
+    wanted = device_list()
+    if wanted:
+        return resolve_device(all_caps, wanted[0])
     usable = [c for c in all_caps if c.api_version >= MIN_API_VERSION]
     if not usable:
         listed = ", ".join(f"{c.name} (Vulkan {'.'.join(map(str, c.api_version))})"

@@ -48,10 +48,22 @@ PACK_WORKGROUP = 64
 # turn (shaders/gemm.comp, LANES_STEP), 16x8x8 measured 30.2-30.9, 16x8x16 28.1, 8x16x8
 # 26.5, 16x12x8 29.0, 32x4x8 30.0. The accumulators do not fit in registers (they live on
 # the stack); what pays is amortising the per-iteration gathers, A broadcasts, loop-mask
-# updates and blends over more multiply-adds. Past 128 accumulators per lane it falls off a
-# cliff.
-LANES_TM = 16
-LANES_KU = 8
+# updates and blends over more multiply-adds. At K by 8, past 128 accumulators per lane it
+# falls off a cliff; at K by 4 (half the B values live per iteration) 32 rows x 8 columns
+# (256 accumulators, half the B gathers per multiply-add of 16x8) won: interleaved in one
+# process, 1024^3 float32 / float16 1.03-1.10x / 1.11-1.21x over 16x8x8, 2048^3 1.23x / 1.20x,
+# the transformer shapes 1.09-1.20x; B transposed 1.10-1.17x at 1024^3, 0.89-1.10x at 2048^3
+# (float32; float16 0.92-1.09x). Against 32x8x4 at 1024^3: 24x8x4 0.97-1.03x, 40x8x4 0.88-0.92x,
+# 16x8x4 0.89-0.90x, 48x8x4 0.69-0.77x, 32x6x4 0.95x, 32x4x4 0.87-0.89x, 32x12x4 (float16)
+# 0.74x; on the transformer shapes 32x8x2 0.84-0.90x. Summing each
+# accumulator's K steps as a tree (0.92-1.07x at 16x8x8), or blocking the multiply-adds 4
+# rows x 4 columns at a time (40% fewer loads in the loop; 1.02-1.07x at 16x8x8, 0.93-1.00x
+# at 32x8x4), did not pay: the gathers bind (docs/performance.md).
+# int8 (8 values per word, so K by 8 at least) measured 0.73-0.87x at 32 rows: the rows
+# shrink so that a lane's multiply-adds per iteration stay within LANES_BODY.
+LANES_TM = 32
+LANES_KU = 4
+LANES_BODY = 1024
 LANES_COLUMNS = 8
 # Elements of each storage type in one 64-bit word (the unit of a wide load).
 WORD_ELEMENTS = {"F32": 2, "F16": 4, "BF16": 4, "I8": 8}
@@ -85,9 +97,10 @@ def lanes_variant(caps: DeviceCaps, dtype: str, wide_a: int = 0, wide_b: int = 0
     vc = vw if wide_b == 1 else 1  # columns one B load carries
     nj = max(1, LANES_COLUMNS // vc)
     k_step = vw if wide_a or wide_b == 2 else 1
+    ku = max(LANES_KU, k_step)
+    tm = max(caps.subgroup_size, min(LANES_TM, LANES_BODY // (nj * vc * ku)))
     return {"PATH": GEMM_PATHS["lanes"], "DTYPE": dtype, WORKGROUP: caps.subgroup_size,
-            "TM": LANES_TM, "NJ": nj, "KU": max(LANES_KU, k_step), "WIDE_A": wide_a,
-            "WIDE_B": wide_b}
+            "TM": tm, "NJ": nj, "KU": ku, "WIDE_A": wide_a, "WIDE_B": wide_b}
 
 
 def lanes_tile_n(caps: DeviceCaps, variant: Variant) -> int:

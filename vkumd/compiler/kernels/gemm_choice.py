@@ -33,9 +33,11 @@ from vkumd.vk.caps import CoopMatShape, DeviceCaps
 VARIANTS = ("lanes", "lanes_packed", "shared", "coopmat")
 # The lanes path packs B into column panels first when enough row tiles reuse each panel
 # to repay the copy (measured on lavapipe: 2x at 2048^3, where B's power-of-two row stride
-# puts a panel's rows in few cache sets). 64 tiles of 16 rows: 1024 rows, as before the tile
-# grew from 8 rows (one core, float32 1024^3 with B transposed: 29.0 GFLOP/s packed against
-# 13.2 unpacked; untransposed 28.7 against 29.7, within noise).
+# puts a panel's rows in few cache sets). 64 tiles of 32 rows: 2048 rows. With the 32-row
+# tile (one core, interleaved) packing at 1024 rows lost: 1024^3 0.94x (float32) and 0.92x
+# (float16), 1024x384x1536 0.94-0.99x, with B transposed 0.97-1.04x; at 2048^3 it won,
+# 1.03x / 1.08x. (With the 16-row tile B transposed at 1024^3 measured 29.0 GFLOP/s packed
+# against 13.2 unpacked.)
 PACK_MIN_TILES_M = 64
 PACK_MIN_K = 256
 # Whether float16 GEMMs on a CPU driver that lists cooperative-matrix shapes use them.

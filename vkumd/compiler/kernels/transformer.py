@@ -154,7 +154,7 @@ def permute_workgroup(caps: DeviceCaps, cols: int) -> int:
 def _permute_variants(caps: DeviceCaps) -> list[dict]:
     widths = storage_widths(caps)
     lanes = sorted({permute_workgroup(caps, cols) for cols in (1, 8, 16, 32, 64)})
-    return [{"WIDTH": w, WORKGROUP: n} for w in widths for n in lanes]
+    return [{"WIDTH": w, "VEC": v, WORKGROUP: n} for w in widths for v in (1, 4) for n in lanes]
 
 
 PERMUTE = register(Kernel(
@@ -162,7 +162,7 @@ PERMUTE = register(Kernel(
     source="permute.comp",
     buffers=2,
     push=PERMUTE_PUSH,
-    defines={"WIDTH": (32, 16)},
+    defines={"WIDTH": (32, 16), "VEC": (1, 4)},
     spec_constants={WORKGROUP: 0},
     variants=_permute_variants,
 ))

@@ -39,7 +39,7 @@ from vkumd.errors import VkumdValueError
 from vkumd.vk.caps import DeviceCaps
 
 ACTIVATION_WORKGROUP = 64
-PERMUTE_CHUNK = 4096  # elements of a row per workgroup (shaders/permute.comp CHUNK)
+PERMUTE_CHUNK = 4096  # units of a row per workgroup (shaders/permute.comp CHUNK)
 _PLANS = 4096
 
 
@@ -183,11 +183,18 @@ def permute_plan(caps: DeviceCaps, op: str, width: int, shape: tuple[int, ...],
     outer, outer_strides = merged_shape[:-1], merged_strides[:-1]
     cols = merged_shape[-1]
     rows = math.prod(out_shape) // cols
+    # Rows that are contiguous runs starting at multiples of four move four elements a load
+    # (a head permute's rows of 32): CPU drivers pay per load and store, not per byte.
+    vec = 4 if (merged_strides[-1] == 1 and cols % 4 == 0
+                and all(s % 4 == 0 for s in outer_strides)) else 1
+    cols //= vec
+    outer_strides = [s // vec for s in outer_strides]
     pad = PERMUTE_MAX_OUTER - len(outer)
     chunks = -(-cols // PERMUTE_CHUNK)
     push = PERMUTE_PUSH.pack(rows, cols, merged_strides[-1], chunks, len(outer), *outer,
                              *([1] * pad), *outer_strides, *([0] * pad))
-    program = PERMUTE.specialize({"WIDTH": width, WORKGROUP: permute_workgroup(caps, cols)})
+    program = PERMUTE.specialize({"WIDTH": width, "VEC": vec,
+                                  WORKGROUP: permute_workgroup(caps, cols)})
     # The workgroups loop over the (row, chunk) pairs, so a CPU driver gets a few of them.
     groups = rows * chunks
     if caps.device_type == "cpu":

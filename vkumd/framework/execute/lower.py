@@ -5,10 +5,17 @@ calls the matching op with ``out=`` the node's output tensor; ``inputs`` has one
 declared input (None where an optional input is absent). An op without an entry cannot be
 compiled; a new fused op registers one entry here (``LOWERINGS["fused_elementwise"] = ...``).
 ``reshape`` has no entry: the executor makes its output a view of its input (no launch).
+
+Windows (``slice``, ``split``, ``concat``) lower to :func:`vkumd.ops.slice` and
+:func:`vkumd.ops.concat`, the strided copies eager code runs; ``where`` lowers to a
+one-step ``fused_elementwise`` program, the generated kernel elementwise fusion also puts
+``where`` into. A node the executor cannot record (see :func:`unsupported_reason`) makes
+:func:`check_lowerable` raise, so ``vkumd.compile`` runs that graph eagerly instead.
 """
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from typing import Any
 
@@ -116,6 +123,51 @@ def _embedding(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     ops.embedding(ins[0], ins[1], out=outs[0])
 
 
+def _window(node: Node, x: Tensor) -> tuple[int, int, int, int]:
+    """``(axis, start, stop, step)`` of a slice node on ``x``, clamped as Python clamps."""
+    at = attrs_of(node)
+    axis = at["axis"] % x.ndim
+    start, stop, step = builtins.slice(at["start"], at["stop"], at["step"]).indices(
+        x.shape[axis])
+    return axis, start, max(start, stop), step
+
+
+def _slice(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    x = ins[0]
+    axis, start, stop, step = _window(node, x)
+    if step == 1:
+        ops.slice(x, [start], [stop], [axis], out=outs[0])
+        return
+    # Eager only (check_lowerable keeps it out of recordings, whose lowerings may not own
+    # temporaries): one unit window per kept index, joined. The copy kernel reads unit
+    # steps, so a strided read has no single launch yet.
+    picked = [ops.slice(x, [i], [i + 1], [axis]) for i in range(start, stop, step)]
+    ops.concat(picked, axis, out=outs[0])
+
+
+def _concat(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    ops.concat(ins, attrs_of(node)["axis"], out=outs[0])
+
+
+def _split(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    # ops.split allocates its pieces; the graph's pieces already have their tensors, so
+    # each is the same window copy written into its own output.
+    x = ins[0]
+    axis = attrs_of(node)["axis"] % x.ndim
+    start = 0
+    for piece in outs:
+        stop = start + piece.shape[axis]
+        ops.slice(x, [start], [stop], [axis], out=piece)
+        start = stop
+
+
+_WHERE = (("where", 0, 1, 2),)
+
+
+def _where(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    ops.fused_elementwise(ins, _WHERE, out=outs[0])
+
+
 def _fused_elementwise(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     at = attrs_of(node)
     ops.fused_elementwise(ins, at["program"], dtype=at["dtype"], out=outs[0])
@@ -136,7 +188,24 @@ LOWERINGS: dict[str, Lowering] = {
     "matmul": _matmul, "attention": _attention,
     "transpose": _transpose, "permute": _permute, "embedding": _embedding,
     "fused_elementwise": _fused_elementwise, "add_layer_norm": _add_layer_norm,
+    "slice": _slice, "concat": _concat, "split": _split, "where": _where,
 }
+
+# The generated kernel stores floats only (FUSED_OUTPUT_CODES; the framework cannot ask the
+# compiler's table at graph level without a context).
+_WHERE_RESULTS = ("float32", "float16", "bfloat16")
+
+
+def unsupported_reason(node: Node) -> str | None:
+    """Why ``node``'s op, though it has a lowering, cannot be recorded; None if it can."""
+    if node.op == "slice" and attrs_of(node)["step"] != 1:
+        return (f"slice with step {attrs_of(node)['step']} has no recorded form yet (the "
+                "copy kernel reads unit steps); it runs eagerly")
+    if node.op == "where" and node.outputs[0].dtype.name not in _WHERE_RESULTS:
+        return (f"where on {node.outputs[0].dtype.name} values has no kernel (the generated "
+                f"select stores {', '.join(_WHERE_RESULTS)})")
+    return None
+
 
 
 def lowering_for(node: Node) -> Lowering:
@@ -156,7 +225,12 @@ def lowering_for(node: Node) -> Lowering:
 
 
 def check_lowerable(nodes: list[Node]) -> None:
-    """Raise :class:`UnsupportedOpError` for the first node without a lowering."""
+    """Raise :class:`UnsupportedOpError` for the first node without a lowering, or whose
+    lowering cannot be recorded (:func:`unsupported_reason`)."""
     for node in nodes:
-        if node.op not in VIEW_OPS:
-            lowering_for(node)
+        if node.op in VIEW_OPS:
+            continue
+        lowering_for(node)
+        reason = unsupported_reason(node)
+        if reason is not None:
+            raise UnsupportedOpError(reason, node.describe())

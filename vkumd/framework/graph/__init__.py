@@ -17,11 +17,12 @@ from vkumd.framework.graph.reference import evaluate
 from vkumd.framework.graph.shapes import OpInfo, TensorType, infer, op_info, supported_ops
 from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.graph.trace import Trace, TracedTensor, TraceError, Tracer, trace
+from vkumd.framework.graph.transpose_folding import fold_transposes
 
 __all__ = ["PASSES", "PIPELINE", "Allocation", "Dim", "DimTable", "Graph", "GraphBuilder",
            "GraphError", "GraphTypeError", "MemoryPlan", "Node", "OpInfo", "TensorType",
            "UnsupportedOpError", "Value", "ValueKind", "as_dim", "as_shape", "disabled_passes",
            "eliminate_common_subexpressions", "eliminate_dead_code", "evaluate",
-           "fold_constants", "infer", "op_info", "plan_memory", "product", "run_passes",
-           "supported_ops", "sym"]
+           "fold_constants", "fold_transposes", "infer", "op_info", "plan_memory", "product",
+           "run_passes", "supported_ops", "sym"]
 __all__ += ["Trace", "TraceError", "TracedTensor", "Tracer", "trace"]

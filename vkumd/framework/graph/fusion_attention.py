@@ -5,7 +5,9 @@ Attention fusion, on the IR's ops).
 The pattern, each value read only by the next op and none a graph output:
 
 1. ``matmul(q, k, trans_b=True)`` without epilogue but any ``alpha``, q and k 4-D
-   ``[batch, heads, seq, head_dim]``;
+   ``[batch, heads, seq, head_dim]`` (``q @ k.transpose(-2, -1)`` reaches this form through
+   transpose folding); q or k may be scaled first (``(q * s) @ k^T``, a ``scale``, ``mul``
+   or ``div`` by a number read only by this matmul): the factor joins the scale;
 2. any number of ``scale``, ``mul`` by a one-element constant or ``div`` by one (their
    factors multiply into the attention's ``scale``);
 3. optionally ``add`` of a mask that does not widen the scores (it becomes ``attn_mask``);
@@ -53,6 +55,21 @@ def _factor(graph: Graph, node: Node, y: Value) -> float | None:
     return None
 
 
+def _prescaled(graph: Graph, qk: Node, x: Value) -> tuple[Value, float, Node | None]:
+    """``x`` unscaled: the value its producer scales by a number, the factor and the
+    producer, when that producer is read only by ``qk``; else ``x``, 1 and None."""
+    producer = x.producer
+    if producer is None or sole_user(graph, x) is not qk:
+        return x, 1.0, None
+    tensors = [v for v in producer.inputs if v is not None and scalar_weight(v) is None]
+    if len(tensors) != 1:
+        return x, 1.0, None
+    factor = _factor(graph, producer, tensors[0])
+    if factor is None:
+        return x, 1.0, None
+    return tensors[0], factor, producer
+
+
 def _head_dim_ok(graph: Graph, q: Value) -> bool:
     head_dim = graph.dims.resolve(q.shape[3])
     return isinstance(head_dim, int) and head_dim % 4 == 0 and 4 <= head_dim <= MAX_HEAD_DIM
@@ -69,6 +86,10 @@ def _match(graph: Graph, qk: Node) -> tuple[list[Node], list[Value | None], floa
     if not _head_dim_ok(graph, q):
         return None
     members, scale, mask = [qk], float(qk.attrs.get("alpha", 1.0)), None
+    q, q_factor, q_scaler = _prescaled(graph, qk, q)
+    k, k_factor, k_scaler = _prescaled(graph, qk, k)
+    scale *= q_factor * k_factor
+    members += [n for n in (q_scaler, k_scaler) if n is not None]
     y, user = qk.outputs[0], sole_user(graph, qk.outputs[0])
     while user is not None and (factor := _factor(graph, user, y)) is not None:
         scale *= factor

@@ -19,6 +19,7 @@ from vkumd.framework.graph.fusion_elementwise import fuse_elementwise
 from vkumd.framework.graph.fusion_epilogue import fuse_epilogue
 from vkumd.framework.graph.fusion_norm import fuse_add_layer_norm
 from vkumd.framework.graph.ir import Graph
+from vkumd.framework.graph.transpose_folding import fold_transposes
 from vkumd.settings import text as setting
 
 Pass = Callable[[Graph], Graph]
@@ -30,6 +31,7 @@ PASSES: dict[str, Pass] = {
     "dce": eliminate_dead_code,
     "constant_folding": fold_constants,
     "cse": eliminate_common_subexpressions,
+    "transpose_folding": fold_transposes,
     "attention_fusion": fuse_attention,
     "epilogue_fusion": fuse_epilogue,
     "add_norm_fusion": fuse_add_layer_norm,
@@ -37,8 +39,9 @@ PASSES: dict[str, Pass] = {
 }
 
 # Cleanups first (so fusion sees the smallest graph), fusion in the middle, a last DCE for
-# what fusion and folding orphaned.
-CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "cse")
+# what fusion and folding orphaned. Transposes fold into matmul flags before fusion, so
+# attention fusion sees ``q @ k.transpose(-2, -1)`` in the form it matches.
+CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "cse", "transpose_folding")
 # Fusion: attention first (epilogue fusion would take its mask add as a residual), then the
 # GEMM epilogues (a residual stored with the product beats re-reading it in the norm), then
 # residual + norm, elementwise last, so it takes only what the pattern fusions left.

@@ -95,7 +95,7 @@ class SentenceEncoder:
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike[str] = DEFAULT_MODEL,
                         ctx: Context | None = None, dtype: Any = "float32",
-                        compiled: bool = True) -> SentenceEncoder:
+                        compiled: bool = True, devices: Any = None) -> Any:
         """Load a sentence-transformers BERT model.
 
         Args:
@@ -107,17 +107,29 @@ class SentenceEncoder:
             dtype: ``"float32"`` or ``"float16"`` (weights and activations stored in
                 float16, accumulated in float32).
             compiled: run :meth:`encode` on the compiled graph by default (False: eager).
+            devices: several devices to split each ``encode`` across (``[0, 1]``, ``"0,1"``;
+                one may repeat); returns a :class:`~vkumd.framework.parallel.
+                DataParallelEncoder` with one context and one encoder per entry, which has
+                the same ``encode``. Exclusive with ``ctx``.
 
         Returns:
-            The encoder, its weights on the device.
+            The encoder, its weights on the device (with ``devices``: the data-parallel one).
 
         Raises:
             ModelNotFound: no such directory or installed model.
             ModelFileError: a missing or corrupt file, another architecture, a missing
                 tensor or a shape that disagrees with the config (the message names the file
                 and field); nothing stays allocated.
-            VkumdValueError: an unsupported dtype.
+            VkumdValueError: an unsupported dtype; both ``ctx`` and ``devices``.
         """
+        if devices is not None:
+            if ctx is not None:
+                raise VkumdValueError("from_pretrained: give ctx or devices, not both")
+            # Imported here: parallel builds on this module.
+            from vkumd.framework.parallel import DataParallelEncoder
+
+            return DataParallelEncoder(devices=devices, model=name_or_path, dtype=dtype,
+                                       compiled=compiled)
         return cls(load_model_files(name_or_path), ctx, dtype, compiled)
 
     @property

@@ -59,7 +59,7 @@ def mean(x: Tensor, *, keepdims: bool = False, out: Tensor | None = None) -> Ten
 
 
 def max(x: Tensor, *, keepdims: bool = False, out: Tensor | None = None) -> Tensor:  # noqa: A001
-    """The maximum of ``x`` over its last dimension (NaN handling is the device's).
+    """The maximum of ``x`` over its last dimension (a row holding a NaN gives NaN, as numpy).
 
     Args and errors as :func:`sum`; also VkumdValueError for an empty last dimension.
     """
