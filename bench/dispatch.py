@@ -25,8 +25,13 @@ through vkumd, wgpu-py (wgpu-native on its Vulkan backend, ``WGPU_BACKEND_TYPE=V
 vkdispatch, where installed (neither is a dependency; a missing one prints "not installed").
 Per dispatch, wall and process-CPU microseconds: an eager round trip (record one add, submit,
 wait), N adds batched into one submission (vkumd: one stream; wgpu: one compute pass;
-vkdispatch: one fresh CommandGraph) including the wait, and N replayed (vkumd: a captured
-graph; vkdispatch: the recorded CommandGraph submitted again; wgpu has no replay).
+vkdispatch: one fresh CommandGraph) including the wait, the same N adds each into an output
+of its own (wgpu: N bind groups made beforehand, one set per dispatch, as a wgpu program
+would keep them; vkdispatch: not measured, at about 1 ms a dispatch), and N replayed (vkumd:
+a captured graph; vkdispatch: the recorded CommandGraph submitted again; wgpu has no replay).
+The peer rows are medians of R runs taken in turns (vkumd, wgpu, vkdispatch, then again), so
+a change in the shared machine's load touches every peer alike; the range follows in
+brackets.
 """
 
 from __future__ import annotations
@@ -38,6 +43,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import Any
 
 import numpy as np
 
@@ -142,49 +150,55 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 """
 
 
-def _process_per(run, count: int, repeats: int) -> tuple[float, float]:
-    """Median wall and process-CPU microseconds per dispatch of ``run()`` (a peer may execute
-    or poll on threads of its own)."""
-    wall, cpu = [], []
-    for _ in range(repeats):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        run()
-        cpu.append((time.process_time() - start_cpu) / count)
-        wall.append((time.perf_counter() - start) / count)
-    return statistics.median(wall) * 1e6, statistics.median(cpu) * 1e6
+# A peer's setup returns its rows -- name -> (run, dispatches per run) -- and a check of its
+# results to call after timing.
+PeerRows = dict[str, tuple[Callable[[], None], int]]
+ROUND_TRIPS = 20  # an eager round trip is timed 20 in a row, per sample
 
 
-def peer_vkumd(host: np.ndarray, count: int, repeats: int) -> dict:
-    with vkumd.Context(validation=False) as ctx:
-        a, b, c = (ctx.tensor(row) for row in host)
-        stream = ctx.stream(max_batch_dispatches=count + 1)
+def peer_vkumd(host: np.ndarray, count: int, stack: ExitStack) -> tuple[PeerRows, Callable]:
+    ctx = stack.enter_context(vkumd.Context(validation=False))
+    a, b, c = (ctx.tensor(row) for row in host)
+    outs = [ctx.empty(PEER_N) for _ in range(count)]
+    stream = ctx.stream(max_batch_dispatches=count + 1)
+    stack.callback(stream.release)
 
-        def eager() -> None:
+    def eager() -> None:
+        for _ in range(ROUND_TRIPS):
             with stream:
                 ops.add(a, b, out=c)
             stream.synchronize()
 
-        def batched() -> None:
-            with stream:
-                for _ in range(count):
-                    ops.add(a, b, out=c)
-            stream.synchronize()
-
-        eager()
-        with ctx.capture() as graph:
+    def batched() -> None:
+        with stream:
             for _ in range(count):
                 ops.add(a, b, out=c)
-        rows = {"eager round trip": _process_per(eager, 1, max(repeats * 20, 50)),
-                "batched": _process_per(batched, count, repeats),
-                "replayed": _process_per(lambda: (graph.replay(stream), stream.synchronize()),
-                                         count, repeats)}
-        assert np.allclose(c.numpy(), host[0] + host[1]), "vkumd's add went wrong"
-        graph.release()
-        stream.release()
-    return rows
+        stream.synchronize()
+
+    def distinct() -> None:
+        with stream:
+            for out in outs:
+                ops.add(a, b, out=out)
+        stream.synchronize()
+
+    eager()
+    distinct()
+    with ctx.capture() as graph:
+        for _ in range(count):
+            ops.add(a, b, out=c)
+    stack.callback(graph.release)
+
+    def check() -> None:
+        want = host[0] + host[1]
+        assert np.allclose(c.numpy(), want), "vkumd's add went wrong"
+        assert np.allclose(outs[-1].numpy(), want), "vkumd's add went wrong"
+
+    return {"eager round trip": (eager, ROUND_TRIPS), "batched": (batched, count),
+            "distinct outputs": (distinct, count),
+            "replayed": (lambda: (graph.replay(stream), stream.synchronize()), count)}, check
 
 
-def peer_wgpu(host: np.ndarray, count: int, repeats: int) -> dict:
+def peer_wgpu(host: np.ndarray, count: int, stack: ExitStack) -> tuple[PeerRows, Callable]:
     os.environ.setdefault("WGPU_BACKEND_TYPE", "Vulkan")
     import wgpu  # noqa: PLC0415 - optional peer
 
@@ -192,20 +206,30 @@ def peer_wgpu(host: np.ndarray, count: int, repeats: int) -> dict:
     device = adapter.request_device_sync()
     usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
     buffers = [device.create_buffer_with_data(data=row, usage=usage) for row in host]
+    outs = [device.create_buffer(size=buffers[2].size, usage=usage) for _ in range(count)]
     pipeline = device.create_compute_pipeline(
         layout="auto", compute={"module": device.create_shader_module(code=WGSL_ADD),
                                 "entry_point": "main"})
-    bind_group = device.create_bind_group(
-        layout=pipeline.get_bind_group_layout(0),
-        entries=[{"binding": i, "resource": {"buffer": buf, "offset": 0, "size": buf.size}}
-                 for i, buf in enumerate(buffers)])
 
-    def submit(dispatches: int) -> None:
+    def group(a: Any, b: Any, c: Any) -> Any:
+        return device.create_bind_group(
+            layout=pipeline.get_bind_group_layout(0),
+            entries=[{"binding": i, "resource": {"buffer": buf, "offset": 0, "size": buf.size}}
+                     for i, buf in enumerate((a, b, c))])
+
+    bind_group = group(*buffers)
+    # Made once, as a program keeps its bind groups; each dispatch then sets its own.
+    out_groups = [group(buffers[0], buffers[1], out) for out in outs]
+
+    def submit(groups: list[Any]) -> None:
         encoder = device.create_command_encoder()
         compute = encoder.begin_compute_pass()
         compute.set_pipeline(pipeline)
-        compute.set_bind_group(0, bind_group)
-        for _ in range(dispatches):
+        if len(groups) == 1:
+            compute.set_bind_group(0, groups[0])
+        for i in range(count if len(groups) == 1 else len(groups)):
+            if len(groups) > 1:
+                compute.set_bind_group(0, groups[i])
             compute.dispatch_workgroups(PEER_GROUPS)
         compute.end()
         device.queue.submit([encoder.finish()])
@@ -213,16 +237,33 @@ def peer_wgpu(host: np.ndarray, count: int, repeats: int) -> dict:
         # its bundled wgpu-native (a callback signature mismatch).
         device._poll_wait()
 
-    submit(1)
-    rows = {"eager round trip": _process_per(lambda: submit(1), 1, max(repeats * 20, 50)),
-            "batched": _process_per(lambda: submit(count), count, repeats)}
-    out = np.frombuffer(device.queue.read_buffer(buffers[2]), dtype=np.float32)
-    assert np.allclose(out, host[0] + host[1]), "wgpu's add went wrong"
-    rows["device"] = adapter.info["device"]
-    return rows
+    def eager() -> None:
+        for _ in range(ROUND_TRIPS):
+            encoder = device.create_command_encoder()
+            compute = encoder.begin_compute_pass()
+            compute.set_pipeline(pipeline)
+            compute.set_bind_group(0, bind_group)
+            compute.dispatch_workgroups(PEER_GROUPS)
+            compute.end()
+            device.queue.submit([encoder.finish()])
+            device._poll_wait()
+
+    eager()
+    submit(out_groups)
+
+    def check() -> None:
+        for buf in (buffers[2], outs[-1]):
+            out = np.frombuffer(device.queue.read_buffer(buf), dtype=np.float32)
+            assert np.allclose(out, host[0] + host[1]), "wgpu's add went wrong"
+
+    return {"eager round trip": (eager, ROUND_TRIPS),
+            "batched": (lambda: submit([bind_group]), count),
+            "distinct outputs": (lambda: submit(out_groups), count),
+            "device": adapter.info["device"]}, check  # type: ignore[dict-item]
 
 
-def peer_vkdispatch(host: np.ndarray, count: int, repeats: int) -> dict:
+def peer_vkdispatch(host: np.ndarray, count: int, stack: ExitStack
+                    ) -> tuple[PeerRows, Callable]:
     import vkdispatch as vd  # noqa: PLC0415 - optional peer
     import vkdispatch.codegen as vc  # noqa: PLC0415
 
@@ -246,39 +287,71 @@ def peer_vkdispatch(host: np.ndarray, count: int, repeats: int) -> dict:
         graph.submit()
         vd.queue_wait_idle()
 
+    def eager() -> None:
+        for _ in range(ROUND_TRIPS):
+            batched(1)
+
     batched(1)
     recorded = vd.CommandGraph()
     for _ in range(count):
         add(a, b, c, graph=recorded)
-    rows = {"eager round trip": _process_per(lambda: batched(1), 1, max(repeats * 20, 50)),
-            "batched": _process_per(lambda: batched(count), count, repeats),
-            "replayed": _process_per(lambda: (recorded.submit(), vd.queue_wait_idle()),
-                                     count, repeats)}
-    assert np.allclose(c.read(0), host[0] + host[1]), "vkdispatch's add went wrong"
-    return rows
+
+    def check() -> None:
+        assert np.allclose(c.read(0), host[0] + host[1]), "vkdispatch's add went wrong"
+
+    return {"eager round trip": (eager, ROUND_TRIPS),
+            "batched": (lambda: batched(count), count),
+            "replayed": (lambda: (recorded.submit(), vd.queue_wait_idle()), count)}, check
+
+
+PEERS = (("vkumd", peer_vkumd), ("wgpu", peer_wgpu), ("vkdispatch", peer_vkdispatch))
+PEER_ROWS = ("eager round trip", "batched", "distinct outputs", "replayed")
 
 
 def measure_peers(count: int, repeats: int) -> dict:
+    """Each peer's rows as ``[median wall, median process CPU, lowest wall, highest wall]``
+    microseconds per dispatch, the peers timed in turns, one run of each row per round."""
     host = np.random.default_rng(1).standard_normal((3, PEER_N), dtype=np.float32)
     host[2] = 0
     results: dict[str, dict | str] = {}
-    for name, run in (("vkumd", peer_vkumd), ("wgpu", peer_wgpu),
-                      ("vkdispatch", peer_vkdispatch)):
-        try:
-            results[name] = run(host, count, repeats)
-        except ImportError:
-            results[name] = "not installed"
-        except Exception as exc:  # noqa: BLE001 - a peer failing must not stop the table
-            results[name] = f"failed: {type(exc).__name__}: {exc}"
+    with ExitStack() as stack:
+        ready: dict[str, tuple[PeerRows, Callable]] = {}
+        for name, setup in PEERS:
+            try:
+                ready[name] = setup(host, count, stack)
+            except ImportError:
+                results[name] = "not installed"
+            except Exception as exc:  # noqa: BLE001 - a peer failing must not stop the table
+                results[name] = f"failed: {type(exc).__name__}: {exc}"
+        samples: dict[str, dict[str, list[tuple[float, float]]]] = {
+            name: {row: [] for row in rows if row in PEER_ROWS}
+            for name, (rows, _) in ready.items()}
+        for _ in range(repeats):
+            for name, (rows, _) in ready.items():
+                for row in samples[name]:
+                    run, per = rows[row]
+                    start, start_cpu = time.perf_counter(), time.process_time()
+                    run()
+                    samples[name][row].append(((time.perf_counter() - start) / per * 1e6,
+                                               (time.process_time() - start_cpu) / per * 1e6))
+        for name, (rows, check) in ready.items():
+            check()
+            walls = {row: sorted(w for w, _ in got) for row, got in samples[name].items()}
+            results[name] = {
+                row: [statistics.median(walls[row]), statistics.median(c for _, c in got),
+                      walls[row][0], walls[row][-1]]
+                for row, got in samples[name].items()}
+            if "device" in rows:
+                results[name]["device"] = rows["device"]
     return results
 
 
 def print_peers(lp_threads: str, peers: dict) -> None:
     print(f"\npeers, LP_NUM_THREADS={lp_threads}: {PEER_N}-float add, {PEER_GROUPS} workgroups "
-          "of 64 (vkumd: its planner's grid); us per dispatch, median wall / process CPU; "
-          "x = peer / vkumd (wall)")
+          "of 64 (vkumd: its planner's grid); us per dispatch, median wall / process CPU "
+          "[wall range]; x = peer / vkumd (wall)")
     ours = peers.get("vkumd")
-    for row in ("eager round trip", "batched", "replayed"):
+    for row in PEER_ROWS:
         cells = []
         for name, rows in peers.items():
             if not isinstance(rows, dict):
@@ -286,10 +359,10 @@ def print_peers(lp_threads: str, peers: dict) -> None:
             elif row not in rows:
                 cells.append(f"{name} n/a")
             else:
-                wall, cpu = rows[row]
+                wall, cpu, low, high = rows[row]
                 ratio = (f" x{wall / ours[row][0]:.2f}"
                          if isinstance(ours, dict) and name != "vkumd" else "")
-                cells.append(f"{name} {wall:.1f} / {cpu:.1f}{ratio}")
+                cells.append(f"{name} {wall:.1f} / {cpu:.1f} [{low:.1f}-{high:.1f}]{ratio}")
         print(f"  {row:<17}" + "; ".join(cells))
 
 

@@ -50,12 +50,12 @@ def test_pooled_descriptors_grow_a_new_pool_when_one_is_full(monkeypatch) -> Non
 
         kernel = KERNELS["elementwise_binary"]
         program = ctx.kernels.program(kernel.name, kernel.variants(ctx.caps)[0])
-        t = ctx.zeros((4,))
-        buffers = [(t.allocation.buffer, t.allocation.offset, t.nbytes)] * 3
+        # Five different bindings: the stream's binder hands out a cached set for a repeat.
+        tensors = [ctx.zeros((4,)) for _ in range(5)]
 
         def record(cmd) -> None:
-            for _ in range(5):
-                ctx.descriptors.bind(cmd, program.layout, buffers)
+            for t in tensors:
+                ctx.descriptors.bind(cmd, program.layout, [t.binding] * 3)
 
         ctx._oneshot.run(record)
         assert ctx.descriptors.pool_count == 3

@@ -197,8 +197,9 @@ def test_descriptor_pools_are_recycled_when_submissions_complete(push_descriptor
         if push_descriptors:
             assert stream.submitter.binder.pool_count == 0
         else:
-            assert stream.submitter.binder.sets_allocated == 3000
-            assert stream.submitter.binder.pool_count == 1  # reset and reused every batch
+            # One set, bound once per batch and cached from one batch to the next.
+            assert stream.submitter.binder.sets_allocated == 1
+            assert stream.submitter.binder.pool_count == 1
 
 
 def test_fence_fallback_without_timeline_semaphores(monkeypatch) -> None:

@@ -74,7 +74,17 @@ class Launcher:
     def __init__(self, context: RuntimeContext, current: CurrentStreams) -> None:
         self.context = context
         self.current = current
-        self.programs: dict[Any, Any] = {}
+        # kernel variant -> (pipeline, push-constant block size): one lookup per launch.
+        self.programs: dict[Any, tuple[Any, int]] = {}
+
+    def _program(self, kernel_variant: Any) -> tuple[Any, int]:
+        """The pipeline of ``kernel_variant`` and its push block's size (built on first use)."""
+        self.context.check_open(f"dispatching {kernel_variant.kernel.name}")
+        found = (self.context.kernels.program(kernel_variant), kernel_variant.kernel.push.size)
+        if len(self.programs) >= MAX_PROGRAMS:
+            self.programs.clear()  # the registry still holds every pipeline
+        self.programs[kernel_variant] = found
+        return found
 
     def launch(self, launch: Launch) -> None:
         """Record one :class:`~vkumd.compiler.launch.Launch` on the current stream; it runs
@@ -85,19 +95,10 @@ class Launcher:
             ContextClosed: the context was closed.
         """
         kernel_variant = launch.program
-        if len(launch.push) != kernel_variant.kernel.push.size:
-            raise VkumdValueError(
-                f"a launch of {kernel_variant.kernel.name} carries {len(launch.push)} bytes of "
-                f"push constants; its block is {kernel_variant.kernel.push.size} bytes "
-                f"({kernel_variant.kernel.push!r}). Pack them with the kernel's PushLayout")
-        program = self.programs.get(kernel_variant)
-        if program is None:
-            self.context.check_open(f"dispatching {kernel_variant.kernel.name}")
-            program = self.context.kernels.program(kernel_variant)
-            if len(self.programs) >= MAX_PROGRAMS:
-                self.programs.clear()  # the registry still holds every pipeline
-            self.programs[kernel_variant] = program
-        self.current.current().dispatch(program, launch.buffers, launch.push, launch.groups,
+        found = self.programs.get(kernel_variant) or self._program(kernel_variant)
+        if len(launch.push) != found[1]:
+            _wrong_push(launch)
+        self.current.current().dispatch(found[0], launch.buffers, launch.push, launch.groups,
                                         launch.writes)
 
     def run(self, plan: LaunchPlan, operands: Sequence[Any]) -> None:
@@ -106,5 +107,23 @@ class Launcher:
         if plan.scratch:
             run_plan(self.context, plan, operands)
             return
-        for launch in plan.launches(operands, ()):  # the common case, without a call more
-            self.launch(launch)
+        # The common case, with launch() written out: a call less per launch.
+        programs = self.programs
+        for kernel_variant, buffers, push, groups, writes in plan.launches(operands, ()):
+            found = programs.get(kernel_variant) or self._program(kernel_variant)
+            if len(push) != found[1]:
+                _wrong_push(Launch(kernel_variant, buffers, push, groups, writes))
+            self.current.current().dispatch(found[0], buffers, push, groups, writes)
+
+
+def _wrong_push(launch: Launch) -> None:
+    """Refuse a launch whose push constants are not the size of its kernel's block.
+
+    Raises:
+        VkumdValueError: always, naming the kernel and its block.
+    """
+    kernel = launch.program.kernel
+    raise VkumdValueError(
+        f"a launch of {kernel.name} carries {len(launch.push)} bytes of push constants; its "
+        f"block is {kernel.push.size} bytes ({kernel.push!r}). Pack them with the kernel's "
+        "PushLayout")

@@ -23,7 +23,7 @@ from vkumd.runtime import profiler
 from vkumd.runtime.event import Event, timeout_ns
 from vkumd.runtime.staging import upload_in_pieces
 from vkumd.runtime.uses import PRUNE_AT, MemoryKey, MemoryUses
-from vkumd.submission.batch import Batch
+from vkumd.submission.batch import KEY, Batch
 from vkumd.submission.descriptors import BufferRange
 from vkumd.submission.submitter import Submitter
 from vkumd.vk.binding import vk
@@ -85,7 +85,8 @@ class Stream:
         self.submitter = Submitter(
             device.handle, chosen or device.compute_queue, compute=self.compute,
             push_descriptors=context.kernels.push_descriptors,
-            timeline_semaphore=context.uses_timeline_semaphores, name=self.name)
+            timeline_semaphore=context.uses_timeline_semaphores, name=self.name,
+            cache_sets=True)
         family = (chosen or device.compute_queue).family
         # Timestamps need a queue family that counts them and that may reset queries
         # (vkCmdResetQueryPool is for graphics and compute queues, not transfer-only ones);
@@ -144,12 +145,11 @@ class Stream:
             prof = profiler.current
             if prof is not None:
                 start = prof.begin_dispatch(self, batch)
-            barriers = batch.hazards.barriers
-            keys = [(range_[0], range_[1]) for range_ in buffers]
-            batch.dispatch(program, buffers, push, groups, writes, keys)
+            keys = list(map(KEY, buffers))
+            if batch.dispatch(program, buffers, push, groups, writes, keys):
+                self.barriers += 1
             if prof is not None:
                 prof.end_dispatch(self, batch, start, program.name, groups)
-            self.barriers += batch.hazards.barriers - barriers
             self.dispatches += 1
             self.uses.mark(keys, self.submitter.timeline.submitted + 1)
             if (batch.dispatches >= self.max_batch_dispatches

@@ -58,14 +58,17 @@ class Submitter:
         push_descriptors: bind buffers with push descriptors.
         timeline_semaphore: count submissions with a timeline semaphore (else fences).
         name: used in error messages.
+        cache_sets: let the binder reuse pooled descriptor sets across dispatches and
+            submissions (see :class:`~vkumd.submission.descriptors.DescriptorBinder`).
     """
 
     def __init__(self, device: Any, queue: Any, *, compute: bool, push_descriptors: bool,
-                 timeline_semaphore: bool = True, name: str = "stream") -> None:
+                 timeline_semaphore: bool = True, name: str = "stream",
+                 cache_sets: bool = False) -> None:
         self.device = device
         self.queue = queue
         self.name = name
-        self.binder = DescriptorBinder(device, push_descriptors)
+        self.binder = DescriptorBinder(device, push_descriptors, cache_sets)
         self.barriers = BarrierKind(compute)
         self.timeline = Timeline(device, semaphore=timeline_semaphore, name=name)
         try:
@@ -121,7 +124,7 @@ class Submitter:
             lib.vkEndCommandBuffer(batch.cmd)
         with self._lock:
             self._free_commands.append(batch.cmd)
-        self.binder.recycle(self.binder.take_pools())
+        self.binder.recycle(self.binder.take_unsubmitted_pools())
         for release in batch.on_retire:
             release()
 

@@ -41,6 +41,28 @@ def check_tensor(op: str, t: Any, what: str) -> Tensor:
     return t
 
 
+def check_pair(op: str, a: Any, b: Any, what_a: str = "the first operand",
+               what_b: str = "the second operand") -> Any:
+    """``a`` and ``b`` as live tensors of one open context; return that context.
+
+    The same checks as :func:`check_tensor` on each and :func:`check_context`, with one
+    context check for the two (every binary op starts here; each check costs about 0.3 us).
+
+    Raises:
+        VkumdTypeError, ContextClosed, VkumdValueError: as :func:`check_tensor` and
+            :func:`check_context`, in that order.
+    """
+    if (isinstance(a, Tensor) and isinstance(b, Tensor) and a.context is b.context
+            and not a.released and not b.released):
+        context = a.context
+        context.check_open(op)
+        return context
+    check_tensor(op, a, what_a)
+    check_tensor(op, b, what_b)
+    check_context(op, a, b, what_b)
+    return a.context
+
+
 def check_dtype(op: str, t: Tensor, what: str, allowed: Iterable[str]) -> dtypes.DType:
     """``t``'s dtype, refusing one outside ``allowed`` or one its device cannot store.
 
@@ -138,6 +160,7 @@ def output(op: str, context: Any, out: Any, shape: tuple[int, ...], dtype: dtype
     """``out`` checked against ``shape`` and ``dtype``, or a new tensor when it is None.
 
     Args:
+        context: the inputs' context, which the caller has checked is open.
         inputs: tensors the kernel reads while it writes ``out``; ``out`` may not be one of
             them (the kernel would read what it overwrites).
 
@@ -148,7 +171,9 @@ def output(op: str, context: Any, out: Any, shape: tuple[int, ...], dtype: dtype
     """
     if out is None:
         return context.empty(shape, dtype)
-    check_tensor(op, out, "out=")
+    # A live tensor of the inputs' context needs no second look at that context (0.3 us).
+    if not (isinstance(out, Tensor) and out.context is context and not out.released):
+        check_tensor(op, out, "out=")
     if out.context is not context:
         raise VkumdValueError(f"{op}: out= belongs to a different context than the inputs")
     if out.shape != shape:
