@@ -17,14 +17,16 @@ Three ways to compute ``softmax(Q K^T / sqrt(d) [+ causal mask]) V`` on
 
 Times are medians of ``--repeats`` runs, each waiting for the device (``ctx.synchronize()``):
 process CPU seconds with ``LP_NUM_THREADS=0`` (lavapipe on one thread, numpy on one BLAS
-thread), else wall time (``bench/ceiling.py``'s clock). GFLOP/s count ``4 * batch * heads *
-seq^2 * head_dim`` (the two products, causal or not) and are printed as a fraction of the
-driver's multiply-add ceiling, measured at the start of the same run with ``bench/ceiling.py``'s
-:func:`measure` (``--no-ceiling`` skips it). Peak memory is the most pool bytes in use above
-what was live before the call (``MemoryPool.used_bytes()``, sampled at every allocation), so it
-counts the output, the scores and any scratch, not the inputs. The causal mask of the unfused
-path is made once, outside the timing, and counted in its memory. On a shared machine the
-numbers are noisy: compare ratios, and rerun on a quiet one.
+thread), else wall time (``bench/ceiling.py``'s clock). GFLOP/s count the useful work of the two
+products, ``4 * batch * heads * pairs * head_dim`` with ``pairs`` the visible (query, key)
+pairs: ``seq^2``, or ``seq * (seq + 1) / 2`` when causal (for every path, the unfused one
+computing all of them), printed as a fraction of the driver's multiply-add ceiling, measured at
+the start of the same run with ``bench/ceiling.py``'s :func:`measure` (``--no-ceiling`` skips
+it). Peak memory is the most pool bytes in use above what was live before the call
+(``MemoryPool.used_bytes()``, sampled at every allocation), so it counts the output, the scores
+and any scratch, not the inputs. The causal mask of the unfused path is made once, outside the
+timing, and counted in its memory. On a shared machine the numbers are noisy: compare ratios,
+and rerun on a quiet one.
 """
 
 from __future__ import annotations
@@ -146,7 +148,8 @@ def measure(ctx: vkumd.Context, host: tuple[np.ndarray, ...], tensors: tuple[vku
         ctx.synchronize()
 
     mask = np.triu(np.full((seq, seq), -np.inf, np.float32), k=1) if causal else None
-    flops = 4.0 * q.shape[0] * q.shape[1] * seq * seq * q.shape[3]
+    pairs = seq * (seq + 1) / 2 if causal else seq * seq  # (query, key) pairs that count
+    flops = 4.0 * q.shape[0] * q.shape[1] * pairs * q.shape[3]
     try:
         expected = numpy_attention(q, k, v, mask)
         row: dict = {"seq": seq, "causal": causal, "path": choose_path(tq, tk), "fused": {}}
@@ -242,8 +245,8 @@ def main() -> None:
             for t in (tq, tk, tv, out):
                 t.release()
         device = ctx.caps.name
-    print("GFLOP/s: 4 * batch * heads * seq^2 * head_dim / time (causal too); /ceil: of the "
-          "ceiling; unf/fused: unfused time / fused time")
+    print("GFLOP/s: 4 * batch * heads * visible (query, key) pairs * head_dim / time; /ceil: of "
+          "the ceiling; unf/fused: unfused time / fused time")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": device, "batch": args.batch, "heads": args.heads,
