@@ -1,24 +1,32 @@
 """Fused attention against the unfused vkumd path and numpy, in the same run.
 
 Usage: python bench/attention.py [--repeats N] [--seqs 128 256 ...] [--heads 12]
-                                 [--head-dim 64] [--batch 1] [--dtype float32] [--json PATH]
+                                 [--head-dim 64] [--batch 1] [--dtype float32]
+                                 [--paths auto tiled ...] [--no-ceiling] [--json PATH]
 
 Three ways to compute ``softmax(Q K^T / sqrt(d) [+ causal mask]) V`` on
 ``[batch, heads, seq, head_dim]``:
 
-* fused: ``vkumd.ops.attention`` (one kernel; scores never leave the workgroup);
+* fused: ``vkumd.ops.attention`` (one kernel; scores never leave the workgroup), through each
+  of ``--paths`` (``auto``: the planner's choice; or forced, e.g. ``tiled lane_keys``);
 * unfused: ``vkumd.ops.matmul`` (Q K^T, ``trans_b``, scaled), ``vkumd.ops.softmax`` (in place,
   with a ``[seq, seq]`` additive ``-inf`` mask when causal), ``vkumd.ops.matmul`` (P V). Its
   scores are ``batch * heads * seq^2`` floats; when they would pass the device's
   ``maxStorageBufferRange`` the heads go in chunks (separate tensors prepared beforehand);
 * numpy, float32, the same three steps.
 
-Times are medians of ``--repeats`` wall-clock runs, each waiting for the device
-(``ctx.synchronize()``). Peak memory is the most pool bytes in use above what was live before
-the call (``MemoryPool.used_bytes()``, sampled at every allocation), so it counts the output,
-the scores and any scratch, not the inputs. The causal mask of the unfused path is made once,
-outside the timing, and counted in its memory. On a shared machine the numbers are noisy:
-compare ratios, and rerun on a quiet one.
+Times are medians of ``--repeats`` runs, each waiting for the device (``ctx.synchronize()``):
+process CPU seconds with ``LP_NUM_THREADS=0`` (lavapipe on one thread, numpy on one BLAS
+thread), else wall time (``bench/ceiling.py``'s clock). GFLOP/s count the useful work of the two
+products, ``4 * batch * heads * pairs * head_dim`` with ``pairs`` the visible (query, key)
+pairs: ``seq^2``, or ``seq * (seq + 1) / 2`` when causal (for every path, the unfused one
+computing all of them), printed as a fraction of the driver's multiply-add ceiling, measured at
+the start of the same run with ``bench/ceiling.py``'s :func:`measure` (``--no-ceiling`` skips
+it). Peak memory is the most pool bytes in use above what was live before the call
+(``MemoryPool.used_bytes()``, sampled at every allocation), so it counts the output, the scores
+and any scratch, not the inputs. The causal mask of the unfused path is made once, outside the
+timing, and counted in its memory. On a shared machine the numbers are noisy: compare ratios,
+and rerun on a quiet one.
 """
 
 from __future__ import annotations
@@ -28,10 +36,13 @@ import json
 import math
 from collections.abc import Callable
 
+import ceiling  # first: it cleans OpenBLAS's environment before numpy loads
 import numpy as np
 
 import vkumd
-from vkumd.timing import median_seconds
+from vkumd.framework.ops.attention import attention_path
+
+median_seconds = ceiling.median_time
 
 MiB = 1 << 20
 
@@ -124,12 +135,11 @@ def measure(ctx: vkumd.Context, host: tuple[np.ndarray, ...], tensors: tuple[vku
     tq, tk, tv = tensors
     seq = q.shape[2]
 
-    def fused() -> None:
-        vkumd.ops.attention(tq, tk, tv, causal=causal, out=out)
-
-    def timed_fused() -> None:
-        fused()
-        ctx.synchronize()
+    def timed(path: str) -> Callable[[], None]:
+        def run() -> None:
+            attention_path(path, tq, tk, tv, causal=causal, out=out)
+            ctx.synchronize()
+        return run
 
     unfused = Unfused(ctx, q, k, v, args.dtype, causal)
 
@@ -138,18 +148,33 @@ def measure(ctx: vkumd.Context, host: tuple[np.ndarray, ...], tensors: tuple[vku
         ctx.synchronize()
 
     mask = np.triu(np.full((seq, seq), -np.inf, np.float32), k=1) if causal else None
+    pairs = seq * (seq + 1) / 2 if causal else seq * seq  # (query, key) pairs that count
+    flops = 4.0 * q.shape[0] * q.shape[1] * pairs * q.shape[3]
     try:
-        timed_fused()  # compile and warm up both before timing
-        timed_unfused()
         expected = numpy_attention(q, k, v, mask)
-        row = {"seq": seq, "causal": causal, "path": choose_path(tq, tk),
-               "fused_rel_error": _rel(out.numpy(), expected),
-               "unfused_rel_error": _rel(unfused.result(), expected)}
-        t_fused = median_seconds(timed_fused, args.repeats)
-        t_unfused = median_seconds(timed_unfused, args.repeats)
-        t_numpy = median_seconds(lambda: numpy_attention(q, k, v, mask), args.repeats)
-        row.update(fused_ms=t_fused * 1e3, unfused_ms=t_unfused * 1e3, numpy_ms=t_numpy * 1e3,
-                   unfused_over_fused=t_unfused / t_fused, numpy_over_fused=t_numpy / t_fused)
+        row: dict = {"seq": seq, "causal": causal, "path": choose_path(tq, tk), "fused": {}}
+        for path in args.paths:
+            timed(path)()  # compile and warm up before timing
+            row["fused"][path] = {"rel_error": _rel(out.numpy(), expected)}
+        timed_unfused()
+        row["unfused_rel_error"] = _rel(unfused.result(), expected)
+        # Interleaved, so that a change in the other tenants' load hits every side alike.
+        samples: dict[str, list[float]] = {p: [] for p in [*args.paths, "unfused", "numpy"]}
+        with ceiling.blas_limits():
+            for _ in range(args.repeats):
+                for path in args.paths:
+                    samples[path].append(median_seconds(timed(path), 1))
+                samples["unfused"].append(median_seconds(timed_unfused, 1))
+                samples["numpy"].append(
+                    median_seconds(lambda: numpy_attention(q, k, v, mask), 1))
+        t = {name: float(np.median(x)) for name, x in samples.items()}
+        for path in args.paths:
+            row["fused"][path].update(
+                ms=t[path] * 1e3, range_ms=[min(samples[path]) * 1e3, max(samples[path]) * 1e3],
+                gflops=flops / t[path] / 1e9, unfused_over_fused=t["unfused"] / t[path])
+        row.update(unfused_ms=t["unfused"] * 1e3, numpy_ms=t["numpy"] * 1e3,
+                   unfused_gflops=flops / t["unfused"] / 1e9,
+                   numpy_gflops=flops / t["numpy"] / 1e9)
         # Without out=, so that the fused peak counts its output as the unfused one does.
         row["fused_peak_bytes"] = peak_bytes(
             ctx, lambda: vkumd.ops.attention(tq, tk, tv, causal=causal).release())
@@ -160,6 +185,17 @@ def measure(ctx: vkumd.Context, host: tuple[np.ndarray, ...], tensors: tuple[vku
     return row
 
 
+def _print_row(row: dict, peak: float | None) -> None:
+    for path, f in row["fused"].items():
+        ceil = f"{f['gflops'] / peak:>6.3f}" if peak else f"{'-':>6}"
+        print(f"{row['seq']:>5} {str(row['causal']):>6} {path:>9} {f['ms']:>9.2f} "
+              f"{f['range_ms'][0]:>7.1f}-{f['range_ms'][1]:<7.1f} {f['gflops']:>7.2f} {ceil} "
+              f"{row['unfused_ms']:>10.2f} {row['unfused_gflops']:>7.2f} "
+              f"{f['unfused_over_fused']:>9.2f} {row['numpy_ms']:>9.2f} "
+              f"{row['fused_peak_bytes'] / MiB:>8.2f} {row['unfused_peak_bytes'] / MiB:>8.2f} "
+              f"{f['rel_error']:>8.1e}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -168,6 +204,10 @@ def main() -> None:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    parser.add_argument("--paths", nargs="+", default=["auto"],
+                        help="fused paths to time: auto (the planner's) or forced ones")
+    parser.add_argument("--no-ceiling", action="store_true",
+                        help="skip measuring the driver's multiply-add ceiling")
     parser.add_argument("--json", help="write the rows as JSON here")
     args = parser.parse_args()
 
@@ -176,10 +216,16 @@ def main() -> None:
     with vkumd.Context(validation=False) as ctx:
         print(f"device: {ctx.caps.name} ({ctx.caps.driver_info}); batch {args.batch}, "
               f"{args.heads} heads, head_dim {args.head_dim}, {args.dtype}; median of "
-              f"{args.repeats}; unfused = matmul(trans_b) + softmax + matmul")
-        header = (f"{'seq':>5} {'causal':>6} {'path':>7} {'fused ms':>9} {'unfused ms':>11} "
-                  f"{'numpy ms':>9} {'unf/fused':>10} {'np/fused':>9} {'fused MiB':>10} "
-                  f"{'unf MiB':>8} {'rel err':>8}")
+              f"{args.repeats} ({ceiling.clock_name()} time, interleaved); unfused = "
+              "matmul(trans_b) + softmax + matmul")
+        peak = None if args.no_ceiling else ceiling.measure(ctx, args.repeats)
+        if peak is not None:
+            print(f"ceiling (loads-free mul+add loop, bench/ceiling.py): {peak['gflops']:.1f} "
+                  "GFLOP/s")
+        header = (f"{'seq':>5} {'causal':>6} {'path':>9} {'fused ms':>9} {'range ms':>15} "
+                  f"{'GFLOP/s':>7} {'/ceil':>6} {'unfused ms':>10} {'GFLOP/s':>7} "
+                  f"{'unf/fused':>9} {'numpy ms':>9} {'fusedMiB':>8} {'unf MiB':>8} "
+                  f"{'rel err':>8}")
         print(header)
         print("-" * len(header))
         for seq in args.seqs:
@@ -191,21 +237,21 @@ def main() -> None:
             out = ctx.empty(shape, args.dtype)
             for causal in (False, True):
                 row = measure(ctx, (q, k, v), (tq, tk, tv), out, causal, args)
+                if peak is not None:
+                    for f in row["fused"].values():
+                        f["of_ceiling"] = f["gflops"] / peak["gflops"]
                 rows.append(row)
-                print(f"{seq:>5} {str(causal):>6} {row['path']:>7} {row['fused_ms']:>9.2f} "
-                      f"{row['unfused_ms']:>11.2f} {row['numpy_ms']:>9.2f} "
-                      f"{row['unfused_over_fused']:>10.2f} {row['numpy_over_fused']:>9.2f} "
-                      f"{row['fused_peak_bytes'] / MiB:>10.2f} "
-                      f"{row['unfused_peak_bytes'] / MiB:>8.2f} {row['fused_rel_error']:>8.1e}",
-                      flush=True)
+                _print_row(row, peak["gflops"] if peak else None)
             for t in (tq, tk, tv, out):
                 t.release()
         device = ctx.caps.name
+    print("GFLOP/s: 4 * batch * heads * visible (query, key) pairs * head_dim / time; /ceil: of "
+          "the ceiling; unf/fused: unfused time / fused time")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": device, "batch": args.batch, "heads": args.heads,
                        "head_dim": args.head_dim, "dtype": args.dtype, "repeats": args.repeats,
-                       "rows": rows}, f, indent=2)
+                       "clock": ceiling.clock_name(), "ceiling": peak, "rows": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -77,21 +77,27 @@ layout(std430, binding = 4) readonly buffer BufLen { int key_len[]; };
 layout(std430, binding = 5) readonly buffer BufMask { float mask[]; };
 // Per (batch, query head, query index, split): C4 chunks of output, then (max, sum, 0, 0).
 layout(std430, binding = 6) writeonly buffer BufPart { vec4 part[]; };
+#if ADDRESSES
+// Chunks are read as 64-bit words: lavapipe then gathers half as many elements (a vec4 is two
+// words, a float16 chunk one) as with vec4 or uvec2 loads. Measured on lavapipe 25, seq 1024,
+// head_dim 64, one thread: float32 1.16x, float16 1.06x (docs/performance.md, attention).
+layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer Words {
+    uint64_t w[];
+};
 #if DTYPE == F16
-// float16 rows are read as uvec2 and unpacked: two 32-bit loads per chunk instead of four
-// 16-bit ones.
-layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer Rows4 { uvec2 x[]; };
-vec4 unpack4(uvec2 bits) {
-    return vec4(unpackHalf2x16(bits.x), unpackHalf2x16(bits.y));
+vec4 chunk_at(uvec2 address, uint index) {
+    uvec2 u = unpackUint2x32(Words(address).w[index]);
+    return vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y));
 }
 #else
-layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer Rows4 { vec4 x[]; };
-#define unpack4(x) (x)
+vec4 chunk_at(uvec2 address, uint index) {
+    uvec2 lo = unpackUint2x32(Words(address).w[2u * index]);
+    uvec2 hi = unpackUint2x32(Words(address).w[2u * index + 1u]);
+    return uintBitsToFloat(uvec4(lo, hi));
+}
 #endif
-
-#if ADDRESSES
-#define LOAD_K(index) unpack4(Rows4(pc.k_addr).x[index])
-#define LOAD_V(index) unpack4(Rows4(pc.v_addr).x[index])
+#define LOAD_K(index) chunk_at(pc.k_addr, index)
+#define LOAD_V(index) chunk_at(pc.v_addr, index)
 #else
 #define LOAD_K(index) vec4(k4[index])
 #define LOAD_V(index) vec4(v4[index])

@@ -161,6 +161,14 @@ def test_tiled_rows_cross_heads_small_head_dim(ctx, causal) -> None:
     check(ctx, "tiled", "float32", (2, 3, 1, 11, 45, 12), causal)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_tiled_odd_chunk_count(ctx, dtype) -> None:
+    # K and V are read as 64-bit words: head_dim 20 is five chunks per row (float16 rows of
+    # 40 bytes, not a multiple of 16), with keys cut short and a causal edge in one launch.
+    result = check(ctx, "tiled", dtype, (2, 3, 1, 11, 45, 20), causal=True, key_lengths=[45, 0])
+    assert not result[1].any()
+
+
 def check_keys_past_lengths(ctx, path: str, dtype: str, tolerance: float) -> None:
     """A padded key/value cache: what lies past each length (here NaN) must not leak in."""
     rng = np.random.default_rng()
