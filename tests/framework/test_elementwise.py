@@ -208,6 +208,21 @@ def test_copy_is_bit_exact(ctx, dtype: str, shape) -> None:
         np.testing.assert_array_equal(np.signbit(got), np.signbit(host))
 
 
+def test_same_shape_copy_is_a_transfer_and_overlap_takes_the_kernel(ctx) -> None:
+    rng = np.random.default_rng()
+    host = rng.standard_normal(1001).astype(np.float32)
+    src, out = ctx.tensor(host), poisoned(ctx, (1001,), "float32")
+    stream = ctx.current_stream()
+    before = stream.dispatches
+    ops.copy(src, out=out)
+    assert stream.dispatches == before  # a transfer command, no kernel
+    np.testing.assert_array_equal(out.numpy(), host)
+    # Overlapping bytes (here a tensor onto itself) cannot be a transfer: the kernel copies.
+    ops.copy(out, out=out)
+    assert stream.dispatches == before + 1
+    np.testing.assert_array_equal(out.numpy(), host)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shapes", [((3, 1), (2, 3, 4)), ((), (5,)), ((5,), (2, 3, 5)),
                                     ((1, 7), (1, 7))], ids=str)
