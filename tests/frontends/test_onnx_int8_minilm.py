@@ -85,11 +85,20 @@ def _cosines(got: np.ndarray, want: np.ndarray, lengths: list[int]) -> list[floa
 
 
 def _run_poisoned(model: vkumd.onnx.OnnxModel, feeds: dict) -> np.ndarray:
-    """Run once (recording), fill the recording's arena and outputs with NaN, run again."""
+    """Run once, fill what the run reuses with NaN, run again: the recording's arena and
+    outputs; or, where the graph runs through the interpreter (today: the executor lowers
+    no standalone int32 comparison, the mask's ``Cast`` to bool), freed pool blocks, which
+    the interpreter's fresh tensors are carved from."""
     model(**feeds)
     cached = run._compiled.get(model.graph)  # the recording is the runner's; reached on purpose
-    assert cached is not None, "the graph ran through the interpreter, not a recording"
-    poison(cached[1])
+    if cached is not None:
+        poison(cached[1])
+    else:
+        ctx = model._context()
+        ctx.synchronize()
+        ctx.memory.free_all_blocks()
+        junk = [ctx.tensor(np.full(1 << 20, np.nan, np.float32)) for _ in range(64)]
+        del junk
     got = model(**feeds)["last_hidden_state"]
     assert not np.isnan(got).any(), "an output element was not written"
     return got
