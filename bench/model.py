@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import model_frameworks as frameworks  # noqa: E402 -- bench/ is the script's directory
 import numpy as np
 
 import vkumd
@@ -283,6 +284,14 @@ def measure_row(encoder, ctx, peer, kind: str, batch: int, repeats: int,
     return row
 
 
+def _native_tokens(encoder) -> Callable:
+    """The native compiled build as a framework-row peer."""
+    def encode(texts: list[str], tokens: list[list[int]], batch_size: int) -> np.ndarray:
+        return encoder.encode(texts, batch_size=batch_size, progress=False)
+
+    return encode
+
+
 def _padded(tokens: list[list[int]], batch: int) -> int:
     lengths = sorted((len(t) for t in tokens), reverse=True)
     return sum(len(lengths[i:i + batch]) * lengths[i] for i in range(0, len(lengths), batch))
@@ -332,6 +341,9 @@ def main() -> None:
     parser.add_argument("--ort-threads", type=int, default=2)
     parser.add_argument("--no-onnx", action="store_true", help="skip the onnxruntime peer")
     parser.add_argument("--json", help="write the results as JSON here")
+    parser.add_argument("--frameworks", action=argparse.BooleanOptionalAction, default=None,
+                        help="the ONNX-import, int8 and torch.compile rows (default: on, "
+                        "off with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help="only the rows bench/check.py gates on (a couple of minutes)")
     args = parser.parse_args()
@@ -345,6 +357,7 @@ def main() -> None:
     refs = {kind: reference_row(reference, kind) for kind in ("short", "long")}
     with vkumd.Context() as ctx:
         peer = None
+        imported: frameworks.Encode | str = "the onnx extra is off (--no-onnx)"
         if not args.no_onnx:
             import tempfile
 
@@ -352,6 +365,8 @@ def main() -> None:
                 start = time.perf_counter()
                 peer = onnx_peer(files.weights, files.config, args.ort_threads, Path(workdir))
                 print(f"onnx graph built and loaded in {time.perf_counter() - start:.1f} s")
+                imported = frameworks.helper_import_peer(Path(workdir) / "minilm.onnx", ctx,
+                                                         files.config.hidden_size)
         encoder = SentenceEncoder(files, ctx, dtype=args.dtype)
         weights_bytes = ctx.memory.used_bytes()
         accuracy = {}
@@ -363,6 +378,19 @@ def main() -> None:
                                                    ref["embeddings"])
         rows = [measure_row(encoder, ctx, peer, kind, batch, args.repeats, args.budget, count)
                 for kind, batch, count in plan]
+        framework_rows = []
+        if args.frameworks or (args.frameworks is None and not args.quick):
+            peers = {"native compiled": _native_tokens(encoder),
+                     "onnxruntime (helper)": (lambda x, t, b: peer(t, b)) if peer else "--no-onnx",
+                     "vkumd.onnx (helper)": imported,
+                     **(frameworks.int8_peers(ctx, args.ort_threads, files.config.hidden_size)
+                        if not args.no_onnx else {}),
+                     "torch.compile vkumd": frameworks.torch_peer(ROOT, files)}
+            for kind, batch, count in plan:
+                texts = sentences(kind, count or COUNTS[kind][batch], seed=batch)
+                row = frameworks.measure(peers, texts, encoder.tokenize(texts), batch,
+                                         args.repeats, args.budget)
+                framework_rows.append({"set": kind, **row})
         device = ctx.caps.name
         encoder.close()
     print(f"device: {device}; dtype {args.dtype}; weights {weights_bytes / 2**20:.0f} MiB; "
@@ -372,6 +400,8 @@ def main() -> None:
         print(f"accuracy vs float64 numpy ({kind}, {refs[kind]['sentences']} sentences): "
               + "; ".join(f"{peer_name} min cos {a['min_cos']:.7f}, max abs {a['max_abs']:.2e}"
                           for peer_name, a in acc.items()))
+    if framework_rows:
+        frameworks.print_rows(framework_rows, "native compiled", "onnxruntime (helper)")
     goals = []
     for r in rows:
         if r["batch"] != 32:
@@ -393,7 +423,8 @@ def main() -> None:
                              for name, value in r["ratios"].items()},
                   "numpy_reference": {k: {"sentences": v["sentences"], "sent_s": v["sent_s"]}
                                       for k, v in refs.items()},
-                  "goals": [{"goal": t, "met": ok, "value": v} for t, ok, v in goals]}
+                  "goals": [{"goal": t, "met": ok, "value": v} for t, ok, v in goals],
+                  "frameworks": framework_rows}
         Path(args.json).write_text(json.dumps(result, indent=2))
 
 
