@@ -252,8 +252,9 @@ def reduce(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
 def lp_normalization(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
                      ) -> list[Bound | None]:
     """``x / ||x||_2`` along ``axis`` (p = 2 only), as the native encoder writes it: an RMS
-    norm (``x / sqrt(mean(x**2))``) times ``1/sqrt(n)``, one row kernel. No epsilon, as ONNX:
-    a zero row gives NaN there too."""
+    norm (``x / sqrt(mean(x**2) + eps)``) times ``1/sqrt(n)``, one row kernel. ``eps`` is
+    ``1e-24 / n`` (F.normalize's clamp of the norm at 1e-12): a zero row gives zeros, as
+    ONNX's reference does, and no other row changes in float32."""
     if attrs.get("p", 2) != 2:
         raise Unsupported(f"p={attrs['p']} is not supported (only p=2)")
     x = st.value(node.input[0])
@@ -265,5 +266,5 @@ def lp_normalization(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
         raise Unsupported(f"LpNormalization along an axis of size {n} (a known, non-zero "
                           "size is needed for the norm's 1/sqrt(n))")
     unit = st.constant(np.full(n, n ** -0.5, np.float32), x.dtype.name)
-    y = st.b.rms_norm(moved, unit, eps=0.0)
+    y = st.b.rms_norm(moved, unit, eps=1e-24 / n)
     return [y if inverse is None else st.b.permute(y, inverse)]
