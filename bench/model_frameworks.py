@@ -117,7 +117,11 @@ def torch_peer(root: Path, files) -> Encode | str:
         "torch_models", root / "tests" / "frontends" / "torch_models.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    model = module.Bert(files.config, files.weights).eval()
+    from vkumd.framework.models.loader import read_weights
+
+    # The safetensors as stored (files.weights holds the native build's prepared copies).
+    model = module.Bert(files.config, read_weights(files.root / "model.safetensors",
+                                                   files.config)).eval()
     compiled = torch.compile(model, backend=vkumd.torch.backend, dynamic=True)
     warned: list[str] = []
 
