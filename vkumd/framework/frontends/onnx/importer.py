@@ -48,6 +48,7 @@ class Imported:
         input_shapes: the graph inputs' shapes (where the symbols' sizes are read).
         derived: graph inputs computed from the sizes (:mod:`.derived`) -> their ONNX names.
         derived_env: what those are computed from.
+        derived_shapes: their shapes as probed at import (checked on every call).
     """
 
     graph: Graph
@@ -58,6 +59,7 @@ class Imported:
     input_shapes: list[tuple[int | Dim, ...]] = field(default_factory=list)
     derived: dict[str, str] = field(default_factory=dict)
     derived_env: dict[str, np.ndarray | Derived] = field(default_factory=dict)
+    derived_shapes: dict[str, tuple[int | Dim, ...]] = field(default_factory=dict)
 
     def derived_feeds(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The graph inputs computed from the sizes of ``inputs`` (by ONNX name), stored as
@@ -84,6 +86,15 @@ class Imported:
                 array = array.astype(np.uint8)
             elif array.dtype.kind in "iu" and array.dtype.itemsize == 8:
                 array = array.astype(np.int32)
+            want = tuple(d.bind(bindings) if isinstance(d, Dim) else d
+                         for d in self.derived_shapes[input_name])
+            if array.shape != want:
+                # Probing saw a shape these sizes do not give (a slice clamped at a constant
+                # the probes passed, e.g. position ids past the table's length).
+                raise VkumdValueError(
+                    f"{onnx_name!r}, computed from the sizes {bindings}, has shape "
+                    f"{array.shape}, not {want} as at import; the model does not take these "
+                    "sizes (a sequence longer than a table it slices?)")
             feeds[input_name] = array
         return feeds
 
@@ -186,6 +197,8 @@ def import_model(source: str | Path | bytes | onnx.ModelProto, dynamic: Dynamic 
     builder.output(*outputs)
     builder.build()
     out.derived = dict(st.derived_inputs)
+    out.derived_shapes = {name: tuple(st.env[onnx_name].shape)
+                          for name, onnx_name in out.derived.items()}
     out.derived_env = _closure(st.env, list(out.derived.values()))
     return out
 

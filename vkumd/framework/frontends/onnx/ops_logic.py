@@ -111,7 +111,8 @@ def gather_nd(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bo
     out_shape = tuple(bound.shape[:-1])
     if not bound.shape or bound.shape[-1] != rank:
         raise Unsupported("indices that do not address single elements of data")
-    symbols = symbols_of(node.input[1], st.env)
+    symbols = sorted(set(symbols_of(node.input[1], st.env)).union(
+        *(d.symbols for d in data.shape if isinstance(d, Dim))))
     for bindings in probes(symbols) if symbols else ({},):
         index = evaluate(node.input[1], st.env, bindings, {})
         sizes = tuple(int(concrete(np.asarray([d], object), bindings)[0])
