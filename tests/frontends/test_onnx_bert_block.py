@@ -78,15 +78,18 @@ def native_block(w: dict[str, np.ndarray]) -> Graph:
     def linear(t: object, wk: str, bk: str) -> object:
         return b.add(b.matmul(t, p[wk]), p[bk])
 
-    def heads(t: object, order: tuple[int, ...]) -> object:
-        return b.permute(b.reshape(t, ("batch", "seq", HEADS, HEAD_DIM)), order)
+    def split(t: object) -> object:
+        return b.reshape(t, ("batch", "seq", HEADS, HEAD_DIM))
 
-    q = heads(linear(x, "wq", "bq"), (0, 2, 1, 3))
-    k = heads(linear(x, "wk", "bk"), (0, 2, 3, 1))
-    v = heads(linear(x, "wv", "bv"), (0, 2, 1, 3))
+    q = b.permute(split(linear(x, "wq", "bq")), (0, 2, 1, 3))
+    k = split(linear(x, "wk", "bk"))
+    v = b.permute(split(linear(x, "wv", "bv")), (0, 2, 1, 3))
+    # k^T as the native encoder writes it, trans_b of k in [batch, heads, seq, head_dim]
+    # (the ONNX model's Transpose to [.., head_dim, seq] imports as this, so both fuse).
+    k = b.permute(k, (0, 2, 1, 3))
     # The ONNX model divides by sqrt(head_dim) stored as float32; the import multiplies by
     # its reciprocal, which is what a builder writing the same constant gets.
-    scores = b.scale(b.matmul(q, k), 1.0 / float(np.float32(math.sqrt(HEAD_DIM))))
+    scores = b.scale(b.matmul(q, k, trans_b=True), 1.0 / float(np.float32(math.sqrt(HEAD_DIM))))
     probs = b.softmax(b.add(scores, mask))
     ctx = b.reshape(b.permute(b.matmul(probs, v), (0, 2, 1, 3)), ("batch", "seq", HIDDEN))
     h = b.layer_norm(b.add(linear(ctx, "wo", "bo"), x), p["g1"], p["c1"], eps=EPS)
@@ -104,6 +107,7 @@ def test_imported_block_is_the_native_graph() -> None:
     imported = vkumd.onnx.load(onnx_block(w)).graph
     native = run_passes(native_block(w))
     assert _ops(imported) == _ops(native)
+    assert [n.op for n in imported.nodes].count("attention") == 1
     assert [str(v.type) for v in imported.outputs] == [str(v.type) for v in native.outputs]
 
 

@@ -119,3 +119,45 @@ def test_minilm_export(recwarn: pytest.WarningsRecorder) -> None:
     three = (torch.cat([ids, ids[:1]]), torch.cat([mask, mask[:1]]))
     _check_bert(compiled(*three), model(*three))
     _no_fallback(recwarn)
+
+
+def _random_bert_inputs(batch: int, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(int(torch.randint(1 << 30, ())))
+    ids = torch.randint(1000, 20000, (batch, seq), generator=g)
+    mask = torch.ones(batch, seq, dtype=torch.int64)
+    mask[-1, seq // 2 + 1:] = 0  # the last sentence is padded
+    return ids, mask
+
+
+@torch.no_grad()
+def test_minilm_export_dynamic_sequence(recwarn: pytest.WarningsRecorder) -> None:
+    # The sequence length is an IR symbol: torch.arange(seq) (the position ids) becomes an
+    # input the runner fills per call, so one conversion serves every length, no fallback.
+    model = minilm()
+    batch = torch.export.Dim("batch", max=64)
+    seq = torch.export.Dim("seq", min=2, max=512)
+    ids, mask = _random_bert_inputs(2, 9)
+    ep = torch.export.export(model, (ids, mask),
+                             dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}))
+    compiled = vkumd.torch.load_exported(ep)
+    for b, s in ((2, 9), (3, 31), (2, 5)):
+        x = _random_bert_inputs(b, s)
+        _check_bert(compiled(*x), model(*x))
+    runner = compiled.runner
+    assert runner.builds == 1
+    assert any(name.startswith("arange") for name in runner.converted.ranges)
+    symbolic = {str(d) for v in runner.compiled.graph.inputs for d in v.shape
+                if not isinstance(d, int)}
+    assert len(symbolic) == 2, symbolic  # batch and seq, as torch named them
+    _no_fallback(recwarn)
+
+
+@torch.no_grad()
+def test_minilm_compile_dynamic_sequence(recwarn: pytest.WarningsRecorder) -> None:
+    model = minilm()
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend="vkumd", dynamic=True)
+    for b, s in ((2, 11), (3, 23)):
+        x = _random_bert_inputs(b, s)
+        _check_bert(fast(*x), model(*x))
+    _no_fallback(recwarn)

@@ -30,7 +30,8 @@ OPERATORS = (
     "Erf", "Tanh", "Relu", "Sigmoid", "Gelu", "Softmax", "LayerNormalization", "ReduceMean",
     "ReduceSum", "ReduceMax", "Cast", "Gather", "Reshape", "Transpose", "Unsqueeze", "Squeeze",
     "Flatten", "Concat", "Split", "Slice", "Shape", "ConstantOfShape", "Expand", "Where",
-    "Equal", "Constant", "Identity")
+    "Equal", "Constant", "Identity", "And", "Or", "Xor", "Not", "IsNaN", "Max", "Min",
+    "GatherND", "LpNormalization")
 
 
 @dataclass

@@ -62,3 +62,7 @@ class NeedsConstant(Unsupported):
     def __init__(self, message: str, name: str) -> None:
         super().__init__(message)
         self.name = name
+
+
+class OnHost(Unsupported):
+    """Raised by a converter that takes Derived inputs: compute this node on the host."""

@@ -16,15 +16,18 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from vkumd.errors import VkumdError
-from vkumd.framework.frontends.onnx import ops_linalg, ops_math, ops_shape  # noqa: F401
+from vkumd.errors import VkumdError, VkumdValueError
+from vkumd.framework.frontends.onnx import derived as derived_mod
+from vkumd.framework.frontends.onnx import ops_linalg, ops_logic, ops_math, ops_shape  # noqa: F401
+from vkumd.framework.frontends.onnx.derived import Derived
 from vkumd.framework.frontends.onnx.errors import (
     NeedsConstant,
+    OnHost,
     Refusal,
     Unsupported,
     UnsupportedModelError,
 )
-from vkumd.framework.frontends.onnx.patterns import fuse_erf_gelu
+from vkumd.framework.frontends.onnx.patterns import attention_idioms, fuse_erf_gelu
 from vkumd.framework.frontends.onnx.state import CONVERTERS, State, ir_dtype, node_attrs
 from vkumd.framework.graph import Dim, Graph, GraphBuilder, sym
 
@@ -42,6 +45,10 @@ class Imported:
         input_types: their ONNX element types.
         output_names: ONNX names of the outputs, in order.
         output_types: their ONNX element types (results are converted back to them).
+        input_shapes: the graph inputs' shapes (where the symbols' sizes are read).
+        derived: graph inputs computed from the sizes (:mod:`.derived`) -> their ONNX names.
+        derived_env: what those are computed from.
+        derived_shapes: their shapes as probed at import (checked on every call).
     """
 
     graph: Graph
@@ -49,6 +56,47 @@ class Imported:
     input_types: list[int] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
     output_types: list[int] = field(default_factory=list)
+    input_shapes: list[tuple[int | Dim, ...]] = field(default_factory=list)
+    derived: dict[str, str] = field(default_factory=dict)
+    derived_env: dict[str, np.ndarray | Derived] = field(default_factory=dict)
+    derived_shapes: dict[str, tuple[int | Dim, ...]] = field(default_factory=dict)
+
+    def derived_feeds(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graph inputs computed from the sizes of ``inputs`` (by ONNX name), stored as
+        vkumd stores them (int64 as int32, bool as uint8).
+
+        Raises:
+            VkumdValueError: the computation fails at these sizes.
+        """
+        if not self.derived:
+            return {}
+        bindings: dict[str, int] = {}
+        for name, shape in zip(self.input_names, self.input_shapes, strict=True):
+            for axis, d in enumerate(shape):
+                if isinstance(d, Dim) and len(d.symbols) == 1 and d == sym(*d.symbols):
+                    bindings[next(iter(d.symbols))] = int(np.shape(inputs[name])[axis])
+        cache: dict[str, np.ndarray] = {}
+        feeds = {}
+        for input_name, onnx_name in self.derived.items():
+            try:
+                array = derived_mod.evaluate(onnx_name, self.derived_env, bindings, cache)
+            except Unsupported as exc:
+                raise VkumdValueError(str(exc)) from exc
+            if array.dtype == np.bool_:
+                array = array.astype(np.uint8)
+            elif array.dtype.kind in "iu" and array.dtype.itemsize == 8:
+                array = array.astype(np.int32)
+            want = tuple(d.bind(bindings) if isinstance(d, Dim) else d
+                         for d in self.derived_shapes[input_name])
+            if array.shape != want:
+                # Probing saw a shape these sizes do not give (a slice clamped at a constant
+                # the probes passed, e.g. position ids past the table's length).
+                raise VkumdValueError(
+                    f"{onnx_name!r}, computed from the sizes {bindings}, has shape "
+                    f"{array.shape}, not {want} as at import; the model does not take these "
+                    "sizes (a sequence longer than a table it slices?)")
+            feeds[input_name] = array
+        return feeds
 
 
 def symbol(name: str) -> str:
@@ -129,8 +177,9 @@ def import_model(source: str | Path | bytes | onnx.ModelProto, dynamic: Dynamic 
         st.bind(vi.name, builder.input(vi.name, shape, dt))
         out.input_names.append(vi.name)
         out.input_types.append(elem)
+        out.input_shapes.append(tuple(shape))
     poisoned: set[str] = {r.name for r in refusals}
-    for node in fuse_erf_gelu(list(g.node), st.env):
+    for node in attention_idioms(fuse_erf_gelu(list(g.node), st.env), st.env):
         _convert(st, node, refusals, poisoned)
     outputs = []
     for vi in g.output:
@@ -147,32 +196,90 @@ def import_model(source: str | Path | bytes | onnx.ModelProto, dynamic: Dynamic 
         raise UnsupportedModelError(refusals, g.name or "model")
     builder.output(*outputs)
     builder.build()
+    out.derived = dict(st.derived_inputs)
+    out.derived_shapes = {name: tuple(st.env[onnx_name].shape)
+                          for name, onnx_name in out.derived.items()}
+    out.derived_env = _closure(st.env, list(out.derived.values()))
+    return out
+
+
+def _closure(env: Mapping[str, object], names: list[str]) -> dict[str, np.ndarray | Derived]:
+    """The bindings the derived values ``names`` are computed from (not the weights)."""
+    out: dict[str, np.ndarray | Derived] = {}
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if not name or name in out:
+            continue
+        bound = env[name]
+        assert isinstance(bound, (np.ndarray, Derived))
+        out[name] = bound
+        if isinstance(bound, Derived):
+            todo.extend(bound.inputs)
     return out
 
 
 def _convert(st: State, node: onnx.NodeProto, refusals: list[Refusal], poisoned: set[str]
              ) -> None:
-    """Convert one node, or record why not (and mark its outputs unusable downstream)."""
-    spec = CONVERTERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
-    if spec is None:
-        where = f" of domain {node.domain!r}" if node.domain not in ("", "ai.onnx") else ""
-        refusals.append(Refusal(node.name, node.op_type, f"operator{where} not supported"))
-        poisoned.update(node.output)
-        return
+    """Convert one node, or record why not (and mark its outputs unusable downstream).
+
+    A node that reads only known arrays and :class:`Derived` values is computed on the host:
+    now when no symbol is involved, else at call time (a Derived)."""
+    ours = node.domain in ("", "ai.onnx")
+    spec = CONVERTERS.get(node.op_type) if ours else None
     if any(n in poisoned for n in node.input if n):
         poisoned.update(node.output)  # its cause is already listed
         return
+    bounds = [st.env[n] for n in node.input if n and n in st.env]
+    static = ours and all(isinstance(b, (np.ndarray, Derived)) for b in bounds)
+    if spec is None and not static:
+        where = f" of domain {node.domain!r}" if not ours else ""
+        refusals.append(Refusal(node.name, node.op_type, f"operator{where} not supported"))
+        poisoned.update(node.output)
+        return
     try:
+        if spec is None or (static and not spec.derived
+                            and any(isinstance(b, Derived) for b in bounds)):
+            raise OnHost("computed from the sizes")
         attrs = node_attrs(node)
         extra = sorted(set(attrs) - spec.attrs)
         if extra:
             raise Unsupported(f"attribute {', '.join(extra)} is not supported")
         results = spec.fn(st, node, attrs)
     except (Unsupported, VkumdError) as exc:
-        needs = exc.name if isinstance(exc, NeedsConstant) else None
-        refusals.append(Refusal(node.name, node.op_type, str(exc), needs))
-        poisoned.update(node.output)
-        return
+        if static:
+            try:
+                results = [_on_host(st, node)]
+            except Unsupported as host_exc:
+                exc = host_exc if isinstance(exc, OnHost) else exc
+            else:
+                exc = None
+        if exc is not None:
+            needs = exc.name if isinstance(exc, NeedsConstant) else None
+            refusals.append(Refusal(node.name, node.op_type, str(exc), needs))
+            poisoned.update(node.output)
+            return
     for name, result in zip(node.output, results, strict=False):
         if name and result is not None:
             st.bind(name, result if not isinstance(result, np.generic) else np.asarray(result))
+
+
+def _on_host(st: State, node: onnx.NodeProto) -> np.ndarray | Derived:
+    """``node`` computed by ONNX's reference implementation: folded now when its inputs hold
+    no symbol, else a :class:`Derived` of probed shape.
+
+    Raises:
+        Unsupported: several outputs, or the computation fails.
+    """
+    if len([n for n in node.output if n]) != 1:
+        raise Unsupported("a node of several outputs cannot be computed from the sizes")
+    what = f"{node.op_type} node {node.name or '(unnamed)'!r}"
+    derived = Derived(derived_mod.node_fn(node), list(node.input), what)
+    st.bind(node.output[0], derived)
+    try:
+        if not derived_mod.symbols_of(node.output[0], st.env):
+            return derived_mod.evaluate(node.output[0], st.env, {}, {})
+        derived_mod.probe_shape(node.output[0], st.env)
+    finally:
+        del st.env[node.output[0]]
+    return derived

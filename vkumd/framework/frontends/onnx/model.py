@@ -123,6 +123,7 @@ class OnnxModel:
             elif array.dtype.name == "bfloat16":
                 array = array.astype(np.float32)  # ml_dtypes' type; vkumd rounds it back
             out[name] = array
+        out.update(imp.derived_feeds(inputs))
         return out
 
     def __call__(self, **inputs: Any) -> dict[str, np.ndarray]:

@@ -38,6 +38,47 @@ def _broadcast_batch(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...] 
     return tuple(out)
 
 
+def _untranspose(st: State, b: Value) -> tuple[Value, bool]:
+    """``b`` in the matmul's ``trans_b`` form when a permute that moves its last axis to
+    the rows made it: exporters write ``q @ k^T`` as a Transpose of k (``[B, S, H, D] ->
+    [B, H, D, S]``), and the attention fusion, as the native encoder, reads ``matmul(q, k,
+    trans_b=True)`` of k in ``[B, H, S, D]``. The old permute is left to DCE."""
+    node = b.producer
+    if node is not None and node.op == "reshape":
+        merged = _merged_transpose(b)
+        if merged is not None:
+            return merged, True
+    if node is None or node.op != "permute" or len(b.shape) < 3:
+        return b, False
+    perm = list(node.attrs["dims"])
+    if perm[-2] != len(perm) - 1:  # src's last axis is not what b's rows run along
+        return b, False
+    inner = perm[:-2] + [perm[-1], perm[-2]]
+    src = node.inputs[0]
+    assert src is not None
+    if inner == list(range(len(perm))):
+        return src, True
+    return st.b.permute(src, inner), True
+
+
+def _merged_transpose(b: Value) -> Value | None:
+    """``src`` when ``b`` is ``reshape(permute(reshape(src, [-1, m, n]), [0, 2, 1]),
+    [*lead, n, m])`` of ``src`` ``[*lead, m, n]`` (torch's export of ``k.transpose(-2, -1)``
+    through a 3-D batch), else None."""
+    outer = b.producer
+    mid = outer.inputs[0].producer if outer is not None and outer.inputs[0] is not None else None
+    if mid is None or mid.op != "permute" or list(mid.attrs["dims"]) != [0, 2, 1]:
+        return None
+    inner = mid.inputs[0].producer if mid.inputs[0] is not None else None
+    if inner is None or inner.op != "reshape" or inner.inputs[0] is None:
+        return None
+    src = inner.inputs[0]
+    lead, m, n = tuple(src.shape[:-2]), src.shape[-2], src.shape[-1]
+    if len(src.shape) < 3 or tuple(mid.inputs[0].shape[1:]) != (m, n):
+        return None
+    return src if tuple(b.shape) == (*lead, n, m) else None
+
+
 @converter("MatMul")
 def matmul(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """numpy's matmul: 1-D operands are promoted and squeezed back, a batch of ones shared."""
@@ -63,8 +104,9 @@ def matmul(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
             raise Unsupported(f"MatMul batch broadcasting {a.shape[:-2]} x {b.shape[:-2]} "
                               "is not supported (use equal batch shapes or a 2-D operand)")
         a, b = (v, b) if side == "a" else (a, v)
-    y = st.b.matmul(a, b)
-    want = (*batch, a.shape[-2], b.shape[-1])
+    b, trans_b = _untranspose(st, b)
+    y = st.b.matmul(a, b, trans_b=trans_b)
+    want = (*batch, a.shape[-2], b.shape[-2] if trans_b else b.shape[-1])
     if squeeze_a:
         want = want[:-2] + want[-1:]
     if squeeze_b:
@@ -204,3 +246,25 @@ def reduce(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
     if keep:
         y = st.b.reshape(y, tuple(1 if d in axes else x.shape[d] for d in range(ndim)))
     return [y]
+
+
+@converter("LpNormalization", attrs=("axis", "p"))
+def lp_normalization(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
+                     ) -> list[Bound | None]:
+    """``x / ||x||_2`` along ``axis`` (p = 2 only), as the native encoder writes it: an RMS
+    norm (``x / sqrt(mean(x**2) + eps)``) times ``1/sqrt(n)``, one row kernel. ``eps`` is
+    ``1e-24 / n`` (F.normalize's clamp of the norm at 1e-12): a zero row gives zeros, as
+    ONNX's reference does, and no other row changes in float32."""
+    if attrs.get("p", 2) != 2:
+        raise Unsupported(f"p={attrs['p']} is not supported (only p=2)")
+    x = st.value(node.input[0])
+    if x.dtype.name not in ("float32", "float16", "bfloat16"):
+        raise Unsupported(f"LpNormalization of {x.dtype.name}")
+    moved, inverse = _to_last(st, x, _axis(attrs.get("axis", -1), len(x.shape)))
+    n = moved.shape[-1]
+    if not isinstance(n, int) or n == 0:
+        raise Unsupported(f"LpNormalization along an axis of size {n} (a known, non-zero "
+                          "size is needed for the norm's 1/sqrt(n))")
+    unit = st.constant(np.full(n, n ** -0.5, np.float32), x.dtype.name)
+    y = st.b.rms_norm(moved, unit, eps=1e-24 / n)
+    return [y if inverse is None else st.b.permute(y, inverse)]

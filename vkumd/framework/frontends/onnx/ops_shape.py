@@ -13,7 +13,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from vkumd.framework.frontends.onnx.errors import NeedsConstant, Unsupported
+from vkumd.framework.frontends.onnx.derived import Derived
+from vkumd.framework.frontends.onnx.errors import NeedsConstant, OnHost, Unsupported
 from vkumd.framework.frontends.onnx.state import Bound, State, converter, tidy
 from vkumd.framework.graph import Dim, Value, product
 
@@ -69,7 +70,7 @@ def constant(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bou
     raise Unsupported("a Constant without a value")
 
 
-@converter("Shape", attrs=("start", "end"))
+@converter("Shape", attrs=("start", "end"), derived=True)
 def shape(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """The input's shape as a known vector (symbolic dims kept)."""
     dims = list(st.shape(node.input[0]))
@@ -235,10 +236,12 @@ def slice_(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
     return [tidy(x) if isinstance(x, np.ndarray) else x]
 
 
-@converter("Gather", attrs=("axis",))
+@converter("Gather", attrs=("axis",), derived=True)
 def gather(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """An embedding lookup (2-D table, run-time ids, axis 0), slices for known indices,
-    or folded when both sides are known."""
+    """An embedding lookup (2-D table, run-time or size-derived ids, axis 0), slices for
+    known indices, or folded when both sides are known."""
+    if isinstance(st.env[node.input[0]], Derived):
+        raise OnHost("a gather from a size-derived table")
     data, indices = st.known(node.input[0]), st.known(node.input[1])
     src = st.shape(node.input[0])
     axis = _axis(attrs.get("axis", 0), len(src))

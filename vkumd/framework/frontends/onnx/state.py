@@ -5,7 +5,8 @@ to a *known* numpy array: an initializer, a ``Constant``, or a result computed a
 (shape arithmetic: ``Shape -> Gather -> Concat -> Reshape``). Known arrays keep ONNX's own
 dtype (int64 stays int64); shape vectors with symbolic dimensions are object arrays of ints
 and :class:`~vkumd.framework.graph.Dim`. A known array becomes a weight only when a node of
-the graph reads it.
+the graph reads it. A name may also be bound to a :class:`~.derived.Derived`: computed from
+the symbolic sizes when the model is called, a graph input once a device node reads it.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import onnx
 from onnx import helper
 
 from vkumd.framework import dtypes
+from vkumd.framework.frontends.onnx.derived import Derived
 from vkumd.framework.frontends.onnx.errors import NeedsConstant, Unsupported
 from vkumd.framework.graph import Dim, GraphBuilder, Value
 
-Bound = Value | np.ndarray
+Bound = Value | np.ndarray | Derived
 Converter = Callable[["State", onnx.NodeProto, dict[str, Any]], list[Bound | None]]
 
 _INT32 = np.iinfo(np.int32)
@@ -61,18 +63,22 @@ class ConverterSpec:
 
     fn: Converter
     attrs: frozenset[str]
+    derived: bool = False
 
 
 CONVERTERS: dict[str, ConverterSpec] = {}
 
 
-def converter(*op_types: str, attrs: Iterable[str] = ()) -> Callable[[Converter], Converter]:
+def converter(*op_types: str, attrs: Iterable[str] = (), derived: bool = False
+              ) -> Callable[[Converter], Converter]:
     """Decorator: ``fn`` converts nodes of ``op_types``; any attribute not in ``attrs`` is
-    refused (so an attribute vkumd ignores cannot change a result silently)."""
+    refused (so an attribute vkumd ignores cannot change a result silently). A node whose
+    inputs are all known or :class:`~.derived.Derived` is computed on the host (a Derived)
+    unless ``derived`` says the converter takes Derived inputs itself."""
 
     def wrap(fn: Converter) -> Converter:
         for op in op_types:
-            CONVERTERS[op] = ConverterSpec(fn, frozenset(attrs))
+            CONVERTERS[op] = ConverterSpec(fn, frozenset(attrs), derived)
         return fn
 
     return wrap
@@ -121,6 +127,8 @@ class State:
         self.env: dict[str, Bound] = {}
         self.onnx_types: dict[str, int] = {}
         self._weights: dict[str, Value] = {}
+        # Graph input name -> the ONNX name of the Derived it is filled from.
+        self.derived_inputs: dict[str, str] = {}
 
     def bind(self, name: str, value: Bound) -> None:
         """Bind an ONNX name to a value or a known array."""
@@ -145,6 +153,8 @@ class State:
         bound = self.env[name]
         if isinstance(bound, Value):
             return bound.dtype.name
+        if isinstance(bound, Derived):
+            return self._storage(np.empty(0, bound.dtype))[1]
         return self._storage(bound)[1]
 
     def ints(self, name: str, what: str) -> list[int]:
@@ -191,6 +201,13 @@ class State:
         bound = self.env[name]
         if isinstance(bound, Value):
             return bound
+        if isinstance(bound, Derived):
+            if name not in self._weights:
+                dt = self._storage(np.empty(0, bound.dtype))[1]
+                input_name = self.b.graph.unique_name(name or "derived")
+                self._weights[name] = self.b.input(input_name, bound.shape, dt)
+                self.derived_inputs[input_name] = name
+            return self._weights[name]
         if name not in self._weights:
             data, dt = self._storage(bound)
             weight_name = self.b.graph.unique_name(name or "const")

@@ -96,6 +96,25 @@ def _size_floordiv(cv: Any, node: fx.Node, a: Any, b: Any) -> Any:
     return a // b
 
 
+def _arange_check(node: fx.Node) -> str | None:
+    val = meta(node)
+    if val is None or val.dtype not in (torch.int64, torch.int32):
+        return "only integer aranges (positions) run on vkumd"
+    step = node.args[2] if node.target is aten.arange.start_step else 1
+    return None if isinstance(step, int) and step == 1 else "only a step of 1"
+
+
+@on(aten.arange.default, aten.arange.start, aten.arange.start_step, check=_arange_check)
+def _arange(cv: Any, node: fx.Node, *args: Any, **kwargs: Any) -> Any:
+    """``arange(start, end)`` of symbolic sizes: an IR input the runner fills on each call
+    (the values depend on the sizes only), so position ids need no torch fallback."""
+    start, end = (0, args[0]) if node.target is aten.arange.default else args[:2]
+    name = cv.b.graph.unique_name("arange")
+    value = cv.b.input(name, (end - start,), "int32")
+    cv.ranges[name] = (start, end, 1)
+    return value
+
+
 @on(operator.getitem)
 def _getitem(cv: Any, node: fx.Node, items: Any, index: int) -> Any:
     return items[index]

@@ -47,12 +47,15 @@ class Converted:
         outputs: one entry per FX output: ``("value", i, dtype)`` the graph's i-th output,
             returned as torch ``dtype``; ``("input", j)`` placeholder j passed through;
             ``("const", tensor)``; ``("size", dim)``; ``("none",)``.
+        ranges: IR inputs the runner fills with ``arange(start, end, step)`` of the sizes
+            bound on each call (``torch.arange(seq)`` of a symbolic ``seq``).
     """
 
     graph: Graph
     inputs: dict[int, str] = field(default_factory=dict)
     shapes: dict[int, tuple[int | Dim, ...]] = field(default_factory=dict)
     outputs: list[tuple[Any, ...]] = field(default_factory=list)
+    ranges: dict[str, tuple[int | Dim, int | Dim, int]] = field(default_factory=dict)
 
 
 def _identifier(name: str) -> str:
@@ -78,6 +81,7 @@ class Converter:
         self._weights: dict[int, Value] = {}
         self._constants = constant_nodes(gm, kinds)
         self._keep: list[torch.Tensor] = []
+        self.ranges: dict[str, tuple[int | Dim, int | Dim, int]] = {}
 
     # -- helpers handlers call ---------------------------------------------------------------
     def weight_of(self, tensor: torch.Tensor, name: str = "const") -> Value:
@@ -143,7 +147,7 @@ class Converter:
             GraphError: a node whose shapes or types the IR refuses (naming it).
         """
         env: dict[fx.Node, Any] = {}
-        out = Converted(self.b.graph)
+        out = Converted(self.b.graph, ranges=self.ranges)
         index = 0
         by_value: dict[int, int] = {}
         for node in self.gm.graph.nodes:

@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import fx
 
@@ -168,6 +169,11 @@ class VkumdGraphModule:
         conv = self.converted
         live = {v.name for v in self.compiled.graph.inputs}
         feeds = {name: _to_host(args[i]) for i, name in conv.inputs.items() if name in live}
+        if conv.ranges:
+            env = self._symbols(args)
+            for name, (start, end, step) in conv.ranges.items():
+                lo, hi = (d if isinstance(d, int) else d.bind(env) for d in (start, end))
+                feeds[name] = np.arange(lo, hi, step, dtype=np.int32)
         results = self.compiled(**feeds)
         return [self._output(spec, results, args) for spec in conv.outputs]
 
