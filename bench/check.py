@@ -32,7 +32,8 @@ def ratios_of(report: dict) -> dict[str, float]:
         return {k: float(v) for k, v in report["ratios"].items()}
     return {f"{name}/{path}_vs_eager": float(result[path]["speedup"]["median"])
             for name, result in report.get("workloads", {}).items()
-            for path in result if path != "eager" and "speedup" in result[path]}
+            for path, row in result.items()
+            if path != "eager" and isinstance(row, dict) and "speedup" in row}
 
 
 def run_bench(script: str, args: list[str], workdir: Path) -> dict[str, float]:

@@ -27,7 +27,9 @@ def test_ratios_from_model_and_graph_reports() -> None:
     check = _check()
     assert check.ratios_of({"ratios": {"short/1/compiled_vs_ort": 0.5}}) == {
         "short/1/compiled_vs_ort": 0.5}
-    graph = {"workloads": {"bert": {"eager": {}, "compiled": {"speedup": {"median": 2.5}}}}}
+    # Beside its paths a workload carries plain numbers and lists (error, ops), skipped.
+    graph = {"workloads": {"bert": {"eager": {}, "compiled": {"speedup": {"median": 2.5}},
+                                    "relative_error": 1e-7, "ops": ["matmul"]}}}
     assert check.ratios_of(graph) == {"bert/compiled_vs_eager": 2.5}
 
 
