@@ -25,6 +25,41 @@ float vkumd_erf(float x) {
     return x >= 0.0 ? 1.0 - c : c - 1.0;
 }
 
+// erf itself: 1 - erfc(|x|) cancels as x nears 0, so there the odd Taylor series of
+// 2/sqrt(pi) (x - x^3/3 + x^5/10 - ...) to x^11 (its next term is under 2e-8 relative for
+// |x| < 0.5).
+float vkumd_erf_accurate(float x) {
+    float a = abs(x);
+    if (a < 0.5) {
+        float z = x * x;
+        return 1.1283791670955126 * x * (1.0 + z * (-1.0 / 3.0 + z * (0.1 + z * (-1.0 / 42.0
+               + z * (1.0 / 216.0 + z * (-1.0 / 1320.0))))));
+    }
+    return vkumd_erf(x);
+}
+
+// exp(y) - 1 for y <= 0 without the cancellation near 0 (Taylor to y^8 there).
+float vkumd_expm1_nonpos(float y) {
+    if (y > -0.5) {
+        return y * (1.0 + y * (0.5 + y * (1.0 / 6.0 + y * (1.0 / 24.0 + y * (1.0 / 120.0
+               + y * (1.0 / 720.0 + y * (1.0 / 5040.0 + y * (1.0 / 40320.0))))))));
+    }
+    return exp(y) - 1.0;
+}
+
+// tanh|x| = -expm1(-2|x|) / (2 + expm1(-2|x|)): no overflow for large |x| (it tends to 1), no
+// cancellation for small |x| (where (e^2x - 1) / (e^2x + 1) loses its digits).
+float vkumd_tanh(float x) {
+    float m = vkumd_expm1_nonpos(-2.0 * abs(x));
+    float t = -m / (2.0 + m);
+    return x < 0.0 ? -t : t;
+}
+
+float vkumd_sigmoid(float x) {
+    float e = exp(-abs(x));
+    return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+}
+
 float vkumd_gelu(float x) {
     // 1 + erf(z) = 2 - erfc(z) for z >= 0, and erfc(-z) for z < 0: erfc(|z|) either way,
     // computed once: a SIMD driver runs both arms of a divergent select (on lavapipe with

@@ -9,6 +9,7 @@ poisoned (NaN), so an element the kernel skipped fails the comparison.
 
 from __future__ import annotations
 
+import math
 import zlib
 
 import numpy as np
@@ -120,6 +121,54 @@ def test_single_steps_match_the_eager_ops(ctx) -> None:
     np.testing.assert_array_equal(scaled, ops.scale(a, 0.3).numpy())
 
 
+MATH = {"exp": np.exp, "sqrt": np.sqrt, "tanh": np.tanh, "erf": np.vectorize(math.erf),
+        "sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v))}
+
+
+@pytest.mark.parametrize("op", list(MATH))
+def test_math_steps_hold_float32_accuracy_element_by_element(ctx, op: str) -> None:
+    """exp, sqrt, tanh, erf, sigmoid against float64 per element: near 0 (where 1 - erfc and
+    (e^2x - 1) / (e^2x + 1) would cancel), across the range and in the tails. exp, and
+    sigmoid whose tail is an exp, get the (3 + 2|x|) ulp Vulkan allows exp; the others 4."""
+    rng = np.random.default_rng()
+    x = np.concatenate([rng.standard_normal(3001) * 3, rng.uniform(-1e-3, 1e-3, 1001),
+                        rng.uniform(-1e-7, 1e-7, 101), rng.uniform(-60, 60, 1001),
+                        [0.0, -0.0, 0.5, -0.5, 0.4999999, 10.0, -10.0]]).astype(np.float32)
+    if op == "sqrt":
+        x = np.abs(x)
+    got = ops.fused_elementwise([ctx.tensor(x)], ((op, 0),),
+                                out=poisoned(ctx, x.shape, "float32")).numpy()
+    want = MATH[op](x.astype(np.float64))
+    ulps = 3 + 2 * np.abs(x.astype(np.float64)) if op in ("exp", "sigmoid") else 4
+    # Results below float32's normal range may be flushed to zero by the driver.
+    bound = ulps * 2.0**-23 * np.abs(want) + 1.2e-38
+    error = np.abs(got.astype(np.float64) - want)
+    worst = int(np.argmax(error / bound))
+    assert (error <= bound).all(), f"{op}({x[worst]!r}) = {got[worst]!r}, want {want[worst]!r}"
+
+
+def test_math_steps_at_the_special_values(ctx) -> None:
+    x = ctx.tensor(np.array([np.inf, -np.inf, np.nan, -0.0, -1.0], np.float32))
+    expected = {"exp": [np.inf, 0.0, np.nan, 1.0, np.exp(np.float32(-1.0))],
+                "tanh": [1.0, -1.0, np.nan, -0.0, np.tanh(-1.0)],
+                "erf": [1.0, -1.0, np.nan, -0.0, math.erf(-1.0)],
+                "sigmoid": [1.0, 0.0, np.nan, 0.5, 1 / (1 + math.e)]}
+    for op, want in expected.items():
+        got = ops.fused_elementwise([x], ((op, 0),)).numpy()
+        np.testing.assert_allclose(got, np.array(want, np.float32), rtol=4e-7, err_msg=op)
+    roots = ops.fused_elementwise([x], (("sqrt", 0),)).numpy()
+    assert roots[0] == np.inf and np.isnan(roots[1:3]).all() and np.isnan(roots[4])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_math_steps_in_narrow_types(ctx, dtype: str) -> None:
+    rng = np.random.default_rng()
+    a = stored(rng.uniform(0.1, 3.0, (5, 33)), dtype)
+    program = (("exp", 0), ("sqrt", 1), ("tanh", 2), ("erf", 3), ("sigmoid", 4))
+    got, want = run(ctx, [a], [dtype], program, dtype, a.shape)
+    assert_close(got, want, dtype)
+
+
 def test_eight_inputs_with_their_own_broadcasts(ctx) -> None:
     rng = np.random.default_rng(8)
     shapes = [(4, 5, 6), (6,), (5, 1), (4, 1, 1), (1, 5, 6), (), (4, 5, 6), (1, 1, 6)]
@@ -174,7 +223,7 @@ def test_bad_calls(ctx) -> None:
     with pytest.raises(VkumdTypeError, match="non-empty list"):
         ops.fused_elementwise(a, (("relu", 0),))
     with pytest.raises(VkumdTypeError, match="no known op"):
-        ops.fused_elementwise([a], (("tanh", 0),))
+        ops.fused_elementwise([a], (("cosh", 0),))
     with pytest.raises(VkumdValueError, match="reads value 2"):
         ops.fused_elementwise([a], (("add", 0, 2),))
     with pytest.raises(VkumdValueError, match="no steps"):

@@ -101,8 +101,8 @@ def device_model() -> onnx.ModelProto:
 
 
 def ir_only_model() -> onnx.ModelProto:
-    """Operators the IR has and the device does not run yet (Exp, Sqrt, Tanh, Sigmoid,
-    Erf, Where, Pow 0.5, ConstantOfShape, Expand)."""
+    """Operators the IR has that run as generated elementwise kernels (Exp, Sqrt, Tanh,
+    Sigmoid, Erf, Where), and Pow 0.5, ConstantOfShape, Expand."""
     n = Net(2)
     x = helper.make_tensor_value_info("x", T.FLOAT, [3, 4])
     pos = n.op("Add", n.op("Mul", "x", "x"), n.init(np.float32(1.0), "one"))

@@ -77,10 +77,27 @@ def test_ir_only_ops_import_and_evaluate_in_the_ir(monkeypatch) -> None:
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
-def test_ir_only_ops_say_there_is_no_device_kernel(ctx: object) -> None:
-    loaded = vkumd.onnx.load(ir_only_model(), ctx=ctx)
-    with pytest.raises(vkumd.onnx.NoDeviceKernel, match="no device kernel"):
-        loaded(x=np.zeros((3, 4), np.float32))
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "one-node-each"])
+def test_math_ops_and_where_run_on_the_device(ctx: object, fused: bool, monkeypatch) -> None:
+    # Exp, Sqrt, Tanh, Sigmoid, Erf and Where: generated elementwise kernels, fused into one
+    # program or (passes off) each its own one-step program.
+    if not fused:
+        monkeypatch.setenv("VKUMD_DISABLE_PASSES", ",".join(FUSION))
+    model = ir_only_model()
+    x = np.random.default_rng().standard_normal((3, 4)).astype(np.float32)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    got = vkumd.onnx.load(model, ctx=ctx)(x=x)
+    got = got[next(iter(got))] if isinstance(got, dict) else got
+    np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL)
+
+
+def test_a_where_on_integers_says_there_is_no_device_kernel(ctx: object) -> None:
+    n = Net()
+    c = helper.make_tensor_value_info("c", T.BOOL, [4])
+    a = helper.make_tensor_value_info("a", T.INT32, [4])
+    loaded = vkumd.onnx.load(n.model([c, a], [n.op("Where", "c", "a", "a")]), ctx=ctx)
+    with pytest.raises(vkumd.onnx.NoDeviceKernel, match="where has no device kernel for int32"):
+        loaded(c=np.array([1, 0, 1, 0], bool), a=np.arange(4, dtype=np.int32))
 
 
 def test_one_error_lists_every_unsupported_node() -> None:

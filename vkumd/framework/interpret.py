@@ -23,7 +23,7 @@ from vkumd import errors
 from vkumd.framework import dtypes
 from vkumd.framework.execute.lower import LOWERINGS, unsupported_reason
 from vkumd.framework.graph import Graph, GraphError, Node, op_info
-from vkumd.framework.graph.reference import REFERENCES, bindings_for
+from vkumd.framework.graph.reference import bindings_for
 from vkumd.framework.tensor import Tensor
 
 Args = list[Any]
@@ -74,24 +74,12 @@ def _where(ctx: Any, xs: Args, attrs: dict[str, Any], shapes: list[tuple[int, ..
     return _host(ctx, xs[1].dtype, np.where(cond != 0, a, b))
 
 
-def _by_reference(op: str) -> EagerFn:
-    """An elementwise op with no device kernel yet (the IR has it for importers): the graph
-    reference's float64 result, rounded to the output dtype, on the host."""
-
-    def run(ctx: Any, xs: Args, attrs: dict[str, Any], shapes: list[tuple[int, ...]]) -> Any:
-        (value,) = REFERENCES[op]([x.numpy().astype(np.float64) for x in xs], attrs, shapes)
-        return _host(ctx, xs[0].dtype, value.astype(np.float32))
-
-    return run
-
-
 # Ops (or nodes, see unsupported_reason) the executor cannot record, run on the host; every
 # other node runs through the executor's lowering, the same vkumd.ops call a compiled graph
 # records.
 HOST: dict[str, EagerFn] = {
     "reshape": _reshape, "slice": _slice, "concat": _concat, "split": _split,
     "where": _where, **{op: _compare(op) for op in _COMPARE},
-    **{op: _by_reference(op) for op in ("exp", "sqrt", "tanh", "erf", "sigmoid")},
 }
 
 

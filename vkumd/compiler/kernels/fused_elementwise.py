@@ -56,6 +56,8 @@ _BINARY = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})",
 # no float16 arithmetic needed).
 _UNARY = {"relu": "max({a}, 0.0)", "gelu": "vkumd_gelu({a})",
           "gelu_tanh": "vkumd_gelu_tanh({a})", "silu": "vkumd_silu({a})",
+          "exp": "exp({a})", "sqrt": "sqrt({a})", "tanh": "vkumd_tanh({a})",
+          "erf": "vkumd_erf_accurate({a})", "sigmoid": "vkumd_sigmoid({a})",
           "cast_float32": "{a}", "cast_float16": "unpackHalf2x16(packHalf2x16(vec2({a}, 0.0))).x",
           "cast_bfloat16": "bf16_to_float(float_to_bf16({a}))"}
 

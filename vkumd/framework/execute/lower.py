@@ -168,6 +168,17 @@ def _where(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     ops.fused_elementwise(ins, _WHERE, out=outs[0])
 
 
+def _math(op: str) -> Lowering:
+    """exp, sqrt, tanh, erf, sigmoid: no kernel of their own, a one-step generated program
+    (what elementwise fusion makes of them inside a chain)."""
+    program = ((op, 0),)
+
+    def lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+        ops.fused_elementwise(ins, program, out=outs[0])
+
+    return lower
+
+
 def _fused_elementwise(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     at = attrs_of(node)
     ops.fused_elementwise(ins, at["program"], dtype=at["dtype"], out=outs[0])
@@ -189,6 +200,7 @@ LOWERINGS: dict[str, Lowering] = {
     "transpose": _transpose, "permute": _permute, "embedding": _embedding,
     "fused_elementwise": _fused_elementwise, "add_layer_norm": _add_layer_norm,
     "slice": _slice, "concat": _concat, "split": _split, "where": _where,
+    **{op: _math(op) for op in ("exp", "sqrt", "tanh", "erf", "sigmoid")},
 }
 
 # The generated kernel stores floats only (FUSED_OUTPUT_CODES; the framework cannot ask the

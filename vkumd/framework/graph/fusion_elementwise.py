@@ -34,7 +34,7 @@ MAX_INPUTS = 8
 MAX_DIMS = 6
 
 _BINARY = ("add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge")
-_UNARY = ("relu", "gelu", "gelu_tanh", "silu")
+_UNARY = ("relu", "gelu", "gelu_tanh", "silu", "exp", "sqrt", "tanh", "erf", "sigmoid")
 FUSIBLE = frozenset((*_BINARY, *_UNARY, "where", "scale", "cast"))
 
 

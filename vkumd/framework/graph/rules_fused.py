@@ -14,7 +14,8 @@ broadcast (numpy rules) to the output's shape. Attributes:
       ``"floor"`` or ``"trunc"`` (as the ``div`` op's attribute).
     * ``eq``, ``ne``, ``lt``, ``le``, ``gt``, ``ge``: two operands; 1.0 where true, else 0.0.
     * ``where``: ``(cond, a, b)``; ``a`` where ``cond`` is nonzero, else ``b``.
-    * ``relu``, ``gelu``, ``gelu_tanh``, ``silu``: one operand.
+    * ``relu``, ``gelu``, ``gelu_tanh``, ``silu``, ``exp``, ``sqrt``, ``tanh``, ``erf``,
+      ``sigmoid``: one operand.
     * ``cast``: one operand, then a float dtype name; rounds the value to that type.
 
     Example over two inputs: ``(("mul", 0, 1), ("add", 2, ("const", 1.5)), ("gelu", 3))``
@@ -48,7 +49,7 @@ OP = "fused_elementwise"
 # Operand count of each step op (div and cast also take one parameter after them).
 STEP_ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "eq": 2, "ne": 2, "lt": 2, "le": 2,
               "gt": 2, "ge": 2, "where": 3, "relu": 1, "gelu": 1, "gelu_tanh": 1, "silu": 1,
-              "cast": 1}
+              "exp": 1, "sqrt": 1, "tanh": 1, "erf": 1, "sigmoid": 1, "cast": 1}
 DIV_ROUNDINGS = ("floor", "trunc")
 INPUT_DTYPES = ("float32", "float16", "bfloat16", "int32", "int8", "uint8")
 

@@ -27,12 +27,13 @@ Kernel = Callable[[list[Any], dict[str, Any], list[tuple[int, ...]]], list[Tenso
 ELEMENTWISE_TYPES = ("float32", "float16", "bfloat16", "int32")
 FLOAT_TYPES = ("float32", "float16", "bfloat16")
 # IR ops with a shape rule and a reference but no device kernel yet.
-NO_KERNEL = ("exp", "sqrt", "tanh", "erf", "sigmoid", "where")
+NO_KERNEL: tuple[str, ...] = ()
 
 _COMPARE = {"eq": F.eq, "ne": F.ne, "lt": F.lt, "le": F.le, "gt": F.gt, "ge": F.ge}
 # Ops whose kernels take the float types only.
 _FLOAT_ONLY = ("relu", "gelu", "gelu_tanh", "silu", "sum", "mean", "max", "softmax",
-               "layer_norm", "rms_norm", "add_layer_norm")
+               "layer_norm", "rms_norm", "add_layer_norm", "exp", "sqrt", "tanh", "erf",
+               "sigmoid")
 
 
 def check_device(graph: Graph) -> None:
@@ -49,6 +50,11 @@ def check_device(graph: Graph) -> None:
         if op == "slice" and node.attrs.get("step", 1) != 1:
             raise NoDeviceKernel(f"slice with step {node.attrs['step']} has no device kernel "
                                  f"({node.describe()})")
+        if op == "where":  # the generated select stores floats; its condition may be bool
+            if node.outputs[0].dtype.name not in FLOAT_TYPES:
+                raise NoDeviceKernel(f"where has no device kernel for "
+                                     f"{node.outputs[0].dtype.name} ({node.describe()})")
+            continue
         allowed = FLOAT_TYPES if op in _FLOAT_ONLY else ELEMENTWISE_TYPES
         if op not in ("embedding", "matmul", "attention", "reshape", "fused_elementwise") \
                 and first is not None \
