@@ -48,6 +48,16 @@ def test_loopback_command_sees_only_lo() -> None:
 
 
 @needs_namespaces
+def test_namespaced_commands_still_see_the_rest_of_tmp(tmp_path) -> None:
+    # Only /tmp/ray is private: a checkout or a venv under /tmp (a CI clone) stays reachable.
+    probe = tmp_path / "probe.txt"
+    probe.write_text("seen")
+    done = subprocess.run(netns.loopback_command(["cat", str(probe)]), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "seen", done.stderr
+
+
+@needs_namespaces
 def test_veth_pair_works_and_is_removed_even_on_failure() -> None:
     tag = f"t{os.getpid() % 10**6}"
     code = ("import socket, sys; from vkumd.testing import netns; "

@@ -4,11 +4,11 @@ Ray binds to the machine's non-loopback address and probes a public DNS server t
 so the tests and ``bench/scale.py`` never run Ray in the host's network namespace:
 
 - one node: :func:`loopback_command` wraps a command in ``unshare --net --pid --fork
-  --kill-child --mount-proc`` with only ``lo`` up and a private ``/tmp``;
+  --kill-child --mount-proc`` with only ``lo`` up and a private ``/tmp/ray``;
 - two nodes: :func:`veth_pair` creates two named namespaces joined by a veth pair on a
   private /30 that the host does not use (``10.211.N.0/30``), and removes both in a
   ``finally``; :func:`namespace_command` runs a command inside one of them, in a PID
-  namespace of its own, with a private ``/tmp`` (two Ray nodes on one machine must not
+  namespace of its own, with a private ``/tmp/ray`` (two Ray nodes on one machine must not
   share a session directory).
 
 Neither namespace has a default route, so nothing sent there can reach another address.
@@ -48,21 +48,25 @@ def unavailable() -> str | None:
     return None
 
 
-# A tmpfs on /tmp in the command's own mount namespace: Ray keeps its session (sockets,
-# logs, the "session_latest" link) under /tmp/ray, which other jobs on the host may use too.
-PRIVATE_TMP = "mount -t tmpfs vkumd-tmp /tmp"
+# A tmpfs on /tmp/ray in the command's own mount namespace: Ray keeps its session (sockets,
+# logs, the "session_latest" link) there, which other jobs on the host (or the other test
+# node) may use too. Only /tmp/ray: a tmpfs on all of /tmp would hide a checkout or a
+# virtual environment that lives under /tmp (a CI clone does). The mount point itself is an
+# empty directory left on the host.
+PRIVATE_TMP = ("mkdir -p /tmp/ray && mount -t tmpfs vkumd-ray /tmp/ray && "
+               "export TMPDIR=/tmp RAY_TMPDIR=/tmp")
 
 
 def loopback_command(argv: Sequence[str]) -> list[str]:
-    """``argv`` in new network and PID namespaces whose only interface is ``lo`` (up), on a
-    private ``/tmp``."""
+    """``argv`` in new network and PID namespaces whose only interface is ``lo`` (up), with a
+    private ``/tmp/ray``."""
     return ["unshare", "--net", *PID_NAMESPACE[1:], "sh", "-c",
             f'ip link set lo up && {PRIVATE_TMP} && exec "$@"', "sh", *argv]
 
 
 def namespace_command(namespace: str, argv: Sequence[str]) -> list[str]:
     """``argv`` inside the named network namespace, in a PID namespace of its own (ending
-    its first process ends every process left inside) and on a private ``/tmp``."""
+    its first process ends every process left inside) and with a private ``/tmp/ray``."""
     return ["ip", "netns", "exec", namespace, *PID_NAMESPACE, "sh", "-c",
             f'{PRIVATE_TMP} && exec "$@"', "sh", *argv]
 
