@@ -59,10 +59,7 @@ def fuse_erf_gelu(nodes: list[onnx.NodeProto], env: Mapping[str, Any]
         The rewritten node list (the input list is not modified).
     """
     consts = _constants(nodes, env)
-    users: dict[str, list[onnx.NodeProto]] = {}
-    for n in nodes:
-        for name in n.input:
-            users.setdefault(name, []).append(n)
+    users = _users(nodes)
 
     def only_user(name: str) -> onnx.NodeProto | None:
         found = users.get(name, [])
