@@ -173,6 +173,19 @@ def mix(body: list[tuple[int, str, str]]) -> dict:
             "mnemonics": collections.Counter(m for _, m, _ in body).most_common(12)}
 
 
+
+def print_mix(title: str, result: dict) -> None:
+    """Print :func:`mix`'s ``result`` under ``title``: each class's count and share, the
+    folded loads and spills, and the most common mnemonics."""
+    n = result["instructions"]
+    print(title)
+    for name in CLASSES:
+        count = result["classes"][name]
+        print(f"  {name:>12} {count:>5} {count / n:>6.1%}")
+    for name in ("folded loads", "spill reloads", "spill stores"):
+        print(f"  {name:>12} {result[name]:>5}")
+    print("  most common: " + ", ".join(f"{m} {c}" for m, c in result["mnemonics"]))
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="1024x1024x1024", help="M x N x K")
@@ -190,15 +203,9 @@ def main() -> None:
     if not body:
         sys.exit("no loop found in the assembly: is GALLIVM_DEBUG=asm honoured by this Mesa?")
     result = mix(body)
-    n = result["instructions"]
-    print(f"hottest loop of the {args.shape} {args.dtype} GEMM "
-          f"({args.variant or 'default variant'}): {n} instructions")
-    for name in CLASSES:
-        count = result["classes"][name]
-        print(f"  {name:>12} {count:>5} {count / n:>6.1%}")
-    for name in ("folded loads", "spill reloads", "spill stores"):
-        print(f"  {name:>12} {result[name]:>5}")
-    print("  most common: " + ", ".join(f"{m} {c}" for m, c in result["mnemonics"]))
+    print_mix(f"hottest loop of the {args.shape} {args.dtype} GEMM "
+              f"({args.variant or 'default variant'}): {result['instructions']} instructions",
+              result)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"shape": args.shape, "dtype": args.dtype, "variant": args.variant,

@@ -67,16 +67,11 @@ def main() -> None:
     if not body:
         sys.exit("no loop found in the assembly: is GALLIVM_DEBUG=asm honoured by this Mesa?")
     result = asm_mix.mix(body)
-    n = result["instructions"]
     c = result["classes"]
     flops = c["fma"] * 2 + c["mul"] + c["add"]
-    print(f"hottest loop of attention seq {args.seq}, head_dim {args.head_dim}, {args.dtype}, "
-          f"path {args.path}: {n} instructions, {flops} multiplies and adds")
-    for name in asm_mix.CLASSES:
-        print(f"  {name:>12} {c[name]:>5} {c[name] / n:>6.1%}")
-    for name in ("folded loads", "spill reloads", "spill stores"):
-        print(f"  {name:>12} {result[name]:>5}")
-    print("  most common: " + ", ".join(f"{m} {k}" for m, k in result["mnemonics"]))
+    asm_mix.print_mix(f"hottest loop of attention seq {args.seq}, head_dim {args.head_dim}, "
+                      f"{args.dtype}, path {args.path}: {result['instructions']} instructions, "
+                      f"{flops} multiplies and adds", result)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"seq": args.seq, "head_dim": args.head_dim, "dtype": args.dtype,
