@@ -4,7 +4,7 @@ what the check costs on the eager path."""
 from __future__ import annotations
 
 import inspect
-import timeit
+import sys
 
 import numpy as np
 import pytest
@@ -73,17 +73,27 @@ def test_variadic_ops_find_traced_tensors_in_lists() -> None:
     assert t.graph.outputs[0].shape == (2, 6)
 
 
-def test_the_check_costs_well_under_half_a_microsecond() -> None:
+def test_the_eager_path_adds_one_frame_and_one_isinstance() -> None:
+    # What the check costs, counted instead of timed (timings flake on a shared machine):
+    # between the caller and the eager op the wrapper runs its own frame and a single
+    # builtin call (the isinstance on the first argument); nothing else is called.
     def op(a, b, *, out=None):
         return out
 
     wrapped = traceable("add", op)
     x = object()
-    number = 50_000
+    events: list[tuple[str, str]] = []
 
-    def best(fn) -> float:
-        return min(timeit.repeat(lambda: fn(x, x, out=x), number=number, repeat=7)) / number
+    def profile(frame, event, arg) -> None:
+        name = arg.__name__ if event.startswith("c_") else frame.f_code.co_name
+        events.append((event, name))
 
-    # Measured here: about 0.06-0.1 us added (a generic *args/**kwargs wrapper: ~0.3 us).
-    overhead = best(wrapped) - best(op)
-    assert overhead < 0.5e-6, f"the tracing check costs {overhead * 1e6:.2f} us a call"
+    sys.setprofile(profile)
+    try:
+        result = wrapped(x, x, out=x)
+    finally:
+        sys.setprofile(None)
+    assert result is x
+    calls = [e for e in events if e[0] in ("call", "c_call")]
+    assert calls == [("call", "add"), ("c_call", "isinstance"), ("call", "op"),
+                     ("c_call", "setprofile")], calls

@@ -5,7 +5,7 @@ Each public op is wrapped once, at import, by :func:`traceable`. The wrapper has
 exact signature (its source is written from ``inspect.signature``, as :mod:`dataclasses`
 writes ``__init__``), because a generic ``*args, **kwargs`` wrapper costs about 0.3 us a call
 in argument packing alone; this one adds one Python frame, one ``isinstance`` on the first
-argument and a ``try`` (free until it raises): about 0.1 us (measured in
+argument and a ``try`` (free until it raises): about 0.1 us (the frame and the call are counted in
 ``tests/framework/graph/test_trace_dispatch.py``). A traced tensor in a later position
 (``ops.matmul(W, x)`` with ``W`` an eager weight, ``ops.add(1.0, x)``) makes the eager op
 refuse its argument; only then are the arguments searched and the call recorded. The op
