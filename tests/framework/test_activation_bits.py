@@ -2,12 +2,16 @@
 
 sigmoid, silu and gelu_tanh once chose between two quotients (``c ? 1 / d : e / d``), which
 a SIMD driver evaluates both of; they now choose the numerator and divide once, and gelu
-chooses the factor before one multiply. A test kernel computes the old forms (written out
-below as they were) beside the shipped functions over the same values, on the device, and
-every result must match bit for bit (any NaN matches any NaN).
+chooses the factor before one multiply. A test kernel computes the old forms (as they were,
+kept in bench/fused_vec.py as ``TWO_DIVISION_FORMS``) beside the shipped functions over the
+same values, on the device, and every result must match bit for bit (any NaN matches any
+NaN).
 """
 
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 
@@ -15,26 +19,18 @@ from vkumd.compiler.kernels.elementwise_plan import FixedLaunch
 from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import WORKGROUP, Kernel
 
-OLD_FORMS = """
-float old_sigmoid(float x) {
-    float e = exp(-abs(x));
-    return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
-}
-float old_silu(float x) {
-    float e = exp(-abs(x));
-    float sig = x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
-    return x * sig;
-}
-float old_gelu_tanh(float x) {
-    float u = 0.79788456080286536 * (x + 0.044715 * x * x * x);
-    float e = exp(-2.0 * abs(u));
-    return u >= 0.0 ? x / (1.0 + e) : x * e / (1.0 + e);
-}
-float old_gelu(float x) {
-    float c = vkumd_erfc_nonneg(abs(x * 0.70710678118654752));
-    return x >= 0.0 ? 0.5 * x * (2.0 - c) : 0.5 * x * c;
-}
-"""
+
+def _two_division_forms() -> str:
+    """The old forms' GLSL, from the benchmark that times them against the new ones (one
+    text, so what is timed is what is proven equal)."""
+    path = Path(__file__).resolve().parents[2] / "bench" / "fused_vec.py"
+    spec = importlib.util.spec_from_file_location("bench_fused_vec", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TWO_DIVISION_FORMS
+
+
+OLD_FORMS = _two_division_forms()
 PAIRS = ("sigmoid", "silu", "gelu_tanh", "gelu")
 SOURCE = "\n".join([
     "#version 450",
