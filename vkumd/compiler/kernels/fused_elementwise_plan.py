@@ -10,7 +10,7 @@ program, the types, the shapes and the device.
 Where the layout allows, the plan picks the kernel's vectorised variant (``VEC`` 4, see
 :func:`vector_layout`): each invocation loads four consecutive elements of each input with
 one vector load and stores four results with one vector store. lavapipe turns every per-lane
-load into a gather, so this takes a 4M-float ``x * 1.5`` from about 9 to 6 ms of CPU time
+load into a gather, so this takes a 4M-float ``x * 1.5`` from 11-12 to 6-7 ms of CPU time
 (``bench/fused_vec.py``). Each component runs the same program code as the scalar variant,
 so the two give the same bits.
 """
