@@ -45,11 +45,12 @@ def vector_layout(caps: DeviceCaps, codes: tuple[str, ...], words: list[int]) ->
     broadcast element, bit set in the mask) or 1; ``ndim`` 2 with rows a multiple of 4 long,
     every column stride 0 (bit set) or 1, and the row stride of each input read by vectors
     a multiple of 4, so no four elements straddle two rows. And every binding must start
-    aligned for a vector of its type: the vector index counts from the binding's start,
-    whose offset Vulkan requires to be a multiple of ``minStorageBufferOffsetAlignment``,
-    so that limit must be a multiple of four elements of every operand type (16 bytes on
-    lavapipe; the memory pool aligns allocations to at least 64 bytes and the graph's
-    arena to 256, and a view must meet the limit to be bound at all).
+    aligned for a vector of its type, so that each vector access is aligned to its size:
+    vectors are counted from the binding's start, and all Vulkan promises of that start is
+    a multiple of ``minStorageBufferOffsetAlignment``, so that limit must be a multiple of
+    four elements of every operand type (16 bytes on lavapipe, where every bindable view
+    qualifies; the memory pool aligns allocations to at least 64 bytes and the graph's
+    arena to 256).
 
     Args:
         caps: the device.
