@@ -55,9 +55,16 @@ float vkumd_tanh(float x) {
     return x < 0.0 ? -t : t;
 }
 
+// The selects below pick a numerator, not a quotient: a SIMD driver runs both arms of a
+// divergent select, so `c ? a / d : b / d` written out is two divisions where
+// `(c ? a : b) / d` is one. The same single IEEE division either way, so the same bits
+// (tests/framework/test_activation_bits.py checks them against the two-division forms).
+// lavapipe 25's compiler already folded the two-division forms into one (the x86 code of a
+// silu kernel was the same either way, GALLIVM_DEBUG=asm), so there it changes no time;
+// written so, no compiler has to find the fold.
 float vkumd_sigmoid(float x) {
     float e = exp(-abs(x));
-    return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+    return (x >= 0.0 ? 1.0 : e) / (1.0 + e);
 }
 
 float vkumd_gelu(float x) {
@@ -66,7 +73,7 @@ float vkumd_gelu(float x) {
     // LP_NUM_THREADS=0, one erfc instead of two took a 4M-float gelu from 19.0 to 13.1 ms
     // of CPU time). The same operations as the two-armed form, so the same bits.
     float c = vkumd_erfc_nonneg(abs(x * 0.70710678118654752));
-    return x >= 0.0 ? 0.5 * x * (2.0 - c) : 0.5 * x * c;
+    return 0.5 * x * (x >= 0.0 ? 2.0 - c : c);
 }
 
 // 0.5 (1 + tanh u) = sigmoid(2u), written with exp of a non-positive argument: large |u|
@@ -74,14 +81,13 @@ float vkumd_gelu(float x) {
 float vkumd_gelu_tanh(float x) {
     float u = 0.79788456080286536 * (x + 0.044715 * x * x * x);
     float e = exp(-2.0 * abs(u));
-    return u >= 0.0 ? x / (1.0 + e) : x * e / (1.0 + e);
+    return (u >= 0.0 ? x : x * e) / (1.0 + e);
 }
 
 float vkumd_silu(float x) {
     // x * sigmoid(x), with the exponent kept non-positive for the same reason.
     float e = exp(-abs(x));
-    float sig = x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
-    return x * sig;
+    return x * ((x >= 0.0 ? 1.0 : e) / (1.0 + e));
 }
 
 float vkumd_activate(uint code, float x) {

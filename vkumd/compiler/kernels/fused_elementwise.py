@@ -10,6 +10,17 @@ per-input broadcast strides, packed by
 The activations are ``activation.glsl``'s and bfloat16 rounding is
 ``elementwise_types.glsl``'s, so a fused step computes what the eager kernel computes.
 
+The program is one GLSL function, ``compute``, called once per element. The ``VEC 4``
+variant also declares every buffer as an array of 4-vectors at the same binding and gives
+each invocation four consecutive elements: one vector load per input (or one element for an
+input whose bit is set in ``BCAST``: a broadcast along the last dimension), ``compute`` per
+component, one vector store; the last ``n % 4`` elements go one per invocation. It serves
+contiguous operands (``ndim`` 0), ``ndim`` 1 with strides 0 or 1, and rows a multiple of 4
+long (``ndim`` 2); the planner decides when it is valid
+(:func:`~vkumd.compiler.kernels.fused_elementwise_plan.vector_layout`). Every type is
+vectorised (``vec4``, ``f16vec4``, ``u16vec4`` for bfloat16, ``ivec4``, ``i8vec4``,
+``u8vec4``), converted componentwise as the scalar loads and stores convert.
+
 The text depends only on the program; element types are defines (``T0`` .. ``T{k-1}`` for
 the inputs, ``TOUT`` for the result), so a program makes one :class:`Kernel` (memoised here,
 never added to the global registry) and one pipeline per distinct program and dtypes. The
@@ -47,6 +58,16 @@ _LOADS = {"F32": ("float", "{e}"), "F16": ("float16_t", "float({e})"),
           "I8": ("int8_t", "float(int({e}))"), "U8": ("uint8_t", "float(uint({e}))")}
 _STORES = {"F32": ("float", "{v}"), "F16": ("float16_t", "float16_t({v})"),
            "BF16": ("uint16_t", "uint16_t(float_to_bf16({v}))")}
+# The same per four consecutive elements, for the vectorised variant (VEC == 4): one vector
+# load or store, converted componentwise (the same conversions as above, so the same bits).
+_LOADS4 = {"F32": ("vec4", "{e}"), "F16": ("f16vec4", "vec4({e})"),
+           "BF16": ("u16vec4", "uintBitsToFloat(uvec4({e}) << 16)"),
+           "I32": ("ivec4", "vec4({e})"), "I8": ("i8vec4", "vec4(ivec4({e}))"),
+           "U8": ("u8vec4", "vec4(uvec4({e}))")}
+_STORES4 = {"F32": ("vec4", "{v}"), "F16": ("f16vec4", "f16vec4({v})"),
+            "BF16": ("u16vec4", "u16vec4(float_to_bf16_4({v}))")}
+# Bytes of one element per type code: a vector of four is what the planner aligns.
+CODE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I32": 4, "I8": 1, "U8": 1}
 _BINARY = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})",
            "div": "({a} / {b})", "div_floor": "floor({a} / {b})", "div_trunc": "trunc({a} / {b})",
            "eq": "({a} == {b} ? 1.0 : 0.0)", "ne": "({a} != {b} ? 1.0 : 0.0)",
@@ -104,21 +125,110 @@ def _expression(step: Sequence[Any], inputs: int, count: int) -> str:
 
 
 def _buffers(inputs: int) -> list[str]:
+    # With VEC == 4 each buffer is also declared as an array of 4-vectors at the same binding
+    # (an alias): lavapipe turns every per-lane load into a gather, so one vector load per
+    # four elements costs far less than four scalar ones.
     lines = ["#define I8 5", "#define U8 6"]
     for i in range(inputs):
         for n, (code, (elem, load)) in enumerate(_LOADS.items()):
+            vector, load4 = _LOADS4[code]
             lines.append(f"#{'if' if n == 0 else 'elif'} T{i} == {code}")
             lines.append(f"layout(std430, binding = {i}) readonly buffer In{i} "
                          f"{{ {elem} x{i}[]; }};")
             lines.append(f"#define LOAD{i}(i) {load.format(e=f'x{i}[i]')}")
+            lines.append("#if VEC == 4")
+            lines.append(f"layout(std430, binding = {i}) readonly buffer In{i}v "
+                         f"{{ {vector} x{i}v[]; }};")
+            lines.append(f"#define LOAD4_{i}(q) {load4.format(e=f'x{i}v[q]')}")
+            lines.append("#endif")
         lines += ["#else", f'#error "T{i} must be F32, F16, BF16, I32, I8 or U8"', "#endif"]
     for n, (code, (elem, store)) in enumerate(_STORES.items()):
+        vector, store4 = _STORES4[code]
         lines.append(f"#{'if' if n == 0 else 'elif'} TOUT == {code}")
         lines.append(f"layout(std430, binding = {inputs}) writeonly buffer Out "
                      f"{{ {elem} result[]; }};")
         lines.append(f"#define STORE(v) {store.format(v='(v)')}")
+        lines.append("#if VEC == 4")
+        lines.append(f"layout(std430, binding = {inputs}) writeonly buffer Outv "
+                     f"{{ {vector} resultv[]; }};")
+        lines.append(f"#define STORE4(v) {store4.format(v='(v)')}")
+        lines.append("#endif")
     lines += ["#else", '#error "TOUT must be F32, F16 or BF16"', "#endif"]
     return lines
+
+
+def _vector_paths(inputs: int) -> list[str]:
+    """``main``'s vectorised paths (VEC == 4): each invocation computes four consecutive
+    output elements. Input ``i`` with bit ``i`` of ``BCAST`` set is one element per row
+    (stride 0 along the last dimension), loaded once and used for all four."""
+    dims = ELEMENTWISE_MAX_DIMS
+
+    def arg(i: int, vector: str, scalar: str) -> str:
+        return f"BCAST{i}(({scalar}), ({vector}))"
+
+    flat = ", ".join(arg(i, "q", "0u") for i in range(inputs))
+    tail = ", ".join(arg(i, "t", "0u") for i in range(inputs))
+    rows = ", ".join(arg(i, f"row * (r{i} / 4u) + col", f"row * r{i}") for i in range(inputs))
+    strides = [f"        uint r{i} = pc.stride[{i * dims}];" for i in range(inputs)]
+    return [
+        "#if VEC == 4",
+        "    // The planner chose this variant: ndim 0, or ndim 1 with strides 0 and 1 only, or",
+        "    // ndim 2 with rows a multiple of 4 long, column strides 0 or 1 and row strides of",
+        "    // the vector inputs multiples of 4. Elements past the last full four: one each.",
+        "    if (pc.ndim <= 1u) {",
+        "        uint quads = pc.n / 4u;",
+        "        for (uint q = VKUMD_FIRST_INDEX; q < quads; q += step) {",
+        f"            apply4(q, {flat});",
+        "        }",
+        "        uint t = quads * 4u + VKUMD_FIRST_INDEX;",
+        "        if (t < pc.n) {",
+        f"            apply(t, {tail});",
+        "        }",
+        "        return;",
+        "    }",
+        "    if (pc.ndim == 2u) {",
+        "        uint cols = pc.shape[1] / 4u;",
+        *strides,
+        "        uint first = VKUMD_FIRST_INDEX;",
+        "        uint row = first / cols;",
+        "        uint col = first - row * cols;",
+        "        uint step_rows = step / cols;",
+        "        uint step_cols = step - step_rows * cols;",
+        "        for (uint q = first; q < pc.n / 4u; q += step) {",
+        f"            apply4(q, {rows});",
+        "            col += step_cols;",
+        "            row += step_rows;",
+        "            if (col >= cols) {",
+        "                col -= cols;",
+        "                row += 1u;",
+        "            }",
+        "        }",
+        "        return;",
+        "    }",
+        "#endif",
+    ]
+
+
+def _vector_apply(inputs: int) -> list[str]:
+    """``apply4``: four elements from one vector load per input (or one broadcast element),
+    the program per component, one vector store."""
+    args = ", ".join(f"uint a{i}" for i in range(inputs))
+    loads = [f"    vec4 w{i} = BCAST{i}(vec4(LOAD{i}(a{i})), LOAD4_{i}(a{i}));"
+             for i in range(inputs)]
+    comps = ", ".join(f"compute({', '.join(f'w{i}.{c}' for i in range(inputs))})"
+                      for c in "xyzw")
+    bcast = []
+    for i in range(inputs):
+        bcast += [f"#if (BCAST & {1 << i}) != 0", f"#define BCAST{i}(s, v) s", "#else",
+                  f"#define BCAST{i}(s, v) v", "#endif"]
+    return ["#if VEC == 4", *bcast,
+            "uvec4 float_to_bf16_4(vec4 v) {",
+            "    return uvec4(float_to_bf16(v.x), float_to_bf16(v.y), float_to_bf16(v.z),",
+            "                 float_to_bf16(v.w));",
+            "}",
+            "",
+            f"void apply4(uint q, {args}) {{", *loads,
+            f"    resultv[q] = STORE4(vec4({comps}));", "}", "#endif"]
 
 
 def generate(program: Sequence[Sequence[Any]], inputs: int) -> str:
@@ -136,7 +246,8 @@ def generate(program: Sequence[Sequence[Any]], inputs: int) -> str:
     steps = [f"    float v{inputs + k} = {_expression(s, inputs, k)};  // {s[0]}"
              for k, s in enumerate(program)]
     args = ", ".join(f"uint i{i}" for i in range(inputs))
-    loads = [f"    float v{i} = LOAD{i}(i{i});" for i in range(inputs)]
+    params = ", ".join(f"float v{i}" for i in range(inputs))
+    loads = ", ".join(f"LOAD{i}(i{i})" for i in range(inputs))
     last = inputs + len(program) - 1
     flat = ", ".join("index" for _ in range(inputs))
     two_d = ", ".join(f"row * r{i} + col * c{i}" for i in range(inputs))
@@ -159,6 +270,12 @@ def generate(program: Sequence[Sequence[Any]], inputs: int) -> str:
         '#include "activation.glsl"',
         "",
         "layout(local_size_x_id = 0) in;",
+        "#ifndef VEC",
+        "#define VEC 1",
+        "#endif",
+        "#ifndef BCAST",
+        "#define BCAST 0",
+        "#endif",
         *_buffers(inputs),
         "",
         "layout(push_constant) uniform Shape {",
@@ -168,14 +285,21 @@ def generate(program: Sequence[Sequence[Any]], inputs: int) -> str:
         f"    uint stride[{dims * inputs}];",
         "} pc;",
         "",
-        f"void apply(uint index, {args}) {{",
-        *loads,
+        "// The program, shared by the scalar and vector paths (so they compute the same bits).",
+        f"float compute({params}) {{",
         *steps,
-        f"    result[index] = STORE(v{last});",
+        f"    return v{last};",
         "}",
+        "",
+        f"void apply(uint index, {args}) {{",
+        f"    result[index] = STORE(compute({loads}));",
+        "}",
+        "",
+        *_vector_apply(inputs),
         "",
         "void main() {",
         "    uint step = VKUMD_THREAD_COUNT;",
+        *_vector_paths(inputs),
         "    if (pc.ndim == 0u) {",
         "        for (uint index = VKUMD_FIRST_INDEX; index < pc.n; index += step) {",
         f"            apply(index, {flat});",
@@ -221,9 +345,10 @@ def _digest(program: Sequence[Sequence[Any]], inputs: int) -> str:
     return hashlib.sha256(repr((inputs, tuple(map(tuple, program)))).encode()).hexdigest()[:16]
 
 
-def _defines(inputs: int) -> dict[str, tuple[str, ...]]:
+def _defines(inputs: int) -> dict[str, tuple[Any, ...]]:
     types = {f"T{i}": tuple(FUSED_INPUT_CODES.values()) for i in range(inputs)}
-    return {**types, "TOUT": tuple(FUSED_OUTPUT_CODES.values())}
+    return {**types, "TOUT": tuple(FUSED_OUTPUT_CODES.values()), "VEC": (1, 4),
+            "BCAST": tuple(range(1 << inputs))}
 
 
 @functools.lru_cache(maxsize=1024)
@@ -231,7 +356,8 @@ def fused_kernel(program: tuple[tuple[Any, ...], ...], inputs: int) -> Kernel:
     """The generated kernel of ``program`` over ``inputs`` inputs (memoised per program).
 
     Buffers: the inputs, then the result. Variants: ``T0`` .. ``T{inputs-1}`` and ``TOUT``
-    (type codes) and the workgroup width.
+    (type codes), ``VEC`` (1, or 4 for four elements per invocation), ``BCAST`` (with
+    ``VEC`` 4: a bit per input broadcast along the last dimension) and the workgroup width.
 
     Raises:
         VkumdValueError: see :func:`generate`.
@@ -255,8 +381,13 @@ SAMPLE_PROGRAM = (
 def _sample_variants(caps: DeviceCaps) -> list[dict]:
     wide = ["F32"] + (["F16", "BF16"] if caps.storage_16bit else [])
     conds = ["I32"] + (["I8", "U8"] if caps.storage_8bit else [])
-    return [{"TOUT": t, "T0": t, "T1": wide[-1 - i % len(wide)], "T2": conds[i % len(conds)],
-             WORKGROUP: 64} for i, t in enumerate(wide)]
+    scalar = [{"TOUT": t, "T0": t, "T1": wide[-1 - i % len(wide)], "T2": conds[i % len(conds)],
+               WORKGROUP: 64} for i, t in enumerate(wide)]
+    # The vector variant with every input type (each vector alias), and with broadcasts.
+    vector = [{**v, "VEC": 4, "BCAST": 0 if i % 2 else 5} for i, v in enumerate(scalar)]
+    vector += [{"TOUT": "F32", "T0": "I32", "T1": c, "T2": c, "VEC": 4, "BCAST": 2,
+                WORKGROUP: 64} for c in conds[1:]]
+    return scalar + vector
 
 
 FUSED_ELEMENTWISE_SAMPLE = register(Kernel(
