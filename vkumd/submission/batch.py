@@ -94,6 +94,8 @@ class Batch:
         """Whether ``vkEndCommandBuffer`` was called (even if it failed): never call it twice."""
         self.on_retire: list[Callable[[], None]] = []
         self.last_kernel = ""
+        self.touched: set[tuple[Any, int]] = set()
+        """``(VkBuffer, offset)`` of every range a command of this batch reads or writes."""
         self._bound = None
         # What the last dispatch left bound: (layout, buffers) and (layout, push bytes).
         # A dispatch that would bind the same again skips the command -- bindings and push
@@ -101,6 +103,10 @@ class Batch:
         # which saves lavapipe executing them (0.4 us a set, 9 us a push-descriptor write).
         self._descriptors: tuple[Any, Any] | None = None
         self._push: tuple[Any, bytes] | None = None
+        # The last dispatch's buffers and writes with what was worked out from them (hazard
+        # keys, written keys, bytes): repeated launches over the same tensors, the common
+        # case, skip three per-dispatch allocations and loops.
+        self._last: tuple[Any, ...] | None = None
         if after_earlier_work:
             self.barrier()
 
@@ -109,26 +115,28 @@ class Batch:
         lib.vkCmdPipelineBarrier2(self.cmd, self.kind.between)
 
     def dispatch(self, program: Any, buffers: Sequence[BufferRange], push: bytes,
-                 groups: tuple[int, int, int], writes: Sequence[int],
-                 keys: Sequence[tuple[Any, int]] | None = None) -> bool:
+                 groups: tuple[int, int, int], writes: Sequence[int]) -> bool:
         """Record ``program`` over ``buffers`` with ``push`` constants and ``groups``.
-
-        ``keys`` are the buffers' ``(VkBuffer, offset)`` when the caller has them already.
 
         Returns:
             Whether a barrier was recorded before the dispatch.
         """
         layout = program.layout
-        binder = self.binder
+        last = self._last
+        if last is not None and last[0] == buffers and last[1] == writes:
+            keys, written, nbytes = last[2], last[3], last[4]
+        else:
+            keys = tuple(map(KEY, buffers))
+            written = tuple(map(keys.__getitem__, writes))
+            nbytes = sum(map(_SIZE, buffers))
+            last = None
         # Descriptors already bound to these buffers (pushed, or a set) need no preparing at
         # all. Within a batch equal handles name the same buffer: memory the batch uses is
         # neither freed nor reused before it completes.
         bound = self._descriptors
         rebind = bound is None or bound[0] is not layout or bound[1] != buffers
-        descriptor_set = binder.prepare(layout, buffers) if rebind else None
-        if keys is None:
-            keys = list(map(KEY, buffers))
-        hazard = self.hazards.access(keys, writes)
+        descriptor_set = self.binder.prepare(layout, buffers) if rebind else None
+        hazard = self.hazards.access(keys, written)
         pushed = self._push
         repush = push and (pushed is None or pushed[0] is not layout or pushed[1] != push)
         cmd = self.cmd
@@ -140,7 +148,7 @@ class Batch:
                 self._bound = program
             if rebind:
                 self._descriptors = None  # unknown until the command is recorded
-                binder.record(cmd, layout, len(buffers), descriptor_set)
+                self.binder.record(cmd, layout, len(buffers), descriptor_set)
                 # A tuple: a caller's list could change in place before the next dispatch.
                 self._descriptors = (layout, tuple(buffers))
             if repush:
@@ -151,9 +159,12 @@ class Batch:
         except BaseException as exc:
             self.broken = exc
             raise
+        if last is None:
+            self._last = (tuple(buffers), tuple(writes), keys, written, nbytes)
+            self.touched.update(keys)
         self.dispatches += 1
         self.last_kernel = program.name
-        self.bytes += sum(map(_SIZE, buffers))
+        self.bytes += nbytes
         return hazard
 
     def copy(self, src: BufferRange, dst: BufferRange, dst_offset: int = 0) -> None:
@@ -167,7 +178,8 @@ class Batch:
         region.srcOffset = src[1]
         region.dstOffset = dst[1] + dst_offset
         region.size = size
-        hazard = self.hazards.access(((src[0], src[1]), (dst[0], dst[1])), (1,))
+        keys = ((src[0], src[1]), (dst[0], dst[1]))
+        hazard = self.hazards.access(keys, keys[1:])
         try:
             if hazard:
                 self.barrier()
@@ -175,6 +187,7 @@ class Batch:
         except BaseException as exc:
             self.broken = exc
             raise
+        self.touched.update(keys)
         self.copies += 1
         self.bytes += size
 
