@@ -125,7 +125,8 @@ class Batch:
         rebind = binding is None or binding.layout is not layout or binding.buffers != buffers
         if rebind:
             binding = self.binder.prepare(layout, buffers)
-        hazard = self.hazards.access(binding.keys, binding.written_keys(writes))
+        written = binding.written if binding.writes == writes else binding.written_keys(writes)
+        hazard = self.hazards.access(binding.keys, written)
         pushed = self._push
         repush = push and (pushed is None or pushed[0] is not layout or pushed[1] != push)
         cmd = self.cmd
