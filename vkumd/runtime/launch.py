@@ -1,7 +1,9 @@
 """Running what the compiler layer planned: launches on the current stream, scratch from the pool.
 
 A context's :class:`Launcher` is what ``ctx.launch(launch)`` and ``ctx.run(plan, operands)``
-call: it checks a launch, finds its pipeline and records it on the current stream.
+call: it checks a launch, finds its pipeline and records it on the current stream. A
+one-launch plan (``FixedLaunch``) is checked once per context; after that a run only binds its
+operands and records.
 :func:`run_plan` is the one place a :class:`~vkumd.compiler.launch.LaunchPlan` meets memory:
 it allocates the plan's scratch, asks the plan for its launches and records them, then hands
 the scratch back to the pool, which frees it once the work that uses it has completed (or,
