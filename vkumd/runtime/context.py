@@ -146,7 +146,9 @@ class RuntimeContext(Handle):
         if self.released or self._closing:
             raise ContextClosed(f"{what} needs an open context, but its context was closed; "
                                 "create a new vkumd.Context")
-        self.device.health.check(what)
+        health = self.device.health
+        if health.lost is not None:  # every op checks: the healthy case costs no call
+            health.check(what)
 
     def allocate(self, size: int, usage: MemoryUsage = MemoryUsage.DEVICE,
                  zero: bool = False) -> Allocation:

@@ -1,7 +1,9 @@
 """Running what the compiler layer planned: launches on the current stream, scratch from the pool.
 
 A context's :class:`Launcher` is what ``ctx.launch(launch)`` and ``ctx.run(plan, operands)``
-call: it checks a launch, finds its pipeline and records it on the current stream.
+call: it checks a launch, finds its pipeline and records it on the current stream. A
+one-launch plan (``FixedLaunch``) is checked once per context; after that a run only binds its
+operands and records.
 :func:`run_plan` is the one place a :class:`~vkumd.compiler.launch.LaunchPlan` meets memory:
 it allocates the plan's scratch, asks the plan for its launches and records them, then hands
 the scratch back to the pool, which frees it once the work that uses it has completed (or,
@@ -10,9 +12,11 @@ during a capture, once the graph that recorded it is released).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from vkumd.compiler.kernels.elementwise_plan import FixedLaunch
 from vkumd.compiler.launch import BufferRange, Launch, LaunchPlan, Operand
 from vkumd.errors import VkumdValueError
 from vkumd.runtime.memory import Allocation
@@ -24,6 +28,7 @@ if TYPE_CHECKING:
 # Pipelines looked up by kernel variant (planners cache those, so identity is the key); past
 # this many the lookup table starts again rather than grow with variants made per call.
 MAX_PROGRAMS = 4096
+_BINDING = operator.attrgetter("binding")
 
 
 class ScratchBuffer:
@@ -76,6 +81,10 @@ class Launcher:
         self.current = current
         # kernel variant -> (pipeline, push-constant block size): one lookup per launch.
         self.programs: dict[Any, tuple[Any, int]] = {}
+        # id of a FixedLaunch plan -> (plan, pipeline, push, groups, writes), its push size
+        # checked: a planned op then costs one lookup, not a list of Launch tuples per call.
+        # The plan is kept in the value, so a recycled id cannot match.
+        self._fixed: dict[int, tuple[Any, Any, bytes, tuple[int, int, int], tuple[int, ...]]] = {}
 
     def _program(self, kernel_variant: Any) -> tuple[Any, int]:
         """The pipeline of ``kernel_variant`` and its push block's size (built on first use)."""
@@ -103,7 +112,26 @@ class Launcher:
 
     def run(self, plan: LaunchPlan, operands: Sequence[Any]) -> None:
         """Record a planner's launches for ``operands``, with the scratch memory the plan asks
-        for (see :func:`run_plan`)."""
+        for (see :func:`run_plan`).
+
+        Raises:
+            VkumdValueError: a launch's push constants are not the size of its kernel's block.
+            ContextClosed: the context was closed.
+        """
+        fixed = self._fixed.get(id(plan))
+        if fixed is None or fixed[0] is not plan:
+            if type(plan) is not FixedLaunch:
+                self._run_planned(plan, operands)
+                return
+            fixed = self._fix(plan)
+        try:
+            buffers = tuple(map(_BINDING, operands))
+        except AttributeError:  # an absent optional operand: FixedLaunch binds another one
+            buffers = plan.launches(operands, ())[0].buffers
+        self.current.current().dispatch(fixed[1], buffers, fixed[2], fixed[3], fixed[4])
+
+    def _run_planned(self, plan: LaunchPlan, operands: Sequence[Any]) -> None:
+        """:meth:`run` for any plan: its launches, and its scratch if it asks for some."""
         if plan.scratch:
             run_plan(self.context, plan, operands)
             return
@@ -114,6 +142,19 @@ class Launcher:
             if len(push) != found[1]:
                 _wrong_push(Launch(kernel_variant, buffers, push, groups, writes))
             self.current.current().dispatch(found[0], buffers, push, groups, writes)
+
+    def _fix(self, plan: FixedLaunch) -> tuple[Any, Any, bytes, tuple[int, int, int],
+                                                tuple[int, ...]]:
+        """Look up ``plan``'s pipeline and check its push constants once, for :meth:`run`."""
+        variant = plan.program
+        found = self.programs.get(variant) or self._program(variant)
+        if len(plan.push) != found[1]:
+            _wrong_push(Launch(variant, (), plan.push, plan.groups, plan.writes))
+        if len(self._fixed) >= MAX_PROGRAMS:
+            self._fixed.clear()
+        fixed = (plan, found[0], plan.push, plan.groups, tuple(plan.writes))
+        self._fixed[id(plan)] = fixed
+        return fixed
 
 
 def _wrong_push(launch: Launch) -> None:

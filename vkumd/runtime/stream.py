@@ -23,7 +23,7 @@ from vkumd.runtime import profiler
 from vkumd.runtime.event import Event, timeout_ns
 from vkumd.runtime.staging import upload_in_pieces
 from vkumd.runtime.uses import PRUNE_AT, MemoryKey, MemoryUses
-from vkumd.submission.batch import KEY, Batch
+from vkumd.submission.batch import Batch
 from vkumd.submission.descriptors import BufferRange
 from vkumd.submission.submitter import Submitter
 from vkumd.vk.binding import vk
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 DEFAULT_BATCH_DISPATCHES = 256
 DEFAULT_BATCH_BYTES = 256 << 20
 _BOTTOM = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
-
 
 
 class Stream:
@@ -102,8 +101,10 @@ class Stream:
         self._waiting = 0
         self._no_waiters = threading.Condition(self._lock)
         self.uses = MemoryUses()
-        self.dispatches = 0
-        self.barriers = 0
+        # Dispatches and hazard barriers of the batches already submitted or discarded; the
+        # open batch counts its own (two counters less per dispatch).
+        self._dispatched = 0
+        self._barriers = 0
         self.released = False
 
     def _check_usable(self, what: str) -> None:
@@ -111,6 +112,18 @@ class Stream:
         self.context.check_open(f"{what} on {self.name}")
         if self.released:
             raise VkumdError(f"{what}: {self.name} was released; create a new stream")
+
+    @property
+    def dispatches(self) -> int:
+        """Dispatches recorded on this stream so far."""
+        batch = self._batch
+        return self._dispatched + (batch.dispatches if batch is not None else 0)
+
+    @property
+    def barriers(self) -> int:
+        """Barriers recorded between dependent commands (none between independent ones)."""
+        batch = self._batch
+        return self._barriers + (batch.hazards.barriers if batch is not None else 0)
 
     # -- recording ------------------------------------------------------------------------
     @property
@@ -120,8 +133,9 @@ class Stream:
 
     def _open(self) -> Batch:
         self._check_usable("recording")
-        self._batch = self.submitter.begin()
-        return self._batch
+        batch = self._batch = self.submitter.begin()
+        self.uses.open_batch(batch.touched, self.recording_value)
+        return batch
 
     def dispatch(self, program: Any, buffers: Sequence[BufferRange], push: bytes,
                  groups: tuple[int, int, int], writes: Sequence[int] = ()) -> None:
@@ -143,15 +157,13 @@ class Stream:
                 self._check_usable("dispatching")
             batch = self._batch or self._open()
             prof = profiler.current
-            if prof is not None:
+            if prof is None:
+                batch.dispatch(program, buffers, push, groups, writes)
+            else:
                 start = prof.begin_dispatch(self, batch)
-            keys = list(map(KEY, buffers))
-            if batch.dispatch(program, buffers, push, groups, writes, keys):
-                self.barriers += 1
-            if prof is not None:
+                batch.dispatch(program, buffers, push, groups, writes)
                 prof.end_dispatch(self, batch, start, program.name, groups)
-            self.dispatches += 1
-            self.uses.mark(keys, self.submitter.timeline.submitted + 1)
+            # The memory the batch touches is marked as used when it is submitted.
             if (batch.dispatches >= self.max_batch_dispatches
                     or batch.bytes >= self.max_batch_bytes):
                 self._submit()
@@ -165,11 +177,8 @@ class Stream:
         with self._lock:
             self._check_usable("a copy")
             batch = self._batch or self._open()
-            barriers = batch.hazards.barriers
             batch.copy(src, dst, dst_offset)
-            self.barriers += batch.hazards.barriers - barriers
             value = self.recording_value
-            self.uses.mark(((src[0], src[1]), (dst[0], dst[1])), value)
             if batch.bytes >= self.max_batch_bytes:
                 self._submit()
         return value
@@ -187,7 +196,10 @@ class Stream:
         if batch is None:
             return self.submitter.timeline.submitted
         self._batch = None
+        self._dispatched += batch.dispatches
+        self._barriers += batch.hazards.barriers
         if batch.broken is not None:
+            self.uses.close_batch(None)
             self.submitter.discard(batch)
             raise VkumdError(
                 f"{self.name}: work recorded since the last submission was discarded, not "
@@ -196,6 +208,7 @@ class Stream:
                 from batch.broken
         waits = self._take_waits()
         if batch.empty and not waits:
+            self.uses.close_batch(None)
             self.submitter.discard(batch)
             return self.submitter.timeline.submitted
         try:
@@ -210,8 +223,10 @@ class Stream:
                 prof.host_event("submit", self.name, started, time.perf_counter_ns(),
                                 {"value": value, "dispatches": batch.dispatches})
         except BaseException:
+            self.uses.close_batch(None)
             self.submitter.discard(batch)
             raise
+        self.uses.close_batch(value)
         if len(self.uses) > PRUNE_AT:
             self.uses.prune(self.submitter.collect())
         return value

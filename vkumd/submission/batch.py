@@ -8,20 +8,16 @@ batch is marked broken and its owner discards it instead of submitting it.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from vkumd.submission.descriptors import BufferRange, DescriptorBinder
+from vkumd.submission.descriptors import Binding, BufferRange, DescriptorBinder
 from vkumd.submission.hazards import HazardTracker
 from vkumd.vk.binding import ffi, lib, vk
 from vkumd.vk.errors import check
 
 _COMPUTE = vk.VK_PIPELINE_BIND_POINT_COMPUTE
 _SHADER_STAGE = vk.VK_SHADER_STAGE_COMPUTE_BIT
-_SIZE = operator.itemgetter(2)
-KEY = operator.itemgetter(0, 1)
-"""A buffer range's hazard and memory-use key, ``(VkBuffer, offset)`` (in C, per range)."""
 
 
 def _dependency(stages: int, writes: int, dst_stages: int, dst_access: int) -> Any:
@@ -93,42 +89,44 @@ class Batch:
         self.ended = False
         """Whether ``vkEndCommandBuffer`` was called (even if it failed): never call it twice."""
         self.on_retire: list[Callable[[], None]] = []
-        self.last_kernel = ""
+        self.touched: set[tuple[Any, int]] = set()
+        """``(VkBuffer, offset)`` of every range a command of this batch reads or writes."""
         self._bound = None
-        # What the last dispatch left bound: (layout, buffers) and (layout, push bytes).
-        # A dispatch that would bind the same again skips the command -- bindings and push
+        # What the last dispatch left bound: its Binding and (layout, push bytes). A
+        # dispatch that would bind the same again skips the command -- bindings and push
         # constants persist across dispatches, barriers and pipelines of the same layout --
         # which saves lavapipe executing them (0.4 us a set, 9 us a push-descriptor write).
-        self._descriptors: tuple[Any, Any] | None = None
+        self._binding: Binding | None = None
         self._push: tuple[Any, bytes] | None = None
         if after_earlier_work:
             self.barrier()
+
+    @property
+    def last_kernel(self) -> str:
+        """The name of the last kernel dispatched ("" before the first)."""
+        return self._bound.name if self._bound is not None else ""
 
     def barrier(self) -> None:
         """Order every earlier command of the queue before every later one."""
         lib.vkCmdPipelineBarrier2(self.cmd, self.kind.between)
 
     def dispatch(self, program: Any, buffers: Sequence[BufferRange], push: bytes,
-                 groups: tuple[int, int, int], writes: Sequence[int],
-                 keys: Sequence[tuple[Any, int]] | None = None) -> bool:
+                 groups: tuple[int, int, int], writes: Sequence[int]) -> bool:
         """Record ``program`` over ``buffers`` with ``push`` constants and ``groups``.
-
-        ``keys`` are the buffers' ``(VkBuffer, offset)`` when the caller has them already.
 
         Returns:
             Whether a barrier was recorded before the dispatch.
         """
         layout = program.layout
-        binder = self.binder
         # Descriptors already bound to these buffers (pushed, or a set) need no preparing at
         # all. Within a batch equal handles name the same buffer: memory the batch uses is
         # neither freed nor reused before it completes.
-        bound = self._descriptors
-        rebind = bound is None or bound[0] is not layout or bound[1] != buffers
-        descriptor_set = binder.prepare(layout, buffers) if rebind else None
-        if keys is None:
-            keys = list(map(KEY, buffers))
-        hazard = self.hazards.access(keys, writes)
+        binding = self._binding
+        rebind = binding is None or binding.layout is not layout or binding.buffers != buffers
+        if rebind:
+            binding = self.binder.prepare(layout, buffers)
+        written = binding.written if binding.writes == writes else binding.written_keys(writes)
+        hazard = self.hazards.access(binding.keys, written)
         pushed = self._push
         repush = push and (pushed is None or pushed[0] is not layout or pushed[1] != push)
         cmd = self.cmd
@@ -139,10 +137,10 @@ class Batch:
                 lib.vkCmdBindPipeline(cmd, _COMPUTE, program.handle)
                 self._bound = program
             if rebind:
-                self._descriptors = None  # unknown until the command is recorded
-                binder.record(cmd, layout, len(buffers), descriptor_set)
-                # A tuple: a caller's list could change in place before the next dispatch.
-                self._descriptors = (layout, tuple(buffers))
+                self._binding = None  # unknown until the command is recorded
+                self.binder.record(cmd, binding)
+                self._binding = binding
+                self.touched.update(binding.keys)
             if repush:
                 self._push = None
                 lib.vkCmdPushConstants(cmd, layout.handle, _SHADER_STAGE, 0, len(push), push)
@@ -152,8 +150,7 @@ class Batch:
             self.broken = exc
             raise
         self.dispatches += 1
-        self.last_kernel = program.name
-        self.bytes += sum(map(_SIZE, buffers))
+        self.bytes += binding.nbytes
         return hazard
 
     def copy(self, src: BufferRange, dst: BufferRange, dst_offset: int = 0) -> None:
@@ -167,7 +164,8 @@ class Batch:
         region.srcOffset = src[1]
         region.dstOffset = dst[1] + dst_offset
         region.size = size
-        hazard = self.hazards.access(((src[0], src[1]), (dst[0], dst[1])), (1,))
+        keys = ((src[0], src[1]), (dst[0], dst[1]))
+        hazard = self.hazards.access(keys, keys[1:])
         try:
             if hazard:
                 self.barrier()
@@ -175,6 +173,7 @@ class Batch:
         except BaseException as exc:
             self.broken = exc
             raise
+        self.touched.update(keys)
         self.copies += 1
         self.bytes += size
 

@@ -16,6 +16,7 @@ a lock of its own.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -32,6 +33,53 @@ CACHED_SETS = 4 * SETS_PER_POOL
 _SCRATCH_BINDINGS = 8
 
 BufferRange = tuple[Any, int, int]  # (VkBuffer, offset, range)
+KEY = operator.itemgetter(0, 1)
+"""A buffer range's hazard and memory-use key, ``(VkBuffer, offset)`` (in C, per range)."""
+_SIZE = operator.itemgetter(2)
+_COMPUTE = vk.VK_PIPELINE_BIND_POINT_COMPUTE
+
+
+class Binding:
+    """One dispatch's buffers as bound to a layout, with what a batch derives from them.
+
+    A caching binder hands the same object out again for the same layout and buffers, so
+    the hazard keys, the byte count and the written keys are worked out once per set of
+    buffers, not once per dispatch.
+
+    Attributes:
+        layout: the compiler ``Layout`` bound to.
+        buffers: the ranges, in binding order (a tuple).
+        set: the pooled descriptor set; None for push descriptors.
+        keys: ``(VkBuffer, offset)`` of each range.
+        nbytes: the ranges' total size.
+        writes: the written indices :attr:`written` was made for (None: not yet).
+        written: the keys at ``writes``.
+    """
+
+    __slots__ = ("layout", "buffers", "set", "set_array", "keys", "nbytes", "writes",
+                 "written")
+
+    def __init__(self, layout: Any, buffers: tuple[BufferRange, ...], descriptor_set: Any,
+                 ) -> None:
+        self.layout = layout
+        self.buffers = buffers
+        self.set = descriptor_set
+        # vkCmdBindDescriptorSets takes an array; one per set spares a store per bind.
+        self.set_array = None
+        if descriptor_set is not None:
+            self.set_array = ffi.new("VkDescriptorSet[1]")
+            self.set_array[0] = descriptor_set
+        self.keys = tuple(map(KEY, buffers))
+        self.nbytes = sum(map(_SIZE, buffers))
+        self.writes: tuple[int, ...] | None = None
+        self.written: tuple[tuple[Any, int], ...] = ()
+
+    def written_keys(self, writes: Sequence[int]) -> tuple[tuple[Any, int], ...]:
+        """The keys of the ranges at indices ``writes`` (kept for the next call)."""
+        if writes != self.writes:
+            self.written = tuple(map(self.keys.__getitem__, writes))
+            self.writes = tuple(writes)
+        return self.written
 
 
 class DescriptorPool(Handle):
@@ -78,8 +126,8 @@ class DescriptorBinder:
     def __init__(self, device: Any, push_descriptors: bool, cache_sets: bool = False) -> None:
         self.device = device
         self.push_descriptors = push_descriptors
-        # (layout, buffers) -> (set, buffers); None: no caching (or push descriptors).
-        self._cache: dict[tuple[Any, Any], tuple[Any, Any]] | None = (
+        # (layout, buffers) -> their Binding; None: no caching (or push descriptors).
+        self._cache: dict[tuple[Any, Any], Binding] | None = (
             {} if cache_sets and not push_descriptors else None)
         self._cache_pools: list[DescriptorPool] = []  # hold the cached sets
         # Cache pools dropped from the cache, recycled with the next submission's pools: the
@@ -116,30 +164,29 @@ class DescriptorBinder:
         """How many descriptor pools the pooled path has created."""
         return len(self._pools)
 
-    def prepare(self, layout: Any, buffers: Sequence[BufferRange]) -> Any:
-        """Write ``buffers`` into the scratch structs (and a pooled set); return the set or None.
+    def prepare(self, layout: Any, buffers: Sequence[BufferRange]) -> Binding:
+        """Write ``buffers`` into the scratch structs (and a pooled set): their Binding.
 
         Everything that can fail happens here, before the caller records any command.
         """
+        buffers = buffers if type(buffers) is tuple else tuple(buffers)
         cache = self._cache
-        if cache is not None:
-            key = (layout, buffers if type(buffers) is tuple else tuple(buffers))
-            found = cache.get(key)
-            if found is not None:
-                # Equal handles are not enough: a destroyed VkBuffer's handle value may come
-                # back for a new buffer, which the set does not reference. The binding holds
-                # its block's handle object, so the same object means the same live buffer.
-                for mine, theirs in zip(found[1], key[1], strict=True):
-                    if mine[0] is not theirs[0]:
-                        break
-                else:
-                    return found[0]
-            if len(cache) >= CACHED_SETS:
-                self._retire_cache()  # before allocating: the new set stays in the cache
-            descriptor_set = self._write(layout, key[1], cached=True)
-            cache[key] = (descriptor_set, key[1])
-            return descriptor_set
-        return self._write(layout, buffers, cached=False)
+        if cache is None:
+            return Binding(layout, buffers, self._write(layout, buffers, cached=False))
+        key = (layout, buffers)
+        found = cache.get(key)
+        # Equal handles are not enough: a destroyed VkBuffer's handle value may come back
+        # for a new buffer, which the set does not reference. The entry holds the ranges it
+        # was made for, so the same range objects (a tensor's binding, made once) mean the
+        # same live buffers; otherwise the handle objects are compared.
+        if found is not None and (all(map(operator.is_, found.buffers, buffers))
+                                  or _same_handles(found.buffers, buffers)):
+            return found
+        if len(cache) >= CACHED_SETS:
+            self._retire_cache()  # before allocating: the new set stays in the cache
+        binding = Binding(layout, buffers, self._write(layout, buffers, cached=True))
+        cache[key] = binding
+        return binding
 
     def _retire_cache(self) -> None:
         """Empty the cache; its pools are recycled after the next submission completes."""
@@ -169,18 +216,18 @@ class DescriptorBinder:
         lib.vkUpdateDescriptorSets(self.device, n, writes, 0, NULL)
         return descriptor_set
 
-    def record(self, cmd: Any, layout: Any, n: int, descriptor_set: Any) -> None:
-        """Record the binding that :meth:`prepare` made ready (``n`` buffers)."""
+    def record(self, cmd: Any, binding: Binding) -> None:
+        """Record ``binding``, which :meth:`prepare` returned (for push descriptors: last)."""
         if self._push is not None:
-            self._push(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, layout.handle, 0, n, self._writes)
+            self._push(cmd, _COMPUTE, binding.layout.handle, 0, len(binding.buffers),
+                       self._writes)
             return
-        self._set_out[0] = descriptor_set
-        lib.vkCmdBindDescriptorSets(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, layout.handle, 0, 1,
-                                    self._set_out, 0, NULL)
+        lib.vkCmdBindDescriptorSets(cmd, _COMPUTE, binding.layout.handle, 0, 1,
+                                    binding.set_array, 0, NULL)
 
     def bind(self, cmd: Any, layout: Any, buffers: Sequence[BufferRange]) -> None:
         """Bind ``buffers`` to bindings 0..n-1 of set 0 of ``layout`` (a compiler Layout)."""
-        self.record(cmd, layout, len(buffers), self.prepare(layout, buffers))
+        self.record(cmd, self.prepare(layout, buffers))
 
     def _allocate(self, layout: Any, pools: list[DescriptorPool]) -> Any:
         """A set of ``layout`` from the last of ``pools``, which gains a pool when it is full."""
@@ -259,3 +306,8 @@ class DescriptorBinder:
         self._cache_pools.clear()
         if self._cache is not None:
             self._cache.clear()
+
+
+def _same_handles(cached: tuple[BufferRange, ...], buffers: tuple[BufferRange, ...]) -> bool:
+    """Whether equal ranges also hold the same VkBuffer handle objects."""
+    return all(mine[0] is theirs[0] for mine, theirs in zip(cached, buffers, strict=True))

@@ -72,44 +72,38 @@ class HazardTracker:
                         aliases.setdefault((buffer, other_start), set()).add((buffer, start))
         self._aliases = {k: frozenset(v) for k, v in aliases.items()} or None
 
-    def access(self, keys: Sequence[MemoryKey], writes: Sequence[int]) -> bool:
+    def access(self, keys: Sequence[MemoryKey], written: Sequence[MemoryKey]) -> bool:
         """Record one command's accesses; return whether a barrier must precede it.
 
         Args:
             keys: ``(VkBuffer, offset)`` of each range the command touches.
-            writes: indices into ``keys`` that it writes (the rest it only reads).
+            written: those of ``keys`` that it writes (the rest it only reads).
         """
-        reads, written = self._reads, self._writes
-        # Set operations run in C; only the (usually one) written range loops in Python.
-        hazard = not written.isdisjoint(keys)
-        if not hazard:
-            for i in writes:
-                if keys[i] in reads:
-                    hazard = True
-                    break
+        reads, writes = self._reads, self._writes
+        # Set operations run in C: a dispatch costs no Python loop here.
+        hazard = not (writes.isdisjoint(keys) and reads.isdisjoint(written))
         if not hazard and self._aliases is not None:
-            hazard = self._overlapping(keys, writes)
+            hazard = self._overlapping(keys, written)
         if hazard:
             reads.clear()
-            written.clear()
+            writes.clear()
             self.barriers += 1
         # A range both read and written lands in both sets; any later access of it then
         # finds it written, which is the hazard it is.
         reads.update(keys)
-        for i in writes:
-            written.add(keys[i])
+        writes.update(written)
         return hazard
 
-    def _overlapping(self, keys: Sequence[MemoryKey], writes: Sequence[int]) -> bool:
+    def _overlapping(self, keys: Sequence[MemoryKey], written: Sequence[MemoryKey]) -> bool:
         """Whether an access conflicts through a declared overlap (the slow path)."""
         aliases = self._aliases
         assert aliases is not None
-        for i, key in enumerate(keys):
+        for key in keys:
             others = aliases.get(key)
             if others is None:
                 continue
             if not self._writes.isdisjoint(others):
                 return True
-            if i in writes and not self._reads.isdisjoint(others):
+            if key in written and not self._reads.isdisjoint(others):
                 return True
         return False

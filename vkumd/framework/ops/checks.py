@@ -52,8 +52,10 @@ def check_pair(op: str, a: Any, b: Any, what_a: str = "the first operand",
         VkumdTypeError, ContextClosed, VkumdValueError: as :func:`check_tensor` and
             :func:`check_context`, in that order.
     """
+    # A tensor with a binding is live and non-empty: a plain attribute read, where
+    # ``released`` is a property call (empty tensors take the full checks).
     if (isinstance(a, Tensor) and isinstance(b, Tensor) and a.context is b.context
-            and not a.released and not b.released):
+            and a.binding is not None and b.binding is not None):
         context = a.context
         context.check_open(op)
         return context

@@ -256,9 +256,13 @@ def _binary(op: str, a: Any, b: Any, out: Tensor | None, kernel_op: str) -> Tens
             _BINARY_PLANS.clear()
         _BINARY_PLANS[key] = known
     _, out_shape, plan = known
-    out = output(op, context, out, out_shape, dtype)
-    if out.size == 0:
-        return out
+    # A live, non-empty out= of the right shape and dtype (the common case) is what
+    # output() would accept, checked without its call; anything else goes through it.
+    if not (isinstance(out, Tensor) and out.context is context and out.binding is not None
+            and out.shape == out_shape and out.dtype is dtype):
+        out = output(op, context, out, out_shape, dtype)
+        if out.size == 0:
+            return out
     context.run(plan, (a, b, out))
     return out
 
