@@ -71,7 +71,8 @@ layout(push_constant) uniform AttentionParams {
     uint split_keys;   // keys per split
     // Element strides over (batch, head, seq) of q, of k and v (which share a shape and a
     // layout) and of out; head_dim is contiguous. [b, h, s, d] and [b, s, h, d] are two
-    // settings of the same kernel (attn_row below). The mask keeps its own strides above.
+    // settings of the same kernel (attn_q_row and the others below). The mask keeps its own
+    // strides above.
     uint q_sb;
     uint q_sh;
     uint q_ss;

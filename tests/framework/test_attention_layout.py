@@ -9,6 +9,7 @@ poisoned with NaN first. Every path a lane runs is covered: tiled (LANE_ROWS = 1
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -17,7 +18,8 @@ from conftest import require_coopmat
 from test_attention import NP, TOL, reference, rel_error
 
 import vkumd
-from vkumd.compiler.kernels.attention_plan import LAYOUTS, AttentionProblem
+from vkumd.compiler.kernels.attention import ATTENTION_PUSH
+from vkumd.compiler.kernels.attention_plan import LAYOUTS, AttentionProblem, attention_plan
 from vkumd.framework.ops.attention import attention, attention_path, choose_path
 
 COMBOS = list(itertools.product(LAYOUTS, LAYOUTS))
@@ -120,6 +122,15 @@ def test_strides_of_the_two_layouts() -> None:
     p = AttentionProblem(2, 6, 3, 5, 7, 8, "float32", "bshd", "bhsd")
     # q [2, 5, 6, 8], k/v [2, 7, 3, 8], out [2, 6, 5, 8]
     assert p.strides() == (240, 8, 48, 168, 8, 24, 240, 40, 8)
+
+
+def test_the_push_block_fits_every_device_and_is_checked(ctx) -> None:
+    assert ATTENTION_PUSH.size <= 128  # the least maxPushConstantsSize Vulkan allows
+    p = AttentionProblem(1, 2, 2, 3, 3, 8, "float32", "bshd", "bshd")
+    small = dataclasses.replace(ctx.caps, max_push_constants_size=ATTENTION_PUSH.size - 4)
+    with pytest.raises(vkumd.CapabilityMissing, match="bytes of push constants"):
+        attention_plan(small, p, scale=1.0, flags=0, mask_strides=(0, 0, 0, 0))
+    assert attention_plan(ctx.caps, p, scale=1.0, flags=0, mask_strides=(0, 0, 0, 0))
 
 
 def test_bad_layouts(ctx) -> None:

@@ -11,6 +11,7 @@ from fusion_checks import ops_of, same_reference
 from test_compile_e2e import WEIGHTS, block, block_numpy, compiled_twice, f32
 
 import vkumd
+from vkumd.framework import ops
 from vkumd.framework.execute import CompiledGraph
 from vkumd.framework.graph import PASSES, GraphBuilder, run_passes
 from vkumd.framework.graph.attention_layout import fold_attention_layouts
@@ -173,3 +174,28 @@ def test_the_bert_block_loses_its_permutes(ctx) -> None:
     assert rel(got, want) < 1e-5
     assert rel(eager, want) < 1e-5
     assert rel(got, eager) < 1e-5
+
+
+def test_a_traced_bshd_attention_compiles_as_it_runs_eagerly(ctx) -> None:
+    """ops.attention(..., layout=, out_layout=) traces to a node with those attributes."""
+    def fn(q, k, v):
+        return ops.attention(q, k, v, causal=True, layout="bshd", out_layout="bhsd") * 2.0
+
+    rng = np.random.default_rng()
+    feeds = {"q": random(rng, 2, 11, 4, 16), "k": random(rng, 2, 13, 2, 16),
+             "v": random(rng, 2, 13, 2, 16)}
+    tensors = {name: ctx.tensor(a) for name, a in feeds.items()}
+    cf = vkumd.compile(fn, tensors, ctx=ctx)
+    got = compiled_twice(cf, tensors)[0]
+    node = the_attention(cf.graph)
+    assert attention_layouts(node.attrs) == ("bshd", "bhsd")
+    eager = fn(**tensors).numpy()
+    bhsd = {n: a.transpose(0, 2, 1, 3).astype(np.float64) for n, a in feeds.items()}
+    k, v = (np.repeat(bhsd[n], 2, axis=1) for n in "kv")  # 4 query heads on 2 kv heads
+    scores = bhsd["q"] @ k.transpose(0, 1, 3, 2) / 4.0  # 1 / sqrt(16)
+    scores[..., np.arange(13)[None, :] > np.arange(11)[:, None] + 2] = -np.inf
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    want = 2.0 * (p / p.sum(-1, keepdims=True)) @ v
+    assert got.shape == (2, 4, 11, 16)
+    assert rel(got, want) < 1e-5
+    assert rel(eager, want) < 1e-5
