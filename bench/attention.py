@@ -2,13 +2,15 @@
 
 Usage: python bench/attention.py [--repeats N] [--seqs 128 256 ...] [--heads 12]
                                  [--head-dim 64] [--batch 1] [--dtype float32]
-                                 [--paths auto tiled ...] [--no-ceiling] [--json PATH]
+                                 [--paths auto tiled auto:bshd ...] [--no-ceiling] [--json PATH]
 
 Three ways to compute ``softmax(Q K^T / sqrt(d) [+ causal mask]) V`` on
 ``[batch, heads, seq, head_dim]``:
 
 * fused: ``vkumd.ops.attention`` (one kernel; scores never leave the workgroup), through each
-  of ``--paths`` (``auto``: the planner's choice; or forced, e.g. ``tiled lane_keys``);
+  of ``--paths`` (``auto``: the planner's choice; or forced, e.g. ``tiled decode``), each in
+  ``[batch, heads, seq, head_dim]`` or, written ``PATH:bshd``, on ``[batch, seq, heads,
+  head_dim]`` copies of the same data (``layout="bshd"`` in and out);
 * unfused: ``vkumd.ops.matmul`` (Q K^T, ``trans_b``, scaled), ``vkumd.ops.softmax`` (in place,
   with a ``[seq, seq]`` additive ``-inf`` mask when causal), ``vkumd.ops.matmul`` (P V). Its
   scores are ``batch * heads * seq^2`` floats; when they would pass the device's
@@ -134,12 +136,28 @@ def measure(ctx: vkumd.Context, host: tuple[np.ndarray, ...], tensors: tuple[vku
     q, k, v = host
     tq, tk, tv = tensors
     seq = q.shape[2]
+    swapped: dict[str, vkumd.Tensor] = {}
+    if any(p.endswith(":bshd") for p in args.paths):
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            swapped[name] = ctx.tensor(np.ascontiguousarray(x.transpose(0, 2, 1, 3)), args.dtype)
+        swapped["out"] = ctx.empty(tuple(swapped["q"].shape), args.dtype)
 
-    def timed(path: str) -> Callable[[], None]:
+    def timed(spec: str) -> Callable[[], None]:
+        path, _, layout = spec.partition(":")
+        if layout == "bshd":
+            a, b, c, o = swapped["q"], swapped["k"], swapped["v"], swapped["out"]
+        else:
+            a, b, c, o = tq, tk, tv, out
+
         def run() -> None:
-            attention_path(path, tq, tk, tv, causal=causal, out=out)
+            attention_path(path, a, b, c, causal=causal, out=o, layout=layout or "bhsd")
             ctx.synchronize()
         return run
+
+    def result(spec: str) -> np.ndarray:
+        if spec.endswith(":bshd"):
+            return swapped["out"].numpy().transpose(0, 2, 1, 3)
+        return out.numpy()
 
     unfused = Unfused(ctx, q, k, v, args.dtype, causal)
 
@@ -155,7 +173,7 @@ def measure(ctx: vkumd.Context, host: tuple[np.ndarray, ...], tensors: tuple[vku
         row: dict = {"seq": seq, "causal": causal, "path": choose_path(tq, tk), "fused": {}}
         for path in args.paths:
             timed(path)()  # compile and warm up before timing
-            row["fused"][path] = {"rel_error": _rel(out.numpy(), expected)}
+            row["fused"][path] = {"rel_error": _rel(result(path), expected)}
         timed_unfused()
         row["unfused_rel_error"] = _rel(unfused.result(), expected)
         # Interleaved, so that a change in the other tenants' load hits every side alike.
@@ -182,13 +200,15 @@ def measure(ctx: vkumd.Context, host: tuple[np.ndarray, ...], tensors: tuple[vku
             unfused.mask.nbytes if unfused.mask is not None else 0)
     finally:
         unfused.release()
+        for t in swapped.values():
+            t.release()
     return row
 
 
 def _print_row(row: dict, peak: float | None) -> None:
     for path, f in row["fused"].items():
         ceil = f"{f['gflops'] / peak:>6.3f}" if peak else f"{'-':>6}"
-        print(f"{row['seq']:>5} {str(row['causal']):>6} {path:>9} {f['ms']:>9.2f} "
+        print(f"{row['seq']:>5} {str(row['causal']):>6} {path:>10} {f['ms']:>9.2f} "
               f"{f['range_ms'][0]:>7.1f}-{f['range_ms'][1]:<7.1f} {f['gflops']:>7.2f} {ceil} "
               f"{row['unfused_ms']:>10.2f} {row['unfused_gflops']:>7.2f} "
               f"{f['unfused_over_fused']:>9.2f} {row['numpy_ms']:>9.2f} "
@@ -205,7 +225,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--dtype", choices=["float32", "float16"], default="float32")
     parser.add_argument("--paths", nargs="+", default=["auto"],
-                        help="fused paths to time: auto (the planner's) or forced ones")
+                        help="fused paths to time: auto (the planner's) or forced ones; "
+                             "PATH:bshd runs it on [batch, seq, heads, head_dim] operands")
     parser.add_argument("--no-ceiling", action="store_true",
                         help="skip measuring the driver's multiply-add ceiling")
     parser.add_argument("--json", help="write the rows as JSON here")
@@ -222,7 +243,7 @@ def main() -> None:
         if peak is not None:
             print(f"ceiling (loads-free mul+add loop, bench/ceiling.py): {peak['gflops']:.1f} "
                   "GFLOP/s")
-        header = (f"{'seq':>5} {'causal':>6} {'path':>9} {'fused ms':>9} {'range ms':>15} "
+        header = (f"{'seq':>5} {'causal':>6} {'path':>10} {'fused ms':>9} {'range ms':>15} "
                   f"{'GFLOP/s':>7} {'/ceil':>6} {'unfused ms':>10} {'GFLOP/s':>7} "
                   f"{'unf/fused':>9} {'numpy ms':>9} {'fusedMiB':>8} {'unf MiB':>8} "
                   f"{'rel err':>8}")

@@ -19,6 +19,11 @@ layout(push_constant) uniform CombineParams {
     uint count;   // output rows * chunks
     uint chunks;  // head_dim / 4
     uint splits;
+    uint Hq;      // query heads
+    uint Lq;      // query length
+    uint o_sb;    // out's element strides over (batch, head, seq); head_dim is contiguous
+    uint o_sh;
+    uint o_ss;
 } pc;
 
 void main() {
@@ -49,5 +54,9 @@ void main() {
             weight += w * stats.y;
         }
     }
-    o4[row * pc.chunks + c] = ELEM4(weight > 0.0 ? total / weight : vec4(0.0));
+    // The scratch rows are [b, h, s] row-major; out may be [b, h, s, d] or [b, s, h, d].
+    uint i = row % pc.Lq;
+    uint bh = row / pc.Lq;
+    uint dst = ((bh / pc.Hq) * pc.o_sb + (bh % pc.Hq) * pc.o_sh + i * pc.o_ss) / 4u + c;
+    o4[dst] = ELEM4(weight > 0.0 ? total / weight : vec4(0.0));
 }

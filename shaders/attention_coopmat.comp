@@ -12,7 +12,8 @@
 //
 //   start  each subgroup loads its rows of Q into RB * HDP / TK cooperative-matrix A
 //          fragments, held in registers for the whole key sweep: straight from memory when
-//          the workgroup's rows are all real and head_dim needs no padding, else staged
+//          the workgroup's rows are all real, head_dim needs no padding and each TM-row
+//          block is one strided matrix (inside one head, or [b, h, s, d]), else staged
 //          through shared memory (zero-padded), one subgroup after the other.
 //   per key tile of BC keys (only up to the last key any of the workgroup's rows can see):
 //     1. the whole workgroup stages the K and V tiles into shared memory, 128-bit global
@@ -164,6 +165,15 @@ void causal_range(uint r0, uint n, out int full, out int end) {
     end = max(hi + pc.causal_offset + 1, 0);
 }
 
+// First element of row r (a (query head, query index) pair, see attention_common.glsl) of
+// key/value head kvh's group in Q and in O, through their strides.
+uint q_row(uint b, uint kvh, uint r) {
+    return attn_q_row(b, kvh * pc.group + r / pc.Lq, r % pc.Lq);
+}
+uint o_row(uint b, uint kvh, uint r) {
+    return attn_o_row(b, kvh * pc.group + r / pc.Lq, r % pc.Lq);
+}
+
 // Orders this subgroup's shared-memory writes (by lanes or cooperative-matrix stores) before
 // its lanes' reads. Called where every subgroup of the workgroup gets to it (never in control
 // flow that differs between subgroups): lavapipe runs a subgroup barrier as a workgroup one.
@@ -184,9 +194,8 @@ void main() {
     float neg_inf = attn_neg_inf();
     bool causal = (pc.flags & ATTN_CAUSAL) != 0u;
     bool has_mask = (pc.flags & ATTN_MASK) != 0u;
-    // First element of this key/value head's rows in Q and O, and of its K and V.
-    uint row_base = ((b * pc.Hq + kvh * pc.group) * pc.Lq) * HD;
-    uint kv_base = (b * pc.Hkv + kvh) * pc.Lk * HD;
+    // First element of this key/value head's K and V.
+    uint kv_base = attn_kv_head(b, kvh);
 
     // Key ranges (uniform in the subgroup; wg_end in the workgroup): the workgroup loads keys
     // [0, wg_end); this subgroup computes on keys [0, sg_end) and needs per-element masks
@@ -211,13 +220,18 @@ void main() {
     // Q into A fragments: straight from memory when every row of the workgroup is real and
     // head_dim needs no padding (uniform), else staged (zero-padded) through rows [0, SROWS)
     // of sKV, one subgroup after the other.
-    bool direct = VEC == 8u && HD == HDP && wrow0 + NSG * SROWS <= pc.rows;
+    // A block of TM rows is one matrix of row stride q_ss (o_ss) when it stays inside one
+    // query head (blocks start at multiples of TM) or when the heads' rows follow each other
+    // at that stride too ([b, h, s, d]).
+    bool heads_follow = pc.q_sh == pc.Lq * pc.q_ss && pc.o_sh == pc.Lq * pc.o_ss;
+    bool direct = VEC == 8u && HD == HDP && wrow0 + NSG * SROWS <= pc.rows
+                  && (pc.Lq % TM == 0u || heads_follow);
     MAT_A qf[RB * NQ];
     if (direct) {
         [[unroll]] for (uint rb = 0u; rb < RB; ++rb) {
             [[unroll]] for (uint d = 0u; d < NQ; ++d) {
-                coopMatLoad(qf[rb * NQ + d], qh, (row_base + (srow0 + rb * TM) * HD + d * TK) / 4u,
-                            HD / 4u, gl_CooperativeMatrixLayoutRowMajor);
+                coopMatLoad(qf[rb * NQ + d], qh, (q_row(b, kvh, srow0 + rb * TM) + d * TK) / 4u,
+                            pc.q_ss / 4u, gl_CooperativeMatrixLayoutRowMajor);
             }
         }
     } else {
@@ -230,7 +244,7 @@ void main() {
                     uint c = i % CPR;
                     if (r < SROWS) {
                         bool inside = srow0 + r < pc.rows && c < HDC;
-                        stage(0u, inside, (row_base + (srow0 + r) * HD) / VEC + c,
+                        stage(0u, inside, q_row(b, kvh, srow0 + r) / VEC + c,
                               r * KSTR + c * SUB4);
                     }
                 }
@@ -273,7 +287,7 @@ void main() {
             if (r < BC) {
                 uint j = j0 + r;
                 bool inside = j < wg_end && c < HDC;
-                uint src = (kv_base + j * HD) / VEC + c;
+                uint src = (kv_base + j * pc.kv_ss) / VEC + c;
                 stage(1u, inside, src, r * KSTR + c * SUB4);
                 stage(2u, inside, src, (BC + r) * KSTR + c * SUB4);
             }
@@ -420,8 +434,8 @@ void main() {
         [[unroll]] for (uint rb = 0u; rb < RB; ++rb) {
             [[unroll]] for (uint n = 0u; n < NO; ++n) {
                 MAT_H oh = MAT_H(of[rb * NO + n]);
-                coopMatStore(oh, oh4, (row_base + (srow0 + rb * TM) * HD + n * TN) / 4u, HD / 4u,
-                             gl_CooperativeMatrixLayoutRowMajor);
+                coopMatStore(oh, oh4, (o_row(b, kvh, srow0 + rb * TM) + n * TN) / 4u,
+                             pc.o_ss / 4u, gl_CooperativeMatrixLayoutRowMajor);
             }
         }
         return;
@@ -445,7 +459,7 @@ void main() {
                 uint c = i % HDC;
                 if (r < SROWS && srow0 + r < pc.rows) {
                     uint src = r * KSTR + c * SUB4;
-                    uint dst = (row_base + (srow0 + r) * HD) / VEC + c;
+                    uint dst = o_row(b, kvh, srow0 + r) / VEC + c;
                     f16vec4 lo = sKV[src];
                     if (VEC == 8u) {
                         f16vec4 hi = sKV[src + 1u];

@@ -142,7 +142,7 @@ void main() {
     float row_max[RPL];
     float row_sum[RPL];
     [[unroll]] for (uint r = 0u; r < RPL; ++r) {
-        uint qbase = ((b * pc.Hq + head[r]) * pc.Lq + uint(qi[r])) * C4;
+        uint qbase = attn_q_row(b, head[r], uint(qi[r])) / 4u;
         [[unroll]] for (uint c = 0u; c < C4; ++c) {
             qreg[r * C4 + c] = vec4(q4[qbase + c]) * pc.scale_log2;
             acc[r * C4 + c] = vec4(0.0);
@@ -151,7 +151,8 @@ void main() {
         row_sum[r] = 0.0;
     }
 
-    uint kv_base = (b * pc.Hkv + kvh) * pc.Lk * C4;
+    uint kv_base = attn_kv_head(b, kvh) / 4u;
+    uint kv_step = pc.kv_ss / 4u;  // chunks from one key's row to the next
     for (uint j0 = 0u; j0 < key_end; j0 += KT1) {
         // Keys past key_end are clamped to a real one (its data is finite where the valid
         // keys are) and masked below.
@@ -165,7 +166,7 @@ void main() {
         [[unroll]] for (uint kk = 0u; kk < KT1; ++kk) {
             uint j = min(j0 + kk, key_end - 1u);
             [[unroll]] for (uint t = 0u; t < CPL; ++t) {
-                kc[kk * CPL + t] = LOAD_K(kv_base + j * C4 + min(t * SG + lane, C4 - 1u));
+                kc[kk * CPL + t] = LOAD_K(kv_base + j * kv_step + min(t * SG + lane, C4 - 1u));
             }
         }
         [[unroll]] for (uint c = 0u; c < C4; ++c) {
@@ -213,7 +214,7 @@ void main() {
         [[unroll]] for (uint kk = 0u; kk < KT1; ++kk) {
             uint j = min(j0 + kk, key_end - 1u);
             [[unroll]] for (uint t = 0u; t < CPL; ++t) {
-                vc[kk * CPL + t] = LOAD_V(kv_base + j * C4 + min(t * SG + lane, C4 - 1u));
+                vc[kk * CPL + t] = LOAD_V(kv_base + j * kv_step + min(t * SG + lane, C4 - 1u));
             }
         }
         [[unroll]] for (uint c = 0u; c < C4; ++c) {
@@ -228,11 +229,11 @@ void main() {
 
     [[unroll]] for (uint r = 0u; r < RPL; ++r) {
         if (live[r]) {
-            uint orow = (b * pc.Hq + head[r]) * pc.Lq + uint(qi[r]);
+            uint obase = attn_o_row(b, head[r], uint(qi[r])) / 4u;
             // A row with every key masked has row_sum == 0 and outputs zeros.
             float inv = row_sum[r] > 0.0 ? 1.0 / row_sum[r] : 0.0;
             [[unroll]] for (uint c = 0u; c < C4; ++c) {
-                o4[orow * C4 + c] = ELEM4(acc[r * C4 + c] * inv);
+                o4[obase + c] = ELEM4(acc[r * C4 + c] * inv);
             }
         }
     }
@@ -283,7 +284,7 @@ void main() {
     float row_max[ROWS];
     float row_sum[ROWS];  // this lane's share; summed over the subgroup at the end
     for (uint r = 0u; r < ROWS; ++r) {
-        uint qbase = ((b * pc.Hq + head[r]) * pc.Lq + uint(qi[r])) * C4;
+        uint qbase = attn_q_row(b, head[r], uint(qi[r])) / 4u;
         for (uint t = 0u; t < CPL; ++t) {
             uint c = lane + SG * t;
             vec4 x = vec4(0.0);
@@ -297,14 +298,15 @@ void main() {
         row_sum[r] = 0.0;
     }
 
-    uint kv_base = (b * pc.Hkv + kvh) * pc.Lk * C4;
+    uint kv_base = attn_kv_head(b, kvh) / 4u;
+    uint kv_step = pc.kv_ss / 4u;
     for (uint j0 = key_begin; j0 < key_end; j0 += KT) {
         // Scores of this lane's KPL keys against every row.
         float s[ROWS * KPL];
         uint kbase[KPL];
         for (uint kk = 0u; kk < KPL; ++kk) {
             uint j = min(j0 + kk * SG + lane, pc.Lk - 1u);  // clamped: masked below
-            kbase[kk] = kv_base + j * C4;
+            kbase[kk] = kv_base + j * kv_step;
             for (uint r = 0u; r < ROWS; ++r) {
                 s[r * KPL + kk] = 0.0;
             }
@@ -378,7 +380,7 @@ void main() {
                 vec4 vv[CPL];
                 for (uint t = 0u; t < CPL; ++t) {
                     uint c = lane + SG * t;
-                    vv[t] = c < C4 ? LOAD_V(kv_base + j * C4 + c) : vec4(0.0);
+                    vv[t] = c < C4 ? LOAD_V(kv_base + j * kv_step + c) : vec4(0.0);
                 }
                 for (uint r = 0u; r < ROWS; ++r) {
                     float pj = subgroupBroadcast(p[r * KPL + kk], src);
@@ -395,8 +397,10 @@ void main() {
         if (!live[r]) {
             continue;
         }
-        uint orow = (b * pc.Hq + head[r]) * pc.Lq + uint(qi[r]);
         if (SPLIT != 0u) {
+            // The scratch is [b, h, s] row-major whatever the layout; the combine step
+            // writes out through its strides.
+            uint orow = (b * pc.Hq + head[r]) * pc.Lq + uint(qi[r]);
             uint base = (orow * pc.splits + split) * (C4 + 1u);
             for (uint t = 0u; t < CPL; ++t) {
                 uint c = lane + SG * t;
@@ -410,10 +414,11 @@ void main() {
         } else {
             // A row with every key masked has total == 0 and outputs zeros.
             float inv = total > 0.0 ? 1.0 / total : 0.0;
+            uint obase = attn_o_row(b, head[r], uint(qi[r])) / 4u;
             for (uint t = 0u; t < CPL; ++t) {
                 uint c = lane + SG * t;
                 if (c < C4) {
-                    o4[orow * C4 + c] = ELEM4(acc[r * CPL + t] * inv);
+                    o4[obase + c] = ELEM4(acc[r * CPL + t] * inv);
                 }
             }
         }

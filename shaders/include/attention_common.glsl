@@ -11,6 +11,10 @@
 //   j >= key_end            -> masked (key_end folds key_lengths[b], the split's end, Lk)
 //   causal and j > i + causal_offset (= Lk - Lq: bottom-right alignment) -> masked
 //   additive mask           -> score += mask[b * sb + h * sh + i * si + j * sj]
+// Addressing: row (b, head, i) of a tensor starts at element b * sb + head * sh + i * ss with
+// that tensor's strides (push constants: q_*, kv_* shared by K and V, o_*); its head_dim
+// elements follow contiguously. The host sets [b, h, s, d] or [b, s, h, d] strides.
+//
 // Scores are kept in log2 units (scaled by scale * log2(e)) so that exp2 does the softmax.
 // A row whose every key is masked has no maximum; it outputs zeros.
 //
@@ -65,7 +69,33 @@ layout(push_constant) uniform AttentionParams {
     uint mask_sj;
     uint splits;       // key splits (flash-decoding); 1 otherwise
     uint split_keys;   // keys per split
+    // Element strides over (batch, head, seq) of q, of k and v (which share a shape and a
+    // layout) and of out; head_dim is contiguous. [b, h, s, d] and [b, s, h, d] are two
+    // settings of the same kernel (attn_q_row and the others below). The mask keeps its own
+    // strides above.
+    uint q_sb;
+    uint q_sh;
+    uint q_ss;
+    uint kv_sb;
+    uint kv_sh;
+    uint kv_ss;
+    uint o_sb;
+    uint o_sh;
+    uint o_ss;
 } pc;
+#endif
+
+#ifndef ATTN_NO_PARAMS
+// First element of row (b, head, i) of q and of out; of key/value head kvh's rows of k and v.
+uint attn_q_row(uint b, uint head, uint i) {
+    return b * pc.q_sb + head * pc.q_sh + i * pc.q_ss;
+}
+uint attn_o_row(uint b, uint head, uint i) {
+    return b * pc.o_sb + head * pc.o_sh + i * pc.o_ss;
+}
+uint attn_kv_head(uint b, uint kvh) {
+    return b * pc.kv_sb + kvh * pc.kv_sh;
+}
 #endif
 
 float attn_neg_inf() {

@@ -33,8 +33,13 @@ ATTENTION_KEY_TILE = 4
 ATTENTION_PUSH = PushLayout("k_addr:u64", "v_addr:u64", "B:u32", "Hq:u32", "Hkv:u32", "Lq:u32",
                             "Lk:u32", "group:u32", "rows:u32", "scale_log2:f32",
                             "causal_offset:i32", "flags:u32", "mask_sb:u32", "mask_sh:u32",
-                            "mask_si:u32", "mask_sj:u32", "splits:u32", "split_keys:u32")
-COMBINE_PUSH = PushLayout("count:u32", "chunks:u32", "splits:u32")
+                            "mask_si:u32", "mask_sj:u32", "splits:u32", "split_keys:u32",
+                            "q_sb:u32", "q_sh:u32", "q_ss:u32", "kv_sb:u32", "kv_sh:u32",
+                            "kv_ss:u32", "o_sb:u32", "o_sh:u32", "o_ss:u32")
+# K and V share one set of strides (they have one shape and one layout): 120 bytes in all,
+# inside the 128 every Vulkan device guarantees (a stride set each would be 132).
+COMBINE_PUSH = PushLayout("count:u32", "chunks:u32", "splits:u32", "Hq:u32", "Lq:u32",
+                          "o_sb:u32", "o_sh:u32", "o_ss:u32")
 
 
 def _types(caps: DeviceCaps) -> list[str]:

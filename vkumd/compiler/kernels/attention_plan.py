@@ -46,6 +46,10 @@ from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 from vkumd.vk.caps import DeviceCaps
 
 PATHS = ("tiled", "decode", "coopmat")
+# Operand layouts: "bhsd" is [batch, heads, seq, head_dim] (PyTorch's SDPA), "bshd" is
+# [batch, seq, heads, head_dim] (flash-attn's). The kernels take any (batch, head, seq)
+# element strides with head_dim contiguous; these are the two the op offers.
+LAYOUTS = ("bhsd", "bshd")
 # Queries at most this long (per key/value head, times the group) may take the decode path.
 DECODE_MAX_QUERIES = 8
 # A decode split covers at least this many keys; fewer would spend more on the combine step.
@@ -60,11 +64,13 @@ _GRID_ADVICE = "Split the batch or the sequence"
 
 @dataclass(frozen=True)
 class AttentionProblem:
-    """The sizes of one attention call (``[batch, heads, seq, head_dim]`` operands).
+    """The sizes of one attention call.
 
     Attributes:
         batch, q_heads, kv_heads, q_len, k_len, head_dim: the operands' dimensions.
         dtype: ``"float32"`` or ``"float16"``.
+        layout: q's, k's and v's layout, one of :data:`LAYOUTS`.
+        out_layout: the output's layout, one of :data:`LAYOUTS`.
     """
 
     batch: int
@@ -74,6 +80,20 @@ class AttentionProblem:
     k_len: int
     head_dim: int
     dtype: str
+    layout: str = "bhsd"
+    out_layout: str = "bhsd"
+
+    def strides(self) -> tuple[int, ...]:
+        """Element strides over (batch, head, seq) of q, of k and v, and of out (the push
+        constants' q_*, kv_*, o_* members), for contiguous tensors in their layouts."""
+        def of(layout: str, heads: int, seq: int) -> tuple[int, int, int]:
+            d = self.head_dim
+            if layout == "bshd":
+                return seq * heads * d, d, heads * d
+            return heads * seq * d, seq * d, d
+        return (*of(self.layout, self.q_heads, self.q_len),
+                *of(self.layout, self.kv_heads, self.k_len),
+                *of(self.out_layout, self.q_heads, self.q_len))
 
     @property
     def group(self) -> int:
@@ -239,8 +259,14 @@ def _plan(caps: DeviceCaps, p: AttentionProblem, path: str, block: CoopmatBlock 
           scale: float, flags: int, strides: tuple[int, int, int, int], splits: int,
           split_keys: int, wide: bool, _knobs: tuple) -> AttentionLaunchPlan:
     code = ATTENTION_CODES[p.dtype]
+    if ATTENTION_PUSH.size > caps.max_push_constants_size:
+        raise CapabilityMissing(f"attention: its kernels take {ATTENTION_PUSH.size} bytes of "
+                                f"push constants; {caps.name} allows "
+                                f"{caps.max_push_constants_size}")
+    layout_strides = p.strides()
     head = (p.batch, p.q_heads, p.kv_heads, p.q_len, p.k_len, p.group, p.rows,
-            scale * math.log2(math.e), p.k_len - p.q_len, flags, *strides, splits, split_keys)
+            scale * math.log2(math.e), p.k_len - p.q_len, flags, *strides, splits, split_keys,
+            *layout_strides)
     limits = caps.max_workgroup_count
     if path == "coopmat":
         assert block is not None
@@ -273,7 +299,8 @@ def _plan(caps: DeviceCaps, p: AttentionProblem, path: str, block: CoopmatBlock 
     return AttentionLaunchPlan(
         caps, head, ATTENTION_TILED.specialize(variant), groups, (0, 1, 2, 3, 4, 5, 6), 6,
         scratch=(out_rows * splits * (chunks + 1) * 4 * 4,), combine=combine,
-        combine_push=COMBINE_PUSH.pack(count, chunks, splits),
+        combine_push=COMBINE_PUSH.pack(count, chunks, splits, p.q_heads, p.q_len,
+                                       *layout_strides[6:]),
         combine_groups=grid_for(count, COMBINE_WORKGROUP, limits[0]))
 
 

@@ -94,7 +94,8 @@ def _attention(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     q, k, v, key_lengths, mask = ins
     at = attrs_of(node)
     ops.attention(q, k, v, causal=at["causal"], key_lengths=key_lengths, attn_mask=mask,
-                  scale=at["scale"], out=outs[0])
+                  scale=at["scale"], out=outs[0], layout=at["layout"],
+                  out_layout=at["out_layout"])
 
 
 def _softmax(node: Node, ins: list[Any], outs: list[Tensor]) -> None:

@@ -74,8 +74,10 @@ class OpMethods:
 
     def attention(self, q: Value, k: Value, v: Value, *, causal: bool = False,
                   key_lengths: Value | None = None, attn_mask: Value | None = None,
-                  scale: float | None = None) -> Value:
-        """``softmax(q @ k^T * scale + attn_mask) @ v`` over ``[b, h, s, d]``.
+                  scale: float | None = None, layout: str = "bhsd",
+                  out_layout: str | None = None) -> Value:
+        """``softmax(q @ k^T * scale + attn_mask) @ v`` over ``[b, h, s, d]`` (or
+        ``[b, s, h, d]`` operands, ``layout="bshd"``).
 
         Args:
             q: ``[batch, q_heads, q_len, head_dim]``, float32 or float16.
@@ -85,16 +87,20 @@ class OpMethods:
             key_lengths: int32 ``[batch]``; keys at or past the length are masked.
             attn_mask: additive, broadcastable to ``[batch, q_heads, q_len, k_len]``.
             scale: multiplies the scores (default ``1 / sqrt(head_dim)``).
+            layout: ``"bhsd"`` (the shapes above) or ``"bshd"``: q, k and v are
+                ``[batch, seq, heads, head_dim]``; the mask's meaning is unchanged.
+            out_layout: the output's layout (None: ``layout``).
 
         Returns:
-            q's shape and dtype.
+            q's dtype; ``[batch, q_heads, q_len, head_dim]`` or in ``out_layout``.
 
         Raises:
             GraphError: not 4-D, batch/head_dim mismatch, heads not divisible, a bad
                 key_lengths or mask. GraphTypeError: dtypes other than float32/float16.
         """
         return self._apply("attention", [q, k, v, key_lengths, attn_mask],
-                           {"causal": causal, "scale": scale})
+                           {"causal": causal, "scale": scale, "layout": layout,
+                            "out_layout": out_layout})
 
     # -- elementwise -----------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from vkumd.errors import VkumdValueError
+from vkumd.framework.graph.attention_layout import fold_attention_layouts
 from vkumd.framework.graph.constant_folding import fold_constants
 from vkumd.framework.graph.cse import eliminate_common_subexpressions
 from vkumd.framework.graph.dce import eliminate_dead_code
@@ -33,6 +34,7 @@ PASSES: dict[str, Pass] = {
     "cse": eliminate_common_subexpressions,
     "transpose_folding": fold_transposes,
     "attention_fusion": fuse_attention,
+    "attention_layout": fold_attention_layouts,
     "epilogue_fusion": fuse_epilogue,
     "add_norm_fusion": fuse_add_layer_norm,
     "elementwise_fusion": fuse_elementwise,
@@ -42,11 +44,12 @@ PASSES: dict[str, Pass] = {
 # what fusion and folding orphaned. Transposes fold into matmul flags before fusion, so
 # attention fusion sees ``q @ k.transpose(-2, -1)`` in the form it matches.
 CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "cse", "transpose_folding")
-# Fusion: attention first (epilogue fusion would take its mask add as a residual), then the
-# GEMM epilogues (a residual stored with the product beats re-reading it in the norm), then
-# residual + norm, elementwise last, so it takes only what the pattern fusions left.
-FUSION: tuple[str, ...] = ("attention_fusion", "epilogue_fusion", "add_norm_fusion",
-                           "elementwise_fusion")
+# Fusion: attention first (epilogue fusion would take its mask add as a residual), then its
+# heads/sequence permutes folded into its layouts, then the GEMM epilogues (a residual stored
+# with the product beats re-reading it in the norm), then residual + norm, elementwise last,
+# so it takes only what the pattern fusions left.
+FUSION: tuple[str, ...] = ("attention_fusion", "attention_layout", "epilogue_fusion",
+                           "add_norm_fusion", "elementwise_fusion")
 PIPELINE: tuple[str, ...] = (*CLEANUP, *FUSION, "dce")
 
 

@@ -20,6 +20,7 @@ from vkumd.errors import VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.graph.errors import GraphError
 from vkumd.framework.graph.rules_fused import STEP_ARITY
+from vkumd.framework.graph.rules_tensor import attention_layouts
 from vkumd.framework.graph.shapes import OPS
 
 if TYPE_CHECKING:
@@ -206,6 +207,9 @@ def _matmul(args: Arrays, attrs: dict[str, Any], shapes: list[tuple[int, ...]]
 def _attention(args: Arrays, attrs: dict[str, Any], shapes: list[tuple[int, ...]]
                ) -> list[np.ndarray]:
     q, k, v, lengths, mask = args
+    layout, out_layout = attention_layouts(attrs)
+    if layout == "bshd":
+        q, k, v = (np.swapaxes(x, 1, 2) for x in (q, k, v))
     _, heads, q_len, dim = q.shape
     group = heads // k.shape[1]
     k = np.repeat(k, group, axis=1)
@@ -222,7 +226,8 @@ def _attention(args: Arrays, attrs: dict[str, Any], shapes: list[tuple[int, ...]
         scores = np.where(cols[None, None, None, :] >= limit, -np.inf, scores)
     if mask is not None:
         scores = scores + mask
-    return [np.matmul(softmax_rows(scores), v)]
+    out = np.matmul(softmax_rows(scores), v)
+    return [np.ascontiguousarray(np.swapaxes(out, 1, 2)) if out_layout == "bshd" else out]
 
 
 @_ref("fused_elementwise")

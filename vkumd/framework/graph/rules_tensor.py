@@ -34,6 +34,32 @@ from vkumd.framework.graph.symbols import DimTable
 
 MATMUL_DTYPES = ("float32", "float16", "bfloat16", "int8")
 ATTENTION_DTYPES = ("float32", "float16")
+# Mirrors vkumd.compiler.kernels.attention_plan.LAYOUTS: "bhsd" is [batch, heads, seq,
+# head_dim], "bshd" [batch, seq, heads, head_dim].
+ATTENTION_LAYOUTS = ("bhsd", "bshd")
+
+
+def swap_heads_seq(shape: tuple[Any, ...], layout: str) -> tuple[Any, ...]:
+    """An attention operand's ``shape`` in ``layout`` as [batch, heads, seq, head_dim], or
+    a [b, h, s, d] shape as ``layout`` has it (the swap is its own inverse)."""
+    if layout == "bshd":
+        return (shape[0], shape[2], shape[1], shape[3])
+    return tuple(shape)
+
+
+def attention_layouts(attrs: dict[str, Any]) -> tuple[str, str]:
+    """An attention node's input and output layouts (``out_layout`` None: the input's).
+
+    Raises:
+        VkumdValueError: a layout not in :data:`ATTENTION_LAYOUTS`.
+    """
+    layout, out_layout = attrs.get("layout", "bhsd"), attrs.get("out_layout")
+    out_layout = layout if out_layout is None else out_layout
+    for name, value in (("layout", layout), ("out_layout", out_layout)):
+        if not isinstance(value, str) or value not in ATTENTION_LAYOUTS:
+            raise VkumdValueError(f"attention: unknown {name} {value!r}; choose one of "
+                                  f"{list(ATTENTION_LAYOUTS)}")
+    return layout, out_layout
 
 
 def axis_of(op: str, axis: Any, ndim: int) -> int:
@@ -101,14 +127,15 @@ def _matmul(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorTyp
 
 
 @register("attention", ("q", "k", "v", "key_lengths?", "attn_mask?"),
-          {"causal": False, "scale": None})
+          {"causal": False, "scale": None, "layout": "bhsd", "out_layout": None})
 def _attention(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
     q, k, v, key_lengths, mask = ins
     assert q is not None and k is not None and v is not None
+    layout, out_layout = attention_layouts(attrs)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim != 4:
-            raise VkumdValueError(f"attention: {name} must be 4-D [batch, heads, seq, "
-                                  f"head_dim], got {format_shape(t.shape)}")
+            raise VkumdValueError(f"attention: {name} must be 4-D (layout {layout!r}), got "
+                                  f"{format_shape(t.shape)}")
     dt = same_dtype("attention", ("q", q), ("k", k), ("v", v))
     if dt.name not in ATTENTION_DTYPES:
         raise VkumdTypeError(f"attention: q is {dt.name}; attention takes "
@@ -119,13 +146,14 @@ def _attention(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tensor
     if not dims.same_shape(k.shape, v.shape):
         raise VkumdValueError(f"attention: k and v must have the same shape, got "
                               f"{format_shape(k.shape)} and {format_shape(v.shape)}")
-    batch, q_heads, q_len, head_dim = q.shape
+    q_shape, k_shape = swap_heads_seq(q.shape, layout), swap_heads_seq(k.shape, layout)
+    batch, q_heads, q_len, head_dim = q_shape
     if not dims.same(k.shape[0], batch):
         raise VkumdValueError(f"attention: q has batch {batch} and k/v have {k.shape[0]}")
-    if not dims.same(k.shape[3], head_dim):
+    if not dims.same(k_shape[3], head_dim):
         raise VkumdValueError(f"attention: q has head_dim {head_dim} and k/v have "
-                              f"{k.shape[3]}; they must match")
-    kv_heads = dims.resolve(k.shape[1])
+                              f"{k_shape[3]}; they must match")
+    kv_heads = dims.resolve(k_shape[1])
     heads = dims.resolve(q_heads)
     if isinstance(kv_heads, int) and isinstance(heads, int):
         if kv_heads < 1 or heads % kv_heads:
@@ -143,11 +171,11 @@ def _attention(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tensor
         if mask.dtype.name not in ATTENTION_DTYPES:
             raise VkumdTypeError(f"attention: attn_mask is {mask.dtype.name}; it must be "
                                  "float32 or float16")
-        scores = (batch, q_heads, q_len, k.shape[2])
+        scores = (batch, q_heads, q_len, k_shape[2])
         if not dims.same_shape(dims.broadcast(mask.shape, scores), scores):
             raise VkumdValueError(f"attention: attn_mask {format_shape(mask.shape)} does not "
                                   f"broadcast to the scores' {format_shape(scores)}")
-    return [q]
+    return [TensorType(swap_heads_seq(q_shape, out_layout), q.dtype)]
 
 
 def _permutation(op: str, order: Any, ndim: int) -> list[int]:

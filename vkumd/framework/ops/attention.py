@@ -27,9 +27,12 @@ rescaled as the maximum grows). Three paths compute the same function:
 (tests and benchmarks use it).
 
 Conventions:
-    * Tensors are ``[batch, heads, seq, head_dim]``. Key/value heads may be fewer than query
-      heads (grouped-query attention) if they divide them: query head ``h`` reads key/value
-      head ``h // (q_heads // kv_heads)``.
+    * Tensors are ``[batch, heads, seq, head_dim]`` (``layout="bhsd"``, PyTorch's
+      ``scaled_dot_product_attention``) or ``[batch, seq, heads, head_dim]``
+      (``layout="bshd"``, flash-attn's); the kernels read and write either directly, so no
+      permute is needed around the call. ``out_layout`` may differ from ``layout``.
+      Key/value heads may be fewer than query heads (grouped-query attention) if they divide
+      them: query head ``h`` reads key/value head ``h // (q_heads // kv_heads)``.
     * ``causal`` with ``q_len != k_len`` is aligned bottom-right, as PyTorch's
       ``scaled_dot_product_attention`` with a bottom-right causal mask and flash-attn do: query
       ``i`` sees keys ``j <= i + k_len - q_len``. So the last query sees every key, which is
@@ -56,6 +59,7 @@ from vkumd.compiler.kernels.attention_plan import (
     FLAG_CAUSAL,
     FLAG_KEY_LENGTHS,
     FLAG_MASK,
+    LAYOUTS,
     PATHS,
     AttentionProblem,
 )
@@ -70,7 +74,9 @@ from vkumd.framework.ops.checks import (
 )
 from vkumd.framework.tensor import Tensor
 
-__all__ = ["PATHS", "attention", "attention_path", "choose_path"]
+__all__ = ["LAYOUTS", "PATHS", "attention", "attention_path", "choose_path"]
+
+_LAYOUT_NAMES = {"bhsd": "[batch, heads, seq, head_dim]", "bshd": "[batch, seq, heads, head_dim]"}
 
 
 # -- argument checks ------------------------------------------------------------------------
@@ -80,14 +86,28 @@ def _check_tensor(t: Any, what: str) -> Tensor:
     return check_tensor("attention", t, what)
 
 
-def _check_inputs(q: Any, k: Any, v: Any) -> AttentionProblem:
+def _check_layout(layout: Any, what: str) -> str:
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise VkumdValueError(f"attention: unknown {what} {layout!r}; choose one of "
+                              f"{list(LAYOUTS)} ('bhsd': {_LAYOUT_NAMES['bhsd']}, 'bshd': "
+                              f"{_LAYOUT_NAMES['bshd']})")
+    return layout
+
+
+def _bhsd(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """``shape`` in ``layout`` as (batch, heads, seq, head_dim)."""
+    return (shape[0], shape[2], shape[1], shape[3]) if layout == "bshd" else shape
+
+
+def _check_inputs(q: Any, k: Any, v: Any, layout: str = "bhsd",
+                  out_layout: str = "bhsd") -> AttentionProblem:
     q, k, v = _check_tensor(q, "q"), _check_tensor(k, "k"), _check_tensor(v, "v")
     if k.context is not q.context or v.context is not q.context:
         raise VkumdValueError("attention: q, k and v belong to different contexts")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim != 4:
-            raise VkumdValueError(f"attention: {name} must be 4-D [batch, heads, seq, head_dim], "
-                                  f"got shape {t.shape}")
+            raise VkumdValueError(f"attention: {name} must be 4-D {_LAYOUT_NAMES[layout]} "
+                                  f"(layout={layout!r}), got shape {t.shape}")
     if q.dtype.name not in ATTENTION_CODES:
         raise VkumdTypeError(f"attention: q is {q.dtype.name}; attention takes float32 or "
                              "float16 (cast with vkumd.ops.cast)")
@@ -97,8 +117,8 @@ def _check_inputs(q: Any, k: Any, v: Any) -> AttentionProblem:
     if k.shape != v.shape:
         raise VkumdValueError(f"attention: k and v must have the same shape, got {k.shape} and "
                               f"{v.shape}")
-    batch, q_heads, q_len, head_dim = q.shape
-    k_batch, kv_heads, k_len, k_dim = k.shape
+    batch, q_heads, q_len, head_dim = _bhsd(q.shape, layout)
+    k_batch, kv_heads, k_len, k_dim = _bhsd(k.shape, layout)
     if k_batch != batch:
         raise VkumdValueError(f"attention: q has batch {batch} and k/v have {k_batch}")
     if k_dim != head_dim:
@@ -114,7 +134,8 @@ def _check_inputs(q: Any, k: Any, v: Any) -> AttentionProblem:
                               "80, 96, 128); pad q, k and v with zeros to the next multiple "
                               "of 4 and pass scale=1/sqrt(original head_dim)")
     check_storage("attention", q.dtype, q.context)
-    return AttentionProblem(batch, q_heads, kv_heads, q_len, k_len, head_dim, q.dtype.name)
+    return AttentionProblem(batch, q_heads, kv_heads, q_len, k_len, head_dim, q.dtype.name,
+                            layout, out_layout)
 
 
 def _check_scale(scale: Any, head_dim: int) -> float:
@@ -184,20 +205,23 @@ def _mask_strides(attn_mask: Any, p: AttentionProblem, ctx: Any
     return cast(attn_mask, "float32"), tuple(strides), True
 
 
-def _check_out(out: Any, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    return output("attention", q.context, out, q.shape, q.dtype, (q, k, v))
+def _check_out(out: Any, p: AttentionProblem, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    shape = _bhsd((p.batch, p.q_heads, p.q_len, p.head_dim), p.out_layout)
+    return output("attention", q.context, out, shape, q.dtype, (q, k, v))
 
 
 # -- the path -------------------------------------------------------------------------------
 
 
-def choose_path(q: Tensor, k: Tensor, v: Tensor | None = None) -> str:
+def choose_path(q: Tensor, k: Tensor, v: Tensor | None = None, *, layout: str = "bhsd") -> str:
     """The path :func:`attention` takes for these operands: one of :data:`PATHS`.
 
     Args:
-        q: query tensor ``[batch, heads, q_len, head_dim]``.
-        k: key tensor ``[batch, kv_heads, k_len, head_dim]``.
+        q: query tensor ``[batch, heads, q_len, head_dim]`` (``layout="bshd"``:
+            ``[batch, q_len, heads, head_dim]``).
+        k: key tensor ``[batch, kv_heads, k_len, head_dim]`` (or as q's layout says).
         v: value tensor (defaults to ``k``'s shape and dtype for the checks).
+        layout: one of :data:`LAYOUTS`, as for :func:`attention`.
 
     Returns:
         ``"decode"`` for short queries against keys long enough to split, ``"coopmat"`` for
@@ -209,19 +233,22 @@ def choose_path(q: Tensor, k: Tensor, v: Tensor | None = None) -> str:
         VkumdTypeError, VkumdValueError: the operands are not valid attention inputs, or
             ``VKUMD_ATTENTION_COOPMAT_BLOCK`` is malformed or does not fit.
     """
-    p = _check_inputs(q, k, k if v is None else v)
+    layout = _check_layout(layout, "layout")
+    p = _check_inputs(q, k, k if v is None else v, layout, layout)
     return planner.choose_path(q.context.caps, p)
 
 
 def attention_path(path: str, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
                    key_lengths: Any = None, attn_mask: Tensor | None = None,
                    scale: float | None = None, out: Tensor | None = None,
-                   splits: int | None = None) -> Tensor:
+                   splits: int | None = None, layout: str = "bhsd",
+                   out_layout: str | None = None) -> Tensor:
     """:func:`attention` through a chosen path instead of :func:`choose_path`'s.
 
     Args:
         path: ``"auto"`` or one of :data:`PATHS`.
-        q, k, v, causal, key_lengths, attn_mask, scale, out: as for :func:`attention`.
+        q, k, v, causal, key_lengths, attn_mask, scale, out, layout, out_layout: as for
+            :func:`attention`.
         splits: key splits for ``"decode"`` (default: the heuristic's choice, at least 2);
             ignored by the other paths.
 
@@ -237,10 +264,12 @@ def attention_path(path: str, q: Tensor, k: Tensor, v: Tensor, *, causal: bool =
         raise VkumdValueError(f"attention: unknown path {path!r}; choose 'auto' or one of "
                               f"{list(PATHS)}")
     check_bool("attention", causal, "causal")
-    p = _check_inputs(q, k, v)
+    layout = _check_layout(layout, "layout")
+    out_layout = layout if out_layout is None else _check_layout(out_layout, "out_layout")
+    p = _check_inputs(q, k, v, layout, out_layout)
     ctx = q.context
     scale_value = _check_scale(scale, p.head_dim)
-    out = _check_out(out, q, k, v)
+    out = _check_out(out, p, q, k, v)
     if p.q_len == 0 or p.batch == 0 or p.q_heads == 0:
         return out
     if p.k_len == 0:
@@ -275,8 +304,10 @@ def attention_path(path: str, q: Tensor, k: Tensor, v: Tensor, *, causal: bool =
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, key_lengths: Any = None,
               attn_mask: Tensor | None = None, scale: float | None = None,
-              out: Tensor | None = None) -> Tensor:
-    """Fused ``softmax(q @ k^T * scale + attn_mask) @ v`` over ``[batch, heads, seq, head_dim]``.
+              out: Tensor | None = None, layout: str = "bhsd",
+              out_layout: str | None = None) -> Tensor:
+    """Fused ``softmax(q @ k^T * scale + attn_mask) @ v`` over ``[batch, heads, seq, head_dim]``
+    or ``[batch, seq, heads, head_dim]`` operands.
 
     No ``seq x seq`` buffer is ever allocated: memory is the inputs, the output and, on the
     decode path, a scratch of ``batch * heads * q_len * splits * (head_dim + 4)`` floats.
@@ -294,18 +325,27 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, key_leng
         attn_mask: additive float32 or float16 mask broadcastable to
             ``[batch, q_heads, q_len, k_len]``; ``-inf`` masks a key.
         scale: multiplies the scores; default ``1 / sqrt(head_dim)``.
-        out: optional tensor of q's shape and dtype to write.
+        out: optional tensor to write: the output's shape (below) and q's dtype.
+        layout: ``"bhsd"`` (the shapes above) or ``"bshd"``: q, k and v are
+            ``[batch, seq, heads, head_dim]`` (flash-attn's convention), read in place. The
+            mask keeps its ``[batch, q_heads, q_len, k_len]`` meaning in both.
+        out_layout: the output's layout (default: ``layout``); a graph whose output feeds a
+            permute to ``[batch, seq, heads, head_dim]`` writes that directly.
 
     Returns:
-        ``out`` (or a new tensor): q's shape and dtype. Rows whose keys are all masked are 0.
+        ``out`` (or a new tensor) of q's dtype, ``[batch, q_heads, q_len, head_dim]`` or, for
+        ``out_layout="bshd"``, ``[batch, q_len, q_heads, head_dim]``. Rows whose keys are all
+        masked are 0.
 
     Raises:
         VkumdTypeError: non-tensor operands, dtypes other than float32/float16 or that differ,
             an int32-less key_lengths tensor, a non-number scale, a non-bool causal.
         VkumdValueError: not 4-D, batch or head_dim mismatch, heads not divisible, head_dim not
             a multiple of 4 in [4, 256], bad key_lengths length or values, a mask that does
-            not broadcast, a bad out=, tensors from other contexts.
+            not broadcast, a bad out=, tensors from other contexts, a layout or out_layout
+            not in :data:`LAYOUTS`.
         CapabilityMissing: float16 on a device without 16-bit storage.
     """
     return attention_path("auto", q, k, v, causal=causal, key_lengths=key_lengths,
-                          attn_mask=attn_mask, scale=scale, out=out)
+                          attn_mask=attn_mask, scale=scale, out=out, layout=layout,
+                          out_layout=out_layout)
