@@ -723,3 +723,26 @@ def test_int8_without_capability(ctx) -> None:
 
     with pytest.raises(CapabilityMissing, match="int8 needs"):
         _check_dtype(NoInt8(), dtypes.int8)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("m, n, k", [(37, 53, 29), (4, 9, 6000), (130, 70, 260)])
+def test_out_may_be_the_residual(ctx, m: int, n: int, k: int, dtype: str) -> None:
+    # The memory planner writes a matmul over its dying residual; every variant (and the
+    # split-K combine at 4x9x6000) must read each residual element before writing it.
+    if dtype == "float16" and not ctx.caps.storage_16bit:
+        pytest.skip("float16 needs 16-bit storage, which this device lacks")
+    rng = np.random.default_rng(m * n + k)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    bias = rng.standard_normal(n).astype(dtype)
+    r = rng.standard_normal((m, n)).astype(dtype)
+    ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0.0) + r
+    # Every path ends in gemm.comp's finish(), coopmat included (run where the device has it).
+    for variant in available_variants(ctx.caps, dtype):
+        res = ctx.tensor(r)
+        got = ops.matmul(ctx.tensor(a), ctx.tensor(b), bias=ctx.tensor(bias),
+                         activation="relu", residual=res, out=res, variant=variant)
+        assert got is res
+        err = np.abs(got.numpy().astype(np.float64) - ref).max() / np.abs(ref).max()
+        assert err < (2e-6 if dtype == "float32" else 2e-3), (variant, err)

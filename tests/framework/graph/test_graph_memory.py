@@ -127,7 +127,9 @@ def check_plan(plan: MemoryPlan, g: Graph) -> None:
     for a in allocs:
         if a.reuses is not None:
             node = node_at[plan.schedule[a.first]]
-            assert op_info(node.op).inplace
+            info = op_info(node.op)
+            slots = [j for j, v in enumerate(node.inputs) if v is not None and v.id == a.reuses]
+            assert slots and all(info.overwritable(j) for j in slots), (node.op, slots)
             assert plan.allocations[a.reuses].nbytes == a.nbytes
     assert plan.arena_bytes <= plan.intermediate_bytes
 
@@ -163,3 +165,41 @@ def test_place_is_best_fit_not_first_fit() -> None:
     # Gaps while key 5 lives: [1024, 1792) and [2304, 2688); the tighter one wins.
     assert offsets[5] == 2304
     assert place([(0, 0, 0, 7)], 64) == {7: 0}
+
+
+def _residual_block(residual_is_a: bool = False) -> Graph:
+    """x -> h = relu(x) -> f = relu(h @ w1) -> t = f @ w2 + h (residual) -> relu(t)."""
+    b = GraphBuilder()
+    x = b.input("x", (32, 16))
+    w1 = b.weight("w1", np.ones((16, 64), np.float32))
+    w2 = b.weight("w2", np.ones((64, 16), np.float32))
+    h = b.relu(x)
+    f = b.relu(b.matmul(h, w1))
+    if residual_is_a:
+        w3 = b.weight("w3", np.ones((16, 16), np.float32))
+        t = b.matmul(h, w3, residual=h)
+    else:
+        t = b.matmul(f, w2, residual=h)
+    b.output(b.relu(t))
+    return b.build()
+
+
+def test_matmul_writes_over_its_dying_residual_only() -> None:
+    g = _residual_block()
+    plan = plan_memory(g)
+    check_plan(plan, g)
+    matmul_out = next(a for a in plan.allocations.values()
+                      if plan.schedule[a.first] == g.nodes[-2].id)
+    assert matmul_out.reuses == g.nodes[-2].inputs[3].id  # the residual h, not a = f
+    assert matmul_out.offset == plan.allocations[matmul_out.reuses].offset
+    # Without the reuse h, f and t are all alive at the second matmul.
+    assert plan.arena_bytes < plan_memory(g, inplace=False).arena_bytes
+
+
+def test_matmul_never_overwrites_a_residual_it_also_multiplies() -> None:
+    g = _residual_block(residual_is_a=True)
+    plan = plan_memory(g)
+    check_plan(plan, g)
+    node = g.nodes[-2]
+    out = next(a for a in plan.allocations.values() if plan.schedule[a.first] == node.id)
+    assert out.reuses is None

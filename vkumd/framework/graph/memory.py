@@ -4,9 +4,10 @@ Given a scheduled graph (its node list, a topological order) and sizes for its s
 
 1. Liveness. An intermediate lives from the step of the node that writes it to the step of
    its last reader (its own step when nothing reads it).
-2. In-place reuse. A node whose op allows it (``OpInfo.inplace``: elementwise ops, reshape)
-   writes its output into the buffer of an input that dies at that node and has the same
-   byte size. Such values form one buffer whose lifetime is the union of theirs.
+2. In-place reuse. A node whose op allows it (``OpInfo.inplace``: elementwise ops and
+   reshape over any input, matmul over its residual) writes its output into the buffer of an
+   input that dies at that node and has the same byte size. Such values form one buffer
+   whose lifetime is the union of theirs.
 3. Placement, greedy by size as TFLite's arena planner: buffers from largest to smallest,
    each at the best-fitting aligned gap (the smallest that holds it) between the buffers
    already placed whose lifetimes overlap its own, else past the highest of them.
@@ -123,15 +124,20 @@ def _buffers(graph: Graph, spans: dict[int, tuple[int, int]], sizes: dict[int, i
     if not inplace:
         return root, reuses
     for i, node in enumerate(graph.nodes):
-        if not op_info(node.op).inplace:
+        info = op_info(node.op)
+        if not info.inplace:
             continue
         taken: set[int] = set()
         for out in node.outputs:
             if out.id not in spans:
                 continue
-            for v in node.inputs:
+            for index, v in enumerate(node.inputs):
                 if v is None or v.id not in spans or v.id in taken:
                     continue
+                if not info.overwritable(index) or any(
+                        u is v and not info.overwritable(j)
+                        for j, u in enumerate(node.inputs) if j != index):
+                    continue  # matmul(h, w, residual=h) reads h's rows after writing some
                 r = root[v.id]
                 dies_here = spans[v.id][1] == i and tail[r] == v.id
                 if dies_here and sizes[v.id] == sizes[out.id] and sizes[out.id] > 0:

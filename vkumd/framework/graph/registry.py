@@ -58,15 +58,26 @@ class OpInfo:
         attrs: attribute names and their defaults (:data:`REQUIRED`: no default).
         rule: the shape rule.
         inplace: the output may be written over an input of the same byte size that dies at
-            this node (elementwise ops, whose every output element depends only on the input
-            elements at the same index, and reshape, which moves no bytes).
+            this node: ``True`` for any input (elementwise ops, whose every output element
+            depends only on the input elements at the same index, and reshape, which moves
+            no bytes), or the names of the inputs that may be (matmul's ``residual``: the
+            epilogue reads each residual element once, for the output element at its index,
+            which only that invocation writes; ``a`` and ``b`` are read by many).
     """
 
     name: str
     inputs: tuple[str, ...]
     attrs: Mapping[str, Any]
     rule: Rule
-    inplace: bool = False
+    inplace: bool | tuple[str, ...] = False
+
+    def overwritable(self, index: int) -> bool:
+        """Whether the output may be written over input ``index`` (see :attr:`inplace`)."""
+        if self.inplace is True or self.inplace is False:
+            return self.inplace
+        if index >= len(self.inputs):
+            return False
+        return self.inputs[index].rstrip("?*") in self.inplace
 
     def full_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
         """``attrs`` with every default filled in (what rules, references and lowering read)."""
@@ -91,7 +102,7 @@ OPS: dict[str, OpInfo] = {}
 
 
 def register(name: str, inputs: Sequence[str], attrs: Mapping[str, Any] | None = None, *,
-             inplace: bool = False) -> Callable[[Rule], Rule]:
+             inplace: bool | tuple[str, ...] = False) -> Callable[[Rule], Rule]:
     """Decorator: register ``rule`` as the shape rule of op ``name``.
 
     Args:

@@ -86,7 +86,8 @@ def _matmul_batch(a: Shape, b: Shape, dims: DimTable) -> Shape:
 
 
 @register("matmul", ("a", "b", "bias?", "residual?"),
-          {"trans_a": False, "trans_b": False, "activation": None, "alpha": 1.0})
+          {"trans_a": False, "trans_b": False, "activation": None, "alpha": 1.0},
+          inplace=("residual",))
 def _matmul(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
     a, b, bias, residual = ins
     assert a is not None and b is not None
