@@ -7,18 +7,20 @@ one ``(batch * seq, hidden)`` matrix, so each projection is one GEMM with M = ba
 (as a batch of ``seq``-row GEMMs, short sentences ran 1.5x slower on lavapipe). Per layer::
 
     q, k, v = x @ Wq^T + bq, x @ Wk^T + bk, x @ Wv^T + bv     # 3 GEMMs, bias in the epilogue
-    q, k, v -> [batch, heads, seq, head_dim]                  # ops.permute of a reshape view
-    a = attention(q, k, v, key_lengths=lengths)               # padded keys masked
-    a -> [batch, seq, hidden]                                 # ops.permute, reshape view
+    q, k, v -> [batch, seq, heads, head_dim]                  # reshape views, no copy
+    a = attention(q, k, v, key_lengths=lengths, layout="bshd")  # padded keys masked
+    a -> [batch * seq, hidden]                                # reshape view
     h = layer_norm(a @ Wo^T + bo + x)                         # residual in the GEMM epilogue
     y = layer_norm(gelu(h @ W1^T + b1) @ W2^T + b2 + h)       # bias+GELU, bias+residual fused
 
 Layouts: a vkumd tensor is one contiguous row-major allocation, so ``[b, s, h*d]`` and
 ``[b, s, h, d]`` are the same bytes; :func:`_reshape` makes a second tensor over the same
-allocation with the other shape (no copy, no kernel). The head split and merge are
-``ops.permute``. Query, key and value stay three GEMMs: a fused ``[3h, h]`` weight would give
-one ``[b, s, 3, h, d]`` tensor, and attention takes three whole tensors (the runtime tracks
-hazards per allocation, so no view may start inside another tensor).
+allocation with the other shape (no copy, no kernel). The head split and merge are such
+views too: attention reads and writes ``[batch, seq, heads, head_dim]`` rows in place
+(``layout="bshd"``), so no permute runs. Query, key and value stay three GEMMs: a fused
+``[3h, h]`` weight would give one ``[b, s, 3, h, d]`` tensor, and attention takes three
+whole tensors (the runtime tracks hazards per allocation, so no view may start inside
+another tensor).
 
 Token types: a single sentence has type 0 everywhere, so the type-0 row is added to the
 position table at upload (constant folding) and the embedding is ``word[ids] + pos[0:s]``.
@@ -248,15 +250,14 @@ def _layer(p: LayerWeights, x: Tensor, lengths: Tensor, batch: int, config: Bert
     seq = tokens // batch
     split = (batch, seq, config.num_heads, config.head_dim)
 
-    def heads_first(weight: Tensor, bias: Tensor) -> Tensor:
-        projected = ops.matmul(x, weight, bias=bias, trans_b=True)
-        return ops.permute(_reshape(projected, split), (0, 2, 1, 3))
+    def heads(weight: Tensor, bias: Tensor) -> Tensor:
+        return _reshape(ops.matmul(x, weight, bias=bias, trans_b=True), split)
 
-    q = heads_first(p.query, p.query_bias)
-    k = heads_first(p.key, p.key_bias)
-    v = heads_first(p.value, p.value_bias)
-    mixed = ops.attention(q, k, v, key_lengths=lengths)
-    merged = _reshape(ops.permute(mixed, (0, 2, 1, 3)), (tokens, hidden))
+    q = heads(p.query, p.query_bias)
+    k = heads(p.key, p.key_bias)
+    v = heads(p.value, p.value_bias)
+    mixed = ops.attention(q, k, v, key_lengths=lengths, layout="bshd")
+    merged = _reshape(mixed, (tokens, hidden))
     attended = ops.matmul(merged, p.attn_out, bias=p.attn_out_bias, residual=x, trans_b=True)
     h = ops.layer_norm(attended, p.attn_norm, p.attn_norm_bias, eps=config.layer_norm_eps)
     inner = ops.matmul(h, p.ffn_in, bias=p.ffn_in_bias, activation=config.activation,

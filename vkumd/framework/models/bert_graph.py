@@ -81,12 +81,14 @@ def _pool(b: GraphBuilder, x: Value, pool_lengths: Value, config: BertConfig,
     """The masked mean of ``x`` ``[batch, seq, hidden]`` over its first ``pool_lengths``
     tokens, as attention with a zero query (see the module docstring): ``[batch, hidden]``."""
     heads, head_dim = config.num_heads, config.head_dim
-    states = b.permute(b.reshape(x, ("batch", "seq", heads, head_dim)), (0, 2, 1, 3))
-    # A [batch, heads, 1, head_dim] zero query; it takes its batch size from an input, since
+    # [batch, seq, heads, head_dim] rows read in place (layout="bshd"): no permute.
+    states = b.reshape(x, ("batch", "seq", heads, head_dim))
+    # A [batch, 1, heads, head_dim] zero query; it takes its batch size from an input, since
     # a constant cannot have a symbolic dimension.
     per_row = b.reshape(b.cast(pool_lengths, dt), ("batch", 1, 1, 1))
-    query = b.mul(per_row, b.constant(np.zeros((1, heads, 1, head_dim)), dt, "zero_query"))
-    mean = b.attention(query, states, states, key_lengths=pool_lengths, scale=0.0)
+    query = b.mul(per_row, b.constant(np.zeros((1, 1, heads, head_dim)), dt, "zero_query"))
+    mean = b.attention(query, states, states, key_lengths=pool_lengths, scale=0.0,
+                       layout="bshd")
     return b.reshape(mean, ("batch", config.hidden_size))
 
 
