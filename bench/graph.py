@@ -19,9 +19,13 @@ of medians are printed (``speed-up`` of wall times, ``cpu x`` of CPU times). Bel
 workload, the time by kernel of the optimised graph run node by node under
 ``vkumd.profile()`` (the same launches the recording replays), with the bound it sets: when
 one kind of kernel alone takes longer than the goal allows the whole call, the goal cannot
-be met by fusing or scheduling, only by making that kernel faster. Goals on lavapipe: BERT
-compiled >= 2x faster with <= half the kernels, the chain >= 4x faster in one kernel, arena
-<= 0.5 of the intermediates' sum.
+be met by fusing or scheduling, only by making that kernel faster. For the BERT layer a
+second bound uses the driver's multiply-add ceiling (``bench/ceiling.py``, measured in the
+same run): with every GEMM, eager and compiled, at the ceiling, eager's other kernels as
+measured and every other compiled kernel free, the speed-up is at most
+``(eager GEMM flops / ceiling + eager's other kernels) / (compiled GEMM flops / ceiling)``.
+Goals on lavapipe: BERT compiled >= 2x faster with <= half the kernels, the chain >= 4x
+faster in one kernel, arena <= 0.5 of the intermediates' sum.
 
 Usage::
 
@@ -48,6 +52,7 @@ from typing import Any
 
 os.environ.setdefault("VKUMD_VALIDATION", "0")
 
+import ceiling  # noqa: E402 - first: it cleans OpenBLAS's environment before numpy loads
 import numpy as np  # noqa: E402
 
 import vkumd  # noqa: E402
@@ -202,6 +207,7 @@ def measure(ctx: Any, fn: Callable[..., Any], inputs: dict, repeats: int) -> dic
         "nodes": {"traced": len(cf.traced_graph.nodes), "optimised": len(cf.graph.nodes)},
         "ops": [n.op for n in cf.graph.nodes], "trace_and_passes_s": trace_s,
         "relative_error": error, "summary": cf.summary(),
+        "gemm_flops": {"traced": gemm_flops(cf.traced_graph), "optimised": gemm_flops(cf.graph)},
         "eager": {"kernels": eager_kernels, "barriers": eager_barriers, "peak_bytes": eager_peak},
         "compiled": dict(compiled), "in place": dict(compiled),
         "by_kernel": {"eager": by_kernel(ctx, lambda: fn(**inputs)),
@@ -235,6 +241,39 @@ def by_kernel(ctx: Any, run: Callable[[], Any]) -> dict[str, float]:
     for record in prof.dispatches:
         totals[record.kernel] = totals.get(record.kernel, 0.0) + record.duration_ns / 1e9
     return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+
+
+def gemm_flops(graph: Any) -> float:
+    """Multiply-adds of the graph's matmul nodes, counted as 2 flops each (static shapes)."""
+    total = 0.0
+    for node in graph.nodes:
+        if node.op != "matmul":
+            continue
+        a, out = node.inputs[0], node.outputs[0]
+        k = a.shape[-2] if node.attrs.get("trans_a") else a.shape[-1]
+        total += 2.0 * math.prod(out.shape) * k
+    return total
+
+
+def ceiling_bound(r: dict, ceiling_gflops: float) -> list[str]:
+    """The most any compiled graph can gain on this device, from its compute ceiling.
+
+    Give every GEMM the driver's multiply-add ceiling, eager's (the traced graph's, attention
+    products included) and the compiled graph's alike, keep eager's other kernels at their
+    measured time and make every other compiled kernel free: the speed-up is then
+    ``(g_eager + other) / g_compiled``, an upper bound for any GEMM this driver can run."""
+    eager = r["by_kernel"]["eager"]
+    other = sum(eager.values()) - eager.get("gemm", 0.0)
+    rate = ceiling_gflops * 1e9
+    g_eager, g_compiled = r["gemm_flops"]["traced"] / rate, r["gemm_flops"]["optimised"] / rate
+    most = (g_eager + other) / g_compiled
+    return [f"  ceiling bound: at this driver's multiply-add ceiling ({ceiling_gflops:.1f} "
+            f"GFLOP/s, bench/ceiling.py, this run) the compiled graph's "
+            f"{r['gemm_flops']['optimised'] / 1e9:.2f} GFLOP of GEMMs take at least "
+            f"{g_compiled * 1e3:.1f} ms and eager's {r['gemm_flops']['traced'] / 1e9:.2f} "
+            f"{g_eager * 1e3:.1f} ms; with eager's other kernels as measured "
+            f"({other * 1e3:.1f} ms) and every other compiled kernel free, no compiled graph "
+            f"is more than {most:.2f}x faster than eager on this device"]
 
 
 def bound(name: str, r: dict) -> list[str]:
@@ -304,6 +343,8 @@ def table(report: dict) -> str:
                      f"{c['input_copies']} input(s) in")
         lines.extend(goals(name, r))
         lines.extend(bound(name, r))
+        if r["gemm_flops"]["optimised"] and report.get("ceiling_gflops"):
+            lines.extend(ceiling_bound(r, report["ceiling_gflops"]))
     return "\n".join(lines)
 
 
@@ -347,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         compiled = {}
         for name, (fn, inputs) in work.items():
             report["workloads"][name], compiled[name] = measure(ctx, fn, inputs, args.repeats)
+        if "bert" in work:
+            report["ceiling_gflops"] = ceiling.measure(ctx, repeats=3)["gflops"]
         print(table(report))
         if args.plot is not None:
             for name, cf in compiled.items():
