@@ -30,8 +30,10 @@ def _elementwise_types(caps: DeviceCaps) -> list[str]:
 
 def _elementwise_variants(caps: DeviceCaps) -> list[dict]:
     # int32 has no true division (ops refuse it); it divides rounding down or toward zero.
-    return [{"DTYPE": dtype, "OP": op, WORKGROUP: 64} for dtype in _elementwise_types(caps)
-            for name, op in ELEMENTWISE_OPS.items() if not (dtype == "I32" and name == "div")]
+    # Each scalar variant and its vectorised twin for same-shape operands (VEC 4, BCAST 0).
+    return [{"DTYPE": dtype, "OP": op, "VEC": vec, "BCAST": 0, WORKGROUP: 64}
+            for dtype in _elementwise_types(caps) for name, op in ELEMENTWISE_OPS.items()
+            if not (dtype == "I32" and name == "div") for vec in (1, 4)]
 
 
 ELEMENTWISE_BINARY = register(Kernel(
@@ -40,7 +42,7 @@ ELEMENTWISE_BINARY = register(Kernel(
     buffers=3,
     push=BINARY_PUSH,
     defines={"DTYPE": ELEMENTWISE_TYPES},
-    spec_constants={WORKGROUP: 0, "OP": 1},
+    spec_constants={WORKGROUP: 0, "OP": 1, "VEC": 2, "BCAST": 3},
     variants=_elementwise_variants,
 ))
 

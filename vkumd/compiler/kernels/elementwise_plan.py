@@ -25,6 +25,7 @@ from vkumd.compiler.kernels.elementwise import (
     FILL_PUSH,
     UNARY_PUSH,
 )
+from vkumd.compiler.kernels.elementwise_vector import vector_layout
 from vkumd.compiler.launch import KernelVariant, Launch, Operand
 from vkumd.compiler.registry import WORKGROUP
 from vkumd.errors import VkumdValueError
@@ -134,16 +135,26 @@ def shape_words(out_shape: tuple[int, ...], *inputs: tuple[int, ...]) -> list[in
 
 @functools.lru_cache(maxsize=_PLANS)
 def binary_plan(caps: DeviceCaps, op: str, dtype: str, a_shape: tuple[int, ...],
-                b_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> FixedLaunch:
+                b_shape: tuple[int, ...], out_shape: tuple[int, ...],
+                vector: bool = True) -> FixedLaunch:
     """``out = a OP b`` with ``a`` and ``b`` broadcast to ``out_shape``.
 
     Operands: a, b, out. ``op`` is a key of ``ELEMENTWISE_OPS``; ``dtype`` a type code.
+    Where the layout allows (:func:`~vkumd.compiler.kernels.elementwise_vector.vector_layout`)
+    the plan takes the kernel's vectorised variant (``VEC`` 4: four elements per invocation,
+    the same bits); ``vector=False`` always takes the scalar one, which benchmarks and tests
+    compare against. The choice is part of the cached plan, so a call costs nothing for it.
     """
+    words = shape_words(out_shape, a_shape, b_shape)
+    mask = vector_layout(caps, (dtype, dtype, dtype), words) if vector else None
     program = ELEMENTWISE_BINARY.specialize({"DTYPE": dtype, "OP": ELEMENTWISE_OPS[op],
+                                             "VEC": 1 if mask is None else 4,
+                                             "BCAST": mask or 0,
                                              WORKGROUP: ELEMENTWISE_WORKGROUP})
     size = math.prod(out_shape)
-    push = BINARY_PUSH.pack(*shape_words(out_shape, a_shape, b_shape))
-    return FixedLaunch(program, push, _grid(caps, size), (2,))
+    # The vector variant's invocations each take four elements.
+    work = size if mask is None else -(-size // 4)
+    return FixedLaunch(program, BINARY_PUSH.pack(*words), _grid(caps, work), (2,))
 
 
 @functools.lru_cache(maxsize=_PLANS)
