@@ -16,6 +16,12 @@ from vkumd.vk.caps import DeviceCaps
 CODE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I32": 4, "I8": 1, "U8": 1}
 
 
+def vector_aligned(caps: DeviceCaps, codes: tuple[str, ...]) -> bool:
+    """Whether every binding of these type codes starts aligned for a vector of four of its
+    elements: ``minStorageBufferOffsetAlignment`` is a multiple of four of the widest."""
+    return caps.min_storage_buffer_offset_alignment % (4 * max(CODE_BYTES[c] for c in codes)) == 0
+
+
 def vector_layout(caps: DeviceCaps, codes: tuple[str, ...], words: list[int]) -> int | None:
     """The ``BCAST`` mask of the vectorised variant for these push words, or None where only
     the scalar variant is valid.
@@ -37,7 +43,7 @@ def vector_layout(caps: DeviceCaps, codes: tuple[str, ...], words: list[int]) ->
         codes: the type codes of the inputs, then the output's (keys of :data:`CODE_BYTES`).
         words: :func:`~vkumd.compiler.kernels.elementwise_plan.shape_words` of the problem.
     """
-    if caps.min_storage_buffer_offset_alignment % (4 * max(CODE_BYTES[c] for c in codes)):
+    if not vector_aligned(caps, codes):
         return None
     dims, ndim = ELEMENTWISE_MAX_DIMS, words[1]
     strides = [words[2 + dims * (1 + i):2 + dims * (2 + i)] for i in range(len(codes) - 1)]
