@@ -16,6 +16,8 @@ per input). Cases:
   with ``vector=False``, ``eager vec4`` is ``vkumd.ops.add`` itself (which picks the vector
   variant);
 * ``scalar+``: ``x + 2.0`` over 4M floats, eager (a broadcast one-element operand);
+* ``cast``: 4M floats to float16, the eager unary kernel (``elementwise_unary.comp``),
+  ``unary_plan`` with ``vector=False`` and as the planner picks;
 * ``act``: the eager activation kernels (``vkumd.ops.gelu``, ``gelu_tanh``, ``silu``) and
   the fused one-step ``sigmoid``, 4M floats each; no scalar/vector pair;
 * ``sigmoid``, ``silu``, ``gelu_tanh``, ``gelu``: a vec4 kernel applying the activation as
@@ -47,6 +49,7 @@ from vkumd.compiler.kernels.elementwise_plan import (
     FixedLaunch,
     binary_plan,
     looped_grid,
+    unary_plan,
 )
 from vkumd.compiler.kernels.fused_elementwise import FUSED_INPUT_CODES, FUSED_OUTPUT_CODES
 from vkumd.compiler.kernels.fused_elementwise_plan import fused_elementwise_plan
@@ -96,7 +99,7 @@ FORMS_KERNEL = Kernel(
         "    }", "}", ""]))
 CHAIN = (("mul", 0, ("const", 1.5)), ("add", 1, ("const", 0.25)), ("relu", 2), ("sub", 3, 0),
          ("silu", 4), ("mul", 5, 0), ("gelu", 6), ("div", 7, ("const", 3.0)))
-CASES = ("scale", "chain", "row", "add", "scalar+", "act", *FORMS)
+CASES = ("scale", "chain", "row", "add", "scalar+", "cast", "act", *FORMS)
 
 
 def _clock() -> Callable[[], float]:
@@ -174,6 +177,17 @@ def _paths(ctx: vkumd.Context, case: str, rng: np.random.Generator
         return {"eager scalar": _binary(ctx, x, y, out, False), "eager vec4": eager,
                 "scalar": _fused(ctx, [x, y], (("add", 0, 1),), out, False),
                 "vec4": _fused(ctx, [x, y], (("add", 0, 1),), out, True)}
+    if case == "cast":
+        half = ctx.empty((N,), "float16")
+
+        def cast(vector: bool) -> Callable[[], None]:
+            plan = unary_plan(ctx.caps, "convert", "F32", "F16", x.shape, half.shape, 0, vector)
+
+            def run() -> None:
+                ctx.run(plan, (x, half))
+                stream.synchronize()
+            return run
+        return {"eager scalar": cast(False), "eager vec4": cast(True)}
     if case == "scalar+":
         two = ctx.tensor(np.float32(2.0))
         return {"eager scalar": _binary(ctx, x, two, out, False),
