@@ -10,9 +10,14 @@ per input). Cases:
 * ``scale``: ``x * 1.5`` over 4M floats;
 * ``chain``: bench/graph.py's chain (x*1.5, +0.25, relu, -x, silu, *x, gelu, /3) over 4M
   floats, the program its fusion pass produces;
-* ``row``: ``x + b`` with ``x`` 1024 x 4096 and ``b`` a 4096-long row (the 2-D path);
-* ``add``: ``a + b`` over 4M floats, beside the eager ``vkumd.ops.add``
-  (``elementwise_binary.comp``, scalar): what a vector variant would give the eager kernel;
+* ``row``: ``x + b`` with ``x`` 1024 x 4096 and ``b`` a 4096-long row (the 2-D path), fused
+  and with the eager kernel (``elementwise_binary.comp``);
+* ``add``: ``a + b`` over 4M floats, fused and eager: ``eager scalar`` is ``binary_plan``
+  with ``vector=False``, ``eager vec4`` is ``vkumd.ops.add`` itself (which picks the vector
+  variant);
+* ``scalar+``: ``x + 2.0`` over 4M floats, eager (a broadcast one-element operand);
+* ``cast``: 4M floats to float16, the eager unary kernel (``elementwise_unary.comp``),
+  ``unary_plan`` with ``vector=False`` and as the planner picks;
 * ``act``: the eager activation kernels (``vkumd.ops.gelu``, ``gelu_tanh``, ``silu``) and
   the fused one-step ``sigmoid``, 4M floats each; no scalar/vector pair;
 * ``sigmoid``, ``silu``, ``gelu_tanh``, ``gelu``: a vec4 kernel applying the activation as
@@ -42,7 +47,9 @@ from vkumd import ops
 from vkumd.compiler.kernels.elementwise_plan import (
     ELEMENTWISE_WORKGROUP,
     FixedLaunch,
+    binary_plan,
     looped_grid,
+    unary_plan,
 )
 from vkumd.compiler.kernels.fused_elementwise import FUSED_INPUT_CODES, FUSED_OUTPUT_CODES
 from vkumd.compiler.kernels.fused_elementwise_plan import fused_elementwise_plan
@@ -92,7 +99,7 @@ FORMS_KERNEL = Kernel(
         "    }", "}", ""]))
 CHAIN = (("mul", 0, ("const", 1.5)), ("add", 1, ("const", 0.25)), ("relu", 2), ("sub", 3, 0),
          ("silu", 4), ("mul", 5, 0), ("gelu", 6), ("div", 7, ("const", 3.0)))
-CASES = ("scale", "chain", "row", "add", "act", *FORMS)
+CASES = ("scale", "chain", "row", "add", "scalar+", "cast", "act", *FORMS)
 
 
 def _clock() -> Callable[[], float]:
@@ -109,6 +116,18 @@ def _fused(ctx: vkumd.Context, inputs: list[vkumd.Tensor], program: tuple, out: 
 
     def run() -> None:
         ctx.run(plan, (*inputs, out))
+        stream.synchronize()
+    return run
+
+
+def _binary(ctx: vkumd.Context, a: vkumd.Tensor, b: vkumd.Tensor, out: vkumd.Tensor,
+            vector: bool) -> Callable[[], None]:
+    """The eager ``a + b`` kernel's plan, scalar or the variant the planner picks."""
+    plan = binary_plan(ctx.caps, "add", "F32", a.shape, b.shape, out.shape, vector)
+    stream = ctx.current_stream()
+
+    def run() -> None:
+        ctx.run(plan, (a, b, out))
         stream.synchronize()
     return run
 
@@ -145,17 +164,34 @@ def _paths(ctx: vkumd.Context, case: str, rng: np.random.Generator
     if case == "row":
         a, b, wide = tensor(1024, 4096), tensor(4096), ctx.empty((1024, 4096), "float32")
         return {"scalar": _fused(ctx, [a, b], (("add", 0, 1),), wide, False),
-                "vec4": _fused(ctx, [a, b], (("add", 0, 1),), wide, True)}
+                "vec4": _fused(ctx, [a, b], (("add", 0, 1),), wide, True),
+                "eager scalar": _binary(ctx, a, b, wide, False),
+                "eager vec4": _binary(ctx, a, b, wide, True)}
+    stream = ctx.current_stream()
     if case == "add":
         y = tensor(N)
-        stream = ctx.current_stream()
 
         def eager() -> None:
             ops.add(x, y, out=out)
             stream.synchronize()
-        return {"eager add": eager, "scalar": _fused(ctx, [x, y], (("add", 0, 1),), out, False),
+        return {"eager scalar": _binary(ctx, x, y, out, False), "eager vec4": eager,
+                "scalar": _fused(ctx, [x, y], (("add", 0, 1),), out, False),
                 "vec4": _fused(ctx, [x, y], (("add", 0, 1),), out, True)}
-    stream = ctx.current_stream()
+    if case == "cast":
+        half = ctx.empty((N,), "float16")
+
+        def cast(vector: bool) -> Callable[[], None]:
+            plan = unary_plan(ctx.caps, "convert", "F32", "F16", x.shape, half.shape, 0, vector)
+
+            def run() -> None:
+                ctx.run(plan, (x, half))
+                stream.synchronize()
+            return run
+        return {"eager scalar": cast(False), "eager vec4": cast(True)}
+    if case == "scalar+":
+        two = ctx.tensor(np.float32(2.0))
+        return {"eager scalar": _binary(ctx, x, two, out, False),
+                "eager vec4": _binary(ctx, x, two, out, True)}
 
     def eager_op(name: str) -> Callable[[], None]:
         def run() -> None:
@@ -193,14 +229,14 @@ def main() -> None:
     clock = "process CPU" if _clock() is time.process_time else "wall"
     print(f"device: {ctx.caps.name}; {args.repeats} alternating repeats; {clock} ms as "
           "median [min-max]; ratio = the case's first path / this path (medians)")
-    print(f"{'case':<6} {'path':<14} {'ms':>22} {'ratio':>7}")
+    print(f"{'case':<7} {'path':<14} {'ms':>22} {'ratio':>7}")
     report = {}
     for case in args.only:
         rows = measure(ctx, case, args.repeats)
         first = next(iter(rows.values()))["median"]
         for name, r in rows.items():
             spread = f"{r['median']:.2f} [{r['min']:.2f}-{r['max']:.2f}]"
-            print(f"{case:<6} {name:<14} {spread:>22} {first / r['median']:>6.2f}x")
+            print(f"{case:<7} {name:<14} {spread:>22} {first / r['median']:>6.2f}x")
         report[case] = rows
     if args.json:
         with open(args.json, "w") as fh:

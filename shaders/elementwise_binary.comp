@@ -15,23 +15,35 @@
 
 #if DTYPE == F32
 #define ELEM float
+#define ELEM4 vec4
 #define VALUE float
+#define VALUE4 vec4
 #define LOAD(x) (x)
+#define LOAD4(v) (v)
 #define STORE(v) (v)
 #elif DTYPE == F16
 #define ELEM float16_t
+#define ELEM4 f16vec4
 #define VALUE float
+#define VALUE4 vec4
 #define LOAD(x) float(x)
+#define LOAD4(v) vec4(v)
 #define STORE(v) float16_t(v)
 #elif DTYPE == BF16
 #define ELEM uint16_t
+#define ELEM4 u16vec4
 #define VALUE float
+#define VALUE4 vec4
 #define LOAD(x) bf16_to_float(uint(x))
+#define LOAD4(v) uintBitsToFloat(uvec4(v) << 16)
 #define STORE(v) uint16_t(float_to_bf16(v))
 #elif DTYPE == I32
 #define ELEM int
+#define ELEM4 ivec4
 #define VALUE int
+#define VALUE4 ivec4
 #define LOAD(x) (x)
+#define LOAD4(v) (v)
 #define STORE(v) (v)
 #else
 #error "DTYPE must be F32, F16, BF16 or I32"
@@ -45,10 +57,23 @@ layout(local_size_x_id = 0) in;
 // arithmetic). Comparisons with NaN are false except != (IEEE, as numpy). 16-bit floats
 // compare exactly: their float32 widening is exact.
 layout(constant_id = 1) const uint OP = 0u;
+// VEC 4: each invocation computes four consecutive output elements, loading four of a and of
+// b with one vector load each (lavapipe turns every per-lane load into a gather, so this
+// halves an add's time); the planner (elementwise_vector.py) picks it only for ndim 0, ndim 1
+// with strides 0 or 1, and ndim 2 with rows a multiple of 4 and vector-aligned row strides.
+// BCAST (with VEC 4): bit 0 a, bit 1 b is one element per row (stride 0 along the last
+// dimension), loaded once for all four. Each component goes through the same apply() as the
+// scalar path, so both give the same bits.
+layout(constant_id = 2) const uint VEC = 1u;
+layout(constant_id = 3) const uint BCAST = 0u;
 
 layout(std430, binding = 0) readonly buffer A { ELEM a[]; };
 layout(std430, binding = 1) readonly buffer B { ELEM b[]; };
 layout(std430, binding = 2) writeonly buffer Out { ELEM result[]; };
+// The same bindings as arrays of 4-vectors (aliases), for VEC 4.
+layout(std430, binding = 0) readonly buffer A4 { ELEM4 a4[]; };
+layout(std430, binding = 1) readonly buffer B4 { ELEM4 b4[]; };
+layout(std430, binding = 2) writeonly buffer Out4 { ELEM4 result4[]; };
 
 layout(push_constant) uniform Shape {
     uint n;          // elements of the output
@@ -110,8 +135,66 @@ VALUE apply(VALUE x, VALUE y) {
     return divide(x, y);
 }
 
+// Four outputs from vector q of the result: ia (ib) is a's (b's) vector index, or its element
+// index where BCAST marks it broadcast. LOAD4 widens each component as LOAD does one element.
+void apply4(uint q, uint ia, uint ib) {
+    VALUE4 x;
+    VALUE4 y;
+    if ((BCAST & 1u) != 0u) {
+        x = VALUE4(LOAD(a[ia]));
+    } else {
+        x = LOAD4(a4[ia]);
+    }
+    if ((BCAST & 2u) != 0u) {
+        y = VALUE4(LOAD(b[ib]));
+    } else {
+        y = LOAD4(b4[ib]);
+    }
+    result4[q] = ELEM4(STORE(apply(x.x, y.x)), STORE(apply(x.y, y.y)), STORE(apply(x.z, y.z)),
+                       STORE(apply(x.w, y.w)));
+}
+
 void main() {
     uint step = VKUMD_THREAD_COUNT;
+    if (VEC == 4u) {
+        bool a_one = (BCAST & 1u) != 0u;
+        bool b_one = (BCAST & 2u) != 0u;
+        if (pc.ndim <= 1u) {
+            uint quads = pc.n / 4u;
+            for (uint q = VKUMD_FIRST_INDEX; q < quads; q += step) {
+                apply4(q, a_one ? 0u : q, b_one ? 0u : q);
+            }
+            // Elements past the last full four (fewer than the invocations): one each.
+            uint t = quads * 4u + VKUMD_FIRST_INDEX;
+            if (t < pc.n) {
+                result[t] = STORE(apply(LOAD(a[a_one ? 0u : t]), LOAD(b[b_one ? 0u : t])));
+            }
+            return;
+        }
+        // ndim 2, rows a multiple of 4: (row, vector column) carried as below.
+        uint cols = pc.shape[1] / 4u;
+        // A vector operand steps one vector a column and a quarter of its row stride a row;
+        // a broadcast one stays on its row's element.
+        uint ra = a_one ? pc.a_stride[0] : pc.a_stride[0] / 4u;
+        uint rb = b_one ? pc.b_stride[0] : pc.b_stride[0] / 4u;
+        uint ca = a_one ? 0u : 1u;
+        uint cb = b_one ? 0u : 1u;
+        uint first = VKUMD_FIRST_INDEX;
+        uint row = first / cols;
+        uint col = first - row * cols;
+        uint step_rows = step / cols;
+        uint step_cols = step - step_rows * cols;
+        for (uint q = first; q < pc.n / 4u; q += step) {
+            apply4(q, row * ra + col * ca, row * rb + col * cb);
+            col += step_cols;
+            row += step_rows;
+            if (col >= cols) {
+                col -= cols;
+                row += 1u;
+            }
+        }
+        return;
+    }
     if (pc.ndim == 0u) {
         // Both operands have the output's shape: no index arithmetic at all.
         for (uint index = VKUMD_FIRST_INDEX; index < pc.n; index += step) {

@@ -11,15 +11,21 @@
 
 #if WIDTH == 32
 #define ELEM uint
+#define ELEM4 uvec4
 #elif WIDTH == 16
 #define ELEM uint16_t
+#define ELEM4 u16vec4
 #else
 #error "WIDTH must be 32 or 16"
 #endif
 
 layout(local_size_x_id = 0) in;
+// VEC 4: each invocation stores four consecutive elements with one vector store (lavapipe
+// scatters every per-lane store; the planner picks it where the binding is vector-aligned).
+layout(constant_id = 1) const uint VEC = 1u;
 
 layout(std430, binding = 0) writeonly buffer Out { ELEM result[]; };
+layout(std430, binding = 0) writeonly buffer Out4 { ELEM4 result4[]; };
 
 layout(push_constant) uniform Fill {
     uint n;      // elements of the output
@@ -28,6 +34,18 @@ layout(push_constant) uniform Fill {
 
 void main() {
     uint step = VKUMD_THREAD_COUNT;
+    if (VEC == 4u) {
+        uint quads = pc.n / 4u;
+        for (uint q = VKUMD_FIRST_INDEX; q < quads; q += step) {
+            result4[q] = ELEM4(pc.bits);
+        }
+        // Elements past the last full four (fewer than the invocations): one each.
+        uint t = quads * 4u + VKUMD_FIRST_INDEX;
+        if (t < pc.n) {
+            result[t] = ELEM(pc.bits);
+        }
+        return;
+    }
     for (uint index = VKUMD_FIRST_INDEX; index < pc.n; index += step) {
         result[index] = ELEM(pc.bits);
     }

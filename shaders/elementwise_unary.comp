@@ -27,15 +27,19 @@
 
 #if SRC == F32
 #define SRC_ELEM float
+#define SRC_ELEM4 vec4
 #define SRC_FLOAT(x) (x)
 #elif SRC == F16
 #define SRC_ELEM float16_t
+#define SRC_ELEM4 f16vec4
 #define SRC_FLOAT(x) float(x)
 #elif SRC == BF16
 #define SRC_ELEM uint16_t
+#define SRC_ELEM4 u16vec4
 #define SRC_FLOAT(x) bf16_to_float(uint(x))
 #elif SRC == I32
 #define SRC_ELEM int
+#define SRC_ELEM4 ivec4
 #define SRC_FLOAT(x) float(x)
 #else
 #error "SRC must be F32, F16, BF16 or I32"
@@ -43,15 +47,19 @@
 
 #if DST == F32
 #define DST_ELEM float
+#define DST_ELEM4 vec4
 #define FROM_FLOAT(v) (v)
 #elif DST == F16
 #define DST_ELEM float16_t
+#define DST_ELEM4 f16vec4
 #define FROM_FLOAT(v) float16_t(v)
 #elif DST == BF16
 #define DST_ELEM uint16_t
+#define DST_ELEM4 u16vec4
 #define FROM_FLOAT(v) uint16_t(float_to_bf16(v))
 #elif DST == I32
 #define DST_ELEM int
+#define DST_ELEM4 ivec4
 #define FROM_FLOAT(v) int(v)
 #else
 #error "DST must be F32, F16, BF16 or I32"
@@ -59,9 +67,20 @@
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint OP = 0u;  // 0 convert (or copy), 1 scale
+// VEC 4: each invocation converts four consecutive elements, one vector load and one vector
+// store (lavapipe turns every per-lane access into a gather or scatter). The planner picks
+// it only where the output is contiguous from a dst_offset that is a multiple of 4 and the
+// source is read as in elementwise_binary.comp's vector paths (src_offset a multiple of 4);
+// BCAST 1: the source is one element per row (stride 0 along the last dimension). Each
+// component goes through the same convert() as the scalar path, so both give the same bits.
+layout(constant_id = 2) const uint VEC = 1u;
+layout(constant_id = 3) const uint BCAST = 0u;
 
 layout(std430, binding = 0) readonly buffer Src { SRC_ELEM src[]; };
 layout(std430, binding = 1) writeonly buffer Out { DST_ELEM result[]; };
+// The same bindings as arrays of 4-vectors (aliases), for VEC 4.
+layout(std430, binding = 0) readonly buffer Src4 { SRC_ELEM4 src4[]; };
+layout(std430, binding = 1) writeonly buffer Out4 { DST_ELEM4 result4[]; };
 
 layout(push_constant) uniform Shape {
     uint n;           // elements of the output
@@ -74,22 +93,72 @@ layout(push_constant) uniform Shape {
     uint dst_stride[6];  // out element strides (row-major of shape unless out is a slice)
 } pc;
 
-void convert_one(uint index, uint is) {
+DST_ELEM convert(SRC_ELEM x) {
 #if SRC == DST && SRC == I32
-    result[index] = OP == 1u ? src[is] * int(pc.alpha) : src[is];
+    return OP == 1u ? x * int(pc.alpha) : x;
 #elif SRC == DST
     if (OP == 1u) {
-        result[index] = FROM_FLOAT(SRC_FLOAT(src[is]) * uintBitsToFloat(pc.alpha));
-    } else {
-        result[index] = src[is];
+        return FROM_FLOAT(SRC_FLOAT(x) * uintBitsToFloat(pc.alpha));
     }
+    return x;
 #else
-    result[index] = FROM_FLOAT(SRC_FLOAT(src[is]));
+    return FROM_FLOAT(SRC_FLOAT(x));
 #endif
+}
+
+void convert_one(uint index, uint is) {
+    result[index] = convert(src[is]);
+}
+
+// Vector q of the output from source vector is, or from source element is where BCAST.
+void convert4(uint q, uint is) {
+    if (BCAST != 0u) {
+        result4[q] = DST_ELEM4(convert(src[is]));
+        return;
+    }
+    SRC_ELEM4 v = src4[is];
+    result4[q] = DST_ELEM4(convert(v.x), convert(v.y), convert(v.z), convert(v.w));
 }
 
 void main() {
     uint step = VKUMD_THREAD_COUNT;
+    if (VEC == 4u) {
+        bool one = BCAST != 0u;
+        uint dq = pc.dst_offset / 4u;
+        uint sq = pc.src_offset / 4u;
+        if (pc.ndim <= 1u) {
+            uint quads = pc.n / 4u;
+            for (uint q = VKUMD_FIRST_INDEX; q < quads; q += step) {
+                convert4(dq + q, one ? pc.src_offset : sq + q);
+            }
+            // Elements past the last full four (fewer than the invocations): one each.
+            uint t = quads * 4u + VKUMD_FIRST_INDEX;
+            if (t < pc.n) {
+                convert_one(pc.dst_offset + t, pc.src_offset + (one ? 0u : t));
+            }
+            return;
+        }
+        // ndim 2, rows a multiple of 4: (row, vector column) carried as below.
+        uint cols = pc.shape[1] / 4u;
+        uint r = one ? pc.stride[0] : pc.stride[0] / 4u;
+        uint c = one ? 0u : 1u;
+        uint base = one ? pc.src_offset : sq;
+        uint first = VKUMD_FIRST_INDEX;
+        uint row = first / cols;
+        uint col = first - row * cols;
+        uint step_rows = step / cols;
+        uint step_cols = step - step_rows * cols;
+        for (uint q = first; q < pc.n / 4u; q += step) {
+            convert4(dq + q, base + row * r + col * c);
+            col += step_cols;
+            row += step_rows;
+            if (col >= cols) {
+                col -= cols;
+                row += 1u;
+            }
+        }
+        return;
+    }
     if (pc.ndim == 0u) {
         // The source has the output's shape: no index arithmetic at all.
         for (uint index = VKUMD_FIRST_INDEX; index < pc.n; index += step) {

@@ -150,9 +150,13 @@ def test_in_place_output(ctx) -> None:
 
 
 def test_one_pipeline_serves_every_shape(ctx) -> None:
+    """One pipeline per variant: the scalar kernel, and the vector one per broadcast mask
+    (tests/framework/test_binary_vector.py); each serves every shape it is chosen for."""
     rng = np.random.default_rng(3)
-    shapes = [((5,), (5,)), ((3, 1, 5), (4, 1)), ((2, 3, 4, 5, 6, 1), (7,)), ((), (9, 9))]
-    for a_shape, b_shape in shapes[:1]:
+    warm = [((5,), (5,)), ((3, 1, 5), (4, 1)), ((), (9, 9))]
+    shapes = [((7,), (7,)), ((2, 1, 5), (3, 1)), ((2, 3, 4, 5, 6, 1), (7,)), ((), (13,)),
+              ((4, 1), (4, 3))]
+    for a_shape, b_shape in warm:
         ops.add(ctx.tensor(sample(rng, "float32", a_shape)),
                 ctx.tensor(sample(rng, "float32", b_shape)))
     before = len(ctx.kernels)

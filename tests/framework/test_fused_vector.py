@@ -18,8 +18,9 @@ from test_fused_elementwise import assert_close, poisoned, reference, stored
 
 import vkumd
 from vkumd.compiler.kernels.elementwise_plan import shape_words
+from vkumd.compiler.kernels.elementwise_vector import vector_layout
 from vkumd.compiler.kernels.fused_elementwise import FUSED_INPUT_CODES, FUSED_OUTPUT_CODES
-from vkumd.compiler.kernels.fused_elementwise_plan import fused_elementwise_plan, vector_layout
+from vkumd.compiler.kernels.fused_elementwise_plan import fused_elementwise_plan
 from vkumd.framework.execute.arena import view
 
 PROGRAM = (("mul", 0, 1), ("add", 2, ("const", 0.25)), ("silu", 3), ("gelu_tanh", 4),

@@ -30,8 +30,10 @@ def _elementwise_types(caps: DeviceCaps) -> list[str]:
 
 def _elementwise_variants(caps: DeviceCaps) -> list[dict]:
     # int32 has no true division (ops refuse it); it divides rounding down or toward zero.
-    return [{"DTYPE": dtype, "OP": op, WORKGROUP: 64} for dtype in _elementwise_types(caps)
-            for name, op in ELEMENTWISE_OPS.items() if not (dtype == "I32" and name == "div")]
+    # Each scalar variant and its vectorised twin for same-shape operands (VEC 4, BCAST 0).
+    return [{"DTYPE": dtype, "OP": op, "VEC": vec, "BCAST": 0, WORKGROUP: 64}
+            for dtype in _elementwise_types(caps) for name, op in ELEMENTWISE_OPS.items()
+            if not (dtype == "I32" and name == "div") for vec in (1, 4)]
 
 
 ELEMENTWISE_BINARY = register(Kernel(
@@ -40,7 +42,7 @@ ELEMENTWISE_BINARY = register(Kernel(
     buffers=3,
     push=BINARY_PUSH,
     defines={"DTYPE": ELEMENTWISE_TYPES},
-    spec_constants={WORKGROUP: 0, "OP": 1},
+    spec_constants={WORKGROUP: 0, "OP": 1, "VEC": 2, "BCAST": 3},
     variants=_elementwise_variants,
 ))
 
@@ -52,7 +54,8 @@ def _elementwise_unary_variants(caps: DeviceCaps) -> list[dict]:
     types = _elementwise_types(caps)
     converts = [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64} for src in types for dst in types]
     scales = [{"SRC": t, "DST": t, "OP": 1, WORKGROUP: 64} for t in types]
-    return converts + scales
+    # Each scalar variant and its vectorised twin for contiguous operands (VEC 4, BCAST 0).
+    return [{**v, "VEC": vec, "BCAST": 0} for v in converts + scales for vec in (1, 4)]
 
 
 ELEMENTWISE_UNARY = register(Kernel(
@@ -61,7 +64,7 @@ ELEMENTWISE_UNARY = register(Kernel(
     buffers=2,
     push=UNARY_PUSH,
     defines={"SRC": ELEMENTWISE_TYPES, "DST": ELEMENTWISE_TYPES},
-    spec_constants={WORKGROUP: 0, "OP": 1},
+    spec_constants={WORKGROUP: 0, "OP": 1, "VEC": 2, "BCAST": 3},
     variants=_elementwise_unary_variants,
 ))
 
@@ -72,7 +75,8 @@ def storage_widths(caps: DeviceCaps) -> list[int]:
 
 
 def _elementwise_fill_variants(caps: DeviceCaps) -> list[dict]:
-    return [{"WIDTH": width, WORKGROUP: 64} for width in storage_widths(caps)]
+    return [{"WIDTH": width, "VEC": vec, WORKGROUP: 64} for width in storage_widths(caps)
+            for vec in (1, 4)]
 
 
 ELEMENTWISE_FILL = register(Kernel(
@@ -81,6 +85,6 @@ ELEMENTWISE_FILL = register(Kernel(
     buffers=1,
     push=FILL_PUSH,
     defines={"WIDTH": (32, 16)},
-    spec_constants={WORKGROUP: 0},
+    spec_constants={WORKGROUP: 0, "VEC": 1},
     variants=_elementwise_fill_variants,
 ))

@@ -25,6 +25,7 @@ from vkumd.compiler.kernels.elementwise import (
     FILL_PUSH,
     UNARY_PUSH,
 )
+from vkumd.compiler.kernels.elementwise_vector import vector_aligned, vector_layout
 from vkumd.compiler.launch import KernelVariant, Launch, Operand
 from vkumd.compiler.registry import WORKGROUP
 from vkumd.errors import VkumdValueError
@@ -134,34 +135,53 @@ def shape_words(out_shape: tuple[int, ...], *inputs: tuple[int, ...]) -> list[in
 
 @functools.lru_cache(maxsize=_PLANS)
 def binary_plan(caps: DeviceCaps, op: str, dtype: str, a_shape: tuple[int, ...],
-                b_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> FixedLaunch:
+                b_shape: tuple[int, ...], out_shape: tuple[int, ...],
+                vector: bool = True) -> FixedLaunch:
     """``out = a OP b`` with ``a`` and ``b`` broadcast to ``out_shape``.
 
     Operands: a, b, out. ``op`` is a key of ``ELEMENTWISE_OPS``; ``dtype`` a type code.
+    Where the layout allows (:func:`~vkumd.compiler.kernels.elementwise_vector.vector_layout`)
+    the plan takes the kernel's vectorised variant (``VEC`` 4: four elements per invocation,
+    the same bits); ``vector=False`` always takes the scalar one, which benchmarks and tests
+    compare against. The choice is part of the cached plan, so a call costs nothing for it.
     """
+    words = shape_words(out_shape, a_shape, b_shape)
+    mask = vector_layout(caps, (dtype, dtype, dtype), words) if vector else None
     program = ELEMENTWISE_BINARY.specialize({"DTYPE": dtype, "OP": ELEMENTWISE_OPS[op],
+                                             "VEC": 1 if mask is None else 4,
+                                             "BCAST": mask or 0,
                                              WORKGROUP: ELEMENTWISE_WORKGROUP})
     size = math.prod(out_shape)
-    push = BINARY_PUSH.pack(*shape_words(out_shape, a_shape, b_shape))
-    return FixedLaunch(program, push, _grid(caps, size), (2,))
+    # The vector variant's invocations each take four elements.
+    work = size if mask is None else -(-size // 4)
+    return FixedLaunch(program, BINARY_PUSH.pack(*words), _grid(caps, work), (2,))
 
 
 @functools.lru_cache(maxsize=_PLANS)
 def unary_plan(caps: DeviceCaps, kind: str, src: str, dst: str, src_shape: tuple[int, ...],
-               out_shape: tuple[int, ...], alpha_bits: int = 0) -> FixedLaunch:
+               out_shape: tuple[int, ...], alpha_bits: int = 0,
+               vector: bool = True) -> FixedLaunch:
     """``out = convert(src)`` or ``out = src * alpha`` with ``src`` broadcast to ``out_shape``.
 
     Operands: src, out. ``kind`` is a key of ``ELEMENTWISE_UNARY_OPS``; ``alpha_bits`` the
-    scale's float32 bits (or int32 value) for ``"scale"``.
+    scale's float32 bits (or int32 value) for ``"scale"``. As :func:`binary_plan`, the
+    vectorised variant where the layout allows and ``vector``.
     """
-    program = ELEMENTWISE_UNARY.specialize({"SRC": src, "DST": dst,
-                                            "OP": ELEMENTWISE_UNARY_OPS[kind],
-                                            WORKGROUP: ELEMENTWISE_WORKGROUP})
     size = math.prod(out_shape)
     words = shape_words(out_shape, src_shape)
+    mask = vector_layout(caps, (src, dst), words) if vector else None
     dims = words[2:2 + words[1]]
     push = UNARY_PUSH.pack(*words, alpha_bits, 0, 0, *_padded(_row_major(dims)))
-    return FixedLaunch(program, push, _grid(caps, size), (1,))
+    return FixedLaunch(_unary_program(kind, src, dst, mask), push,
+                       _grid(caps, size if mask is None else -(-size // 4)), (1,))
+
+
+def _unary_program(kind: str, src: str, dst: str, mask: int | None) -> KernelVariant:
+    """The unary kernel's variant: scalar where ``mask`` is None, else VEC 4 with it."""
+    return ELEMENTWISE_UNARY.specialize({"SRC": src, "DST": dst,
+                                         "OP": ELEMENTWISE_UNARY_OPS[kind],
+                                         "VEC": 1 if mask is None else 4, "BCAST": mask or 0,
+                                         WORKGROUP: ELEMENTWISE_WORKGROUP})
 
 
 def _row_major(shape: Sequence[int]) -> list[int]:
@@ -192,9 +212,6 @@ def window_copy_plan(caps: DeviceCaps, src: str, dst: str, window: tuple[int, ..
         VkumdValueError: more than :data:`ELEMENTWISE_MAX_DIMS` dimensions remain after
             merging.
     """
-    program = ELEMENTWISE_UNARY.specialize({"SRC": src, "DST": dst,
-                                            "OP": ELEMENTWISE_UNARY_OPS["convert"],
-                                            WORKGROUP: ELEMENTWISE_WORKGROUP})
     src_strides, dst_strides = _row_major(src_shape), _row_major(dst_shape)
     src_offset = sum(i * s for i, s in zip(src_start, src_strides, strict=True))
     dst_offset = sum(i * s for i, s in zip(dst_start, dst_strides, strict=True))
@@ -209,14 +226,26 @@ def window_copy_plan(caps: DeviceCaps, src: str, dst: str, window: tuple[int, ..
     size = math.prod(window)
     push = UNARY_PUSH.pack(size, ndim, *_padded(dims, 1), *_padded(read), 0, src_offset,
                            dst_offset, *_padded(write))
-    return FixedLaunch(program, push, _grid(caps, size), (1,))
+    # The vector variant takes one flat run whose both ends start on a vector.
+    vector = (ndim == 0 and src_offset % 4 == 0 and dst_offset % 4 == 0
+              and vector_aligned(caps, (src, dst)))
+    program = _unary_program("convert", src, dst, 0 if vector else None)
+    return FixedLaunch(program, push, _grid(caps, -(-size // 4) if vector else size), (1,))
 
 
 @functools.lru_cache(maxsize=_PLANS)
-def fill_plan(caps: DeviceCaps, width: int, count: int, bits: int) -> FixedLaunch:
-    """Every one of ``count`` elements of ``width`` bits set to ``bits``. Operands: out."""
-    program = ELEMENTWISE_FILL.specialize({"WIDTH": width, WORKGROUP: ELEMENTWISE_WORKGROUP})
-    return FixedLaunch(program, FILL_PUSH.pack(count, bits), _grid(caps, count), (0,))
+def fill_plan(caps: DeviceCaps, width: int, count: int, bits: int,
+              vector: bool = True) -> FixedLaunch:
+    """Every one of ``count`` elements of ``width`` bits set to ``bits``. Operands: out.
+
+    Four elements per invocation (one vector store) where bindings are vector-aligned
+    (:func:`~vkumd.compiler.kernels.elementwise_vector.vector_aligned`) and ``vector``.
+    """
+    vec = 4 if vector and vector_aligned(caps, ("F32" if width == 32 else "F16",)) else 1
+    program = ELEMENTWISE_FILL.specialize({"WIDTH": width, "VEC": vec,
+                                           WORKGROUP: ELEMENTWISE_WORKGROUP})
+    return FixedLaunch(program, FILL_PUSH.pack(count, bits), _grid(caps, -(-count // vec)),
+                       (0,))
 
 
 def _grid(caps: DeviceCaps, n: int) -> tuple[int, int, int]:

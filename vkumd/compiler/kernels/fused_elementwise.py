@@ -17,7 +17,7 @@ input whose bit is set in ``BCAST``: a broadcast along the last dimension), ``co
 component, one vector store; the last ``n % 4`` elements go one per invocation. It serves
 contiguous operands (``ndim`` 0), ``ndim`` 1 with strides 0 or 1, and rows a multiple of 4
 long (``ndim`` 2); the planner decides when it is valid
-(:func:`~vkumd.compiler.kernels.fused_elementwise_plan.vector_layout`). Every type is
+(:func:`~vkumd.compiler.kernels.elementwise_vector.vector_layout`). Every type is
 vectorised (``vec4``, ``f16vec4``, ``u16vec4`` for bfloat16, ``ivec4``, ``i8vec4``,
 ``u8vec4``), converted componentwise as the scalar loads and stores convert.
 
@@ -66,8 +66,6 @@ _LOADS4 = {"F32": ("vec4", "{e}"), "F16": ("f16vec4", "vec4({e})"),
            "U8": ("u8vec4", "vec4(uvec4({e}))")}
 _STORES4 = {"F32": ("vec4", "{v}"), "F16": ("f16vec4", "f16vec4({v})"),
             "BF16": ("u16vec4", "u16vec4(float_to_bf16_4({v}))")}
-# Bytes of one element per type code: a vector of four is what the planner aligns.
-CODE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I32": 4, "I8": 1, "U8": 1}
 _BINARY = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})",
            "div": "({a} / {b})", "div_floor": "floor({a} / {b})", "div_trunc": "trunc({a} / {b})",
            "eq": "({a} == {b} ? 1.0 : 0.0)", "ne": "({a} != {b} ? 1.0 : 0.0)",

@@ -8,8 +8,9 @@ all have the output's shape, and the grid is a few looping workgroups on CPU dri
 program, the types, the shapes and the device.
 
 Where the layout allows, the plan picks the kernel's vectorised variant (``VEC`` 4, see
-:func:`vector_layout`): each invocation loads four consecutive elements of each input with
-one vector load and stores four results with one vector store. lavapipe turns every per-lane
+:func:`~vkumd.compiler.kernels.elementwise_vector.vector_layout`, shared with the eager binary
+kernel): each invocation loads four consecutive elements of each input with one vector load
+and stores four results with one vector store. lavapipe turns every per-lane
 load into a gather, so this takes a 4M-float ``x * 1.5`` from 11-12 to 6-7 ms of CPU time
 (``bench/fused_vec.py``). Each component runs the same program code as the scalar variant,
 so the two give the same bits.
@@ -21,54 +22,19 @@ import functools
 import math
 from typing import Any
 
-from vkumd.compiler.kernels.elementwise import ELEMENTWISE_MAX_DIMS
 from vkumd.compiler.kernels.elementwise_plan import (
     ELEMENTWISE_WORKGROUP,
     FixedLaunch,
     looped_grid,
     shape_words,
 )
-from vkumd.compiler.kernels.fused_elementwise import CODE_BYTES, fused_kernel
+from vkumd.compiler.kernels.elementwise_vector import vector_layout
+from vkumd.compiler.kernels.fused_elementwise import fused_kernel
 from vkumd.compiler.registry import WORKGROUP
 from vkumd.errors import CapabilityMissing
 from vkumd.vk.caps import DeviceCaps
 
 _PLANS = 4096
-
-
-def vector_layout(caps: DeviceCaps, codes: tuple[str, ...], words: list[int]) -> int | None:
-    """The ``BCAST`` mask of the vectorised variant for these push words, or None where only
-    the scalar variant is valid.
-
-    Valid: ``ndim`` 0 (every operand contiguous and of the output's shape; the last
-    ``n % 4`` elements are computed one per invocation); ``ndim`` 1 with every stride 0 (a
-    broadcast element, bit set in the mask) or 1; ``ndim`` 2 with rows a multiple of 4 long,
-    every column stride 0 (bit set) or 1, and the row stride of each input read by vectors
-    a multiple of 4, so no four elements straddle two rows. And every binding must start
-    aligned for a vector of its type, so that each vector access is aligned to its size:
-    vectors are counted from the binding's start, and all Vulkan promises of that start is
-    a multiple of ``minStorageBufferOffsetAlignment``, so that limit must be a multiple of
-    four elements of every operand type (16 bytes on lavapipe, where every bindable view
-    qualifies; the memory pool aligns allocations to at least 64 bytes and the graph's
-    arena to 256).
-
-    Args:
-        caps: the device.
-        codes: the type codes of the inputs, then the output's.
-        words: :func:`~vkumd.compiler.kernels.elementwise_plan.shape_words` of the problem.
-    """
-    if caps.min_storage_buffer_offset_alignment % (4 * max(CODE_BYTES[c] for c in codes)):
-        return None
-    dims, ndim = ELEMENTWISE_MAX_DIMS, words[1]
-    strides = [words[2 + dims * (1 + i):2 + dims * (2 + i)] for i in range(len(codes) - 1)]
-    if ndim == 0:
-        return 0
-    if ndim == 1 and all(s[0] in (0, 1) for s in strides):
-        return sum(1 << i for i, s in enumerate(strides) if s[0] == 0)
-    if ndim == 2 and words[3] % 4 == 0 and all(
-            s[1] == 0 or (s[1] == 1 and s[0] % 4 == 0) for s in strides):
-        return sum(1 << i for i, s in enumerate(strides) if s[1] == 0)
-    return None
 
 
 @functools.lru_cache(maxsize=_PLANS)
