@@ -187,13 +187,22 @@ def _vector_paths(inputs: int) -> list[str]:
         "    if (pc.ndim == 2u) {",
         "        uint cols = pc.shape[1] / 4u;",
         *strides,
+        *_row_walk("q", "pc.n / 4u", f"apply4(q, {rows});"),
+        "#endif",
+    ]
+
+
+def _row_walk(counter: str, limit: str, call: str) -> list[str]:
+    """The 2-D loop: ``counter`` strides over the invocations up to ``limit`` carrying
+    (row, column) instead of dividing (CPU drivers scalarise division); ``cols`` is set."""
+    return [
         "        uint first = VKUMD_FIRST_INDEX;",
         "        uint row = first / cols;",
         "        uint col = first - row * cols;",
         "        uint step_rows = step / cols;",
         "        uint step_cols = step - step_rows * cols;",
-        "        for (uint q = first; q < pc.n / 4u; q += step) {",
-        f"            apply4(q, {rows});",
+        f"        for (uint {counter} = first; {counter} < {limit}; {counter} += step) {{",
+        f"            {call}",
         "            col += step_cols;",
         "            row += step_rows;",
         "            if (col >= cols) {",
@@ -203,7 +212,6 @@ def _vector_paths(inputs: int) -> list[str]:
         "        }",
         "        return;",
         "    }",
-        "#endif",
     ]
 
 
@@ -308,22 +316,7 @@ def generate(program: Sequence[Sequence[Any]], inputs: int) -> str:
         "        // Carry (row, column) instead of dividing: CPU drivers scalarise division.",
         "        uint cols = pc.shape[pc.ndim - 1u];",
         *strides,
-        "        uint first = VKUMD_FIRST_INDEX;",
-        "        uint row = first / cols;",
-        "        uint col = first - row * cols;",
-        "        uint step_rows = step / cols;",
-        "        uint step_cols = step - step_rows * cols;",
-        "        for (uint index = first; index < pc.n; index += step) {",
-        f"            apply(index, {two_d});",
-        "            col += step_cols;",
-        "            row += step_rows;",
-        "            if (col >= cols) {",
-        "                col -= cols;",
-        "                row += 1u;",
-        "            }",
-        "        }",
-        "        return;",
-        "    }",
+        *_row_walk("index", "pc.n", f"apply(index, {two_d});"),
         "    for (uint index = VKUMD_FIRST_INDEX; index < pc.n; index += step) {",
         "        uint rest = index;",
         f"        {zeros}",
