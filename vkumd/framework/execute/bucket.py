@@ -139,13 +139,16 @@ class Bucket:
         """The arena offset of an intermediate's slot."""
         return self.plan.allocations[value.id].offset
 
-    def recording(self, env: Mapping[str, int]) -> Recording:
-        """The size-recording for the true sizes ``env``, recorded now if not held.
+    def recording(self, env: Mapping[str, int],
+                  bound: Mapping[str, Tensor] | None = None) -> Recording:
+        """The size-recording for the true sizes ``env`` (reading the caller tensors
+        ``bound`` in place of those inputs), recorded now if not held.
 
         Raises:
             GraphError, UnsupportedOpError: as :class:`Recording`.
         """
-        key = tuple(sorted(env.items()))
+        key = (tuple(sorted(env.items())),
+               tuple((n, id(t), t.binding) for n, t in sorted((bound or {}).items())))
         found = self._recordings.get(key)
         if found is not None:
             self._recordings.move_to_end(key)
@@ -153,7 +156,7 @@ class Bucket:
         while len(self._recordings) >= self.max_sizes:
             self._recordings.popitem(last=False)[1].release()
             self.evicted += 1
-        made = Recording(self, env)
+        made = Recording(self, env, bound)
         self._recordings[key] = made
         self.recorded += 1
         return made

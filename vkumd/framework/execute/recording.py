@@ -34,6 +34,8 @@ class Recording:
     Args:
         bucket: the bucket whose memory the views point into.
         env: the true size of every symbol (each at most the bucket's).
+        bound: caller tensors read in place of the bucket's input tensors, by input name
+            (each of the input's true shape and dtype; the capture pins their memory).
 
     Attributes:
         env: the true sizes.
@@ -46,9 +48,11 @@ class Recording:
             true size does not fit in its bucket slot.
     """
 
-    def __init__(self, bucket: Bucket, env: Mapping[str, int]) -> None:
+    def __init__(self, bucket: Bucket, env: Mapping[str, int],
+                 bound: Mapping[str, Tensor] | None = None) -> None:
         self.bucket = bucket
         self.env = dict(env)
+        self.bound = dict(bound or {})
         self.captured: Any = None
         self.arena_views: list[TensorView] = []
         self.tensors = self._make_views()
@@ -83,7 +87,8 @@ class Recording:
         bucket = self.bucket
         tensors: dict[int, Tensor] = dict(bucket.weights)
         for v in bucket.graph.inputs:
-            tensors[v.id] = self._fit(bucket.inputs[v.name], v)
+            given = self.bound.get(v.name)
+            tensors[v.id] = given if given is not None else self._fit(bucket.inputs[v.name], v)
         for node in bucket.graph.nodes:
             for out in node.outputs:
                 if not bucket.kept(node):  # a folded reshape: its input's bytes
@@ -145,7 +150,7 @@ class Recording:
             VkumdValueError: a Tensor of another context.
         """
         target = self.inputs[name]
-        if _same_bytes(value, target):  # the caller filled the view itself: nothing to move
+        if target is value or _same_bytes(value, target):  # read where it is: nothing to move
             return
         if not isinstance(value, Tensor):
             target.write(np.asarray(value))
