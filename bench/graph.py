@@ -13,7 +13,8 @@ work too, and unlike wall time it does not grow when other processes share the c
 compare it with ``LP_NUM_THREADS=0``), device time (wall time over the same), and
 peak memory (the pool's ``used_bytes`` high-water mark over a call, see :class:`HighWater`;
 compiled: the first call, which allocates the recording). A third path, ``in place``, passes
-the recording's own input tensors, without the public call's input copy. Eager
+the recording's own input tensors (the public call reads a tensor it is given again in
+place too, so the two should agree). Eager
 and compiled calls alternate, so drift hits both; medians, ranges (min-max) and the ratio
 of medians are printed (``speed-up`` of wall times, ``cpu x`` of CPU times). Below each
 workload, the time by kernel of the optimised graph run node by node under
