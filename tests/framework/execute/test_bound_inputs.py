@@ -115,3 +115,20 @@ def test_tensors_taking_turns_are_each_read_in_place(ctx, compiled) -> None:
     assert sorted(id(r.inputs["x"]) for r in bucket.recordings() if r.bound) == \
         sorted(id(t) for t in pair)
     assert compiled.recorded == 3
+
+
+def test_the_summary_names_each_size_once_and_counts_in_place_twins(ctx) -> None:
+    b = GraphBuilder("summary")
+    x = b.input("x", ("n", 5))
+    b.output(b.relu(x))
+    graph = CompiledGraph(b.build(), ctx)
+    try:
+        t = ctx.tensor(np.ones((37, 5), np.float32))
+        graph(x=t)
+        graph(x=t)
+        (stats,) = graph.buckets()
+        assert stats.in_place == 1 and len(stats.sizes) == 2
+        assert "recorded at n=37 (at most 8, 0 evicted, 1 reading inputs in place)" in \
+            graph.summary()
+    finally:
+        graph.release()

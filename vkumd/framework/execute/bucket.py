@@ -61,6 +61,8 @@ class BucketStats:
         replays: calls served.
         recorded: size-recordings made (one evicted and needed again counts twice).
         evicted: size-recordings released to make room for another.
+        in_place: of the recordings held, those reading caller tensors in place (each also
+            listed in ``sizes``, with the sizes it was recorded at).
     """
 
     bindings: dict[str, int]
@@ -73,6 +75,7 @@ class BucketStats:
     replays: int
     recorded: int
     evicted: int
+    in_place: int = 0
 
 
 class Bucket:
@@ -177,7 +180,7 @@ class Bucket:
                            len(self.graph.nodes), latest.launches if latest else 0,
                            latest.barriers if latest else 0, self.plan.arena_bytes,
                            self.plan.intermediate_bytes, self.replays, self.recorded,
-                           self.evicted)
+                           self.evicted, sum(1 for r in self._recordings.values() if r.bound))
 
     def release(self) -> None:
         """Release every size-recording (waiting for replays in flight), then free the

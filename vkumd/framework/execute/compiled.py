@@ -222,10 +222,11 @@ class CompiledGraph(Handle):
                          f"{s.barriers:>9}{format_bytes(s.arena_bytes):>12}"
                          f"{format_bytes(s.intermediate_bytes):>15}{s.replays:>8}")
             if s.bindings:
-                held = "; ".join(", ".join(f"{k}={v}" for k, v in sorted(e.items()))
-                                 for e in s.sizes)
+                named = [", ".join(f"{k}={v}" for k, v in sorted(e.items())) for e in s.sizes]
+                held = "; ".join(dict.fromkeys(named))  # an in-place twin shares its sizes
+                twins = f", {s.in_place} reading inputs in place" if s.in_place else ""
                 lines.append(f"  recorded at {held} (at most {self.sizes_per_bucket}, "
-                             f"{s.evicted} evicted)")
+                             f"{s.evicted} evicted{twins})")
         return "\n".join(lines)
 
     # -- lifetime --------------------------------------------------------------------------
