@@ -35,7 +35,7 @@
 #define VALUE float
 #define VALUE4 vec4
 #define LOAD(x) bf16_to_float(uint(x))
-#define LOAD4(v) uintBitsToFloat(uvec4(v) << 16)
+#define LOAD4(v) bf16_to_float4(uvec4(v))
 #define STORE(v) uint16_t(float_to_bf16(v))
 #elif DTYPE == I32
 #define ELEM int

@@ -26,3 +26,13 @@ uint float_to_bf16(float value) {
     }
     return (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
 }
+
+// The same four at a time, for the kernels' vectorised (VEC 4) paths: componentwise, so the
+// bits are the scalar conversions'.
+vec4 bf16_to_float4(uvec4 bits) {
+    return uintBitsToFloat(bits << 16);
+}
+
+uvec4 float_to_bf16_4(vec4 v) {
+    return uvec4(float_to_bf16(v.x), float_to_bf16(v.y), float_to_bf16(v.z), float_to_bf16(v.w));
+}

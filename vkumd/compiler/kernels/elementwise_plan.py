@@ -25,7 +25,11 @@ from vkumd.compiler.kernels.elementwise import (
     FILL_PUSH,
     UNARY_PUSH,
 )
-from vkumd.compiler.kernels.elementwise_vector import vector_aligned, vector_layout
+from vkumd.compiler.kernels.elementwise_vector import (
+    invocations,
+    vector_aligned,
+    vector_layout,
+)
 from vkumd.compiler.launch import KernelVariant, Launch, Operand
 from vkumd.compiler.registry import WORKGROUP
 from vkumd.errors import VkumdValueError
@@ -152,9 +156,8 @@ def binary_plan(caps: DeviceCaps, op: str, dtype: str, a_shape: tuple[int, ...],
                                              "BCAST": mask or 0,
                                              WORKGROUP: ELEMENTWISE_WORKGROUP})
     size = math.prod(out_shape)
-    # The vector variant's invocations each take four elements.
-    work = size if mask is None else -(-size // 4)
-    return FixedLaunch(program, BINARY_PUSH.pack(*words), _grid(caps, work), (2,))
+    return FixedLaunch(program, BINARY_PUSH.pack(*words),
+                       _grid(caps, invocations(size, mask is not None)), (2,))
 
 
 @functools.lru_cache(maxsize=_PLANS)
@@ -173,7 +176,7 @@ def unary_plan(caps: DeviceCaps, kind: str, src: str, dst: str, src_shape: tuple
     dims = words[2:2 + words[1]]
     push = UNARY_PUSH.pack(*words, alpha_bits, 0, 0, *_padded(_row_major(dims)))
     return FixedLaunch(_unary_program(kind, src, dst, mask), push,
-                       _grid(caps, size if mask is None else -(-size // 4)), (1,))
+                       _grid(caps, invocations(size, mask is not None)), (1,))
 
 
 def _unary_program(kind: str, src: str, dst: str, mask: int | None) -> KernelVariant:
@@ -230,7 +233,7 @@ def window_copy_plan(caps: DeviceCaps, src: str, dst: str, window: tuple[int, ..
     vector = (ndim == 0 and src_offset % 4 == 0 and dst_offset % 4 == 0
               and vector_aligned(caps, (src, dst)))
     program = _unary_program("convert", src, dst, 0 if vector else None)
-    return FixedLaunch(program, push, _grid(caps, -(-size // 4) if vector else size), (1,))
+    return FixedLaunch(program, push, _grid(caps, invocations(size, vector)), (1,))
 
 
 @functools.lru_cache(maxsize=_PLANS)
@@ -241,11 +244,11 @@ def fill_plan(caps: DeviceCaps, width: int, count: int, bits: int,
     Four elements per invocation (one vector store) where bindings are vector-aligned
     (:func:`~vkumd.compiler.kernels.elementwise_vector.vector_aligned`) and ``vector``.
     """
-    vec = 4 if vector and vector_aligned(caps, ("F32" if width == 32 else "F16",)) else 1
-    program = ELEMENTWISE_FILL.specialize({"WIDTH": width, "VEC": vec,
+    vectorised = vector and vector_aligned(caps, ("F32" if width == 32 else "F16",))
+    program = ELEMENTWISE_FILL.specialize({"WIDTH": width, "VEC": 4 if vectorised else 1,
                                            WORKGROUP: ELEMENTWISE_WORKGROUP})
-    return FixedLaunch(program, FILL_PUSH.pack(count, bits), _grid(caps, -(-count // vec)),
-                       (0,))
+    return FixedLaunch(program, FILL_PUSH.pack(count, bits),
+                       _grid(caps, invocations(count, vectorised)), (0,))
 
 
 def _grid(caps: DeviceCaps, n: int) -> tuple[int, int, int]:

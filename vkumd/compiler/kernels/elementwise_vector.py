@@ -12,6 +12,8 @@ from __future__ import annotations
 from vkumd.compiler.kernels.elementwise import ELEMENTWISE_MAX_DIMS
 from vkumd.vk.caps import DeviceCaps
 
+# Elements per invocation of a vectorised variant.
+VECTOR = 4
 # Bytes of one element per type code: a vector of four is what the planner aligns.
 CODE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I32": 4, "I8": 1, "U8": 1}
 
@@ -55,3 +57,9 @@ def vector_layout(caps: DeviceCaps, codes: tuple[str, ...], words: list[int]) ->
             s[1] == 0 or (s[1] == 1 and s[0] % 4 == 0) for s in strides):
         return sum(1 << i for i, s in enumerate(strides) if s[1] == 0)
     return None
+
+
+def invocations(size: int, vectorised: bool) -> int:
+    """Invocations that cover ``size`` elements: one each, or one per :data:`VECTOR` (the
+    last ``size % VECTOR`` elements go to the first invocations, one each)."""
+    return -(-size // VECTOR) if vectorised else size

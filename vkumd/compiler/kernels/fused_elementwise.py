@@ -61,7 +61,7 @@ _STORES = {"F32": ("float", "{v}"), "F16": ("float16_t", "float16_t({v})"),
 # The same per four consecutive elements, for the vectorised variant (VEC == 4): one vector
 # load or store, converted componentwise (the same conversions as above, so the same bits).
 _LOADS4 = {"F32": ("vec4", "{e}"), "F16": ("f16vec4", "vec4({e})"),
-           "BF16": ("u16vec4", "uintBitsToFloat(uvec4({e}) << 16)"),
+           "BF16": ("u16vec4", "bf16_to_float4(uvec4({e}))"),
            "I32": ("ivec4", "vec4({e})"), "I8": ("i8vec4", "vec4(ivec4({e}))"),
            "U8": ("u8vec4", "vec4(uvec4({e}))")}
 _STORES4 = {"F32": ("vec4", "{v}"), "F16": ("f16vec4", "f16vec4({v})"),
@@ -228,11 +228,6 @@ def _vector_apply(inputs: int) -> list[str]:
         bcast += [f"#if (BCAST & {1 << i}) != 0", f"#define BCAST{i}(s, v) s", "#else",
                   f"#define BCAST{i}(s, v) v", "#endif"]
     return ["#if VEC == 4", *bcast,
-            "uvec4 float_to_bf16_4(vec4 v) {",
-            "    return uvec4(float_to_bf16(v.x), float_to_bf16(v.y), float_to_bf16(v.z),",
-            "                 float_to_bf16(v.w));",
-            "}",
-            "",
             f"void apply4(uint q, {args}) {{", *loads,
             f"    resultv[q] = STORE4(vec4({comps}));", "}", "#endif"]
 

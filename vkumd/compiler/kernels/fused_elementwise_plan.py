@@ -28,7 +28,7 @@ from vkumd.compiler.kernels.elementwise_plan import (
     looped_grid,
     shape_words,
 )
-from vkumd.compiler.kernels.elementwise_vector import vector_layout
+from vkumd.compiler.kernels.elementwise_vector import invocations, vector_layout
 from vkumd.compiler.kernels.fused_elementwise import fused_kernel
 from vkumd.compiler.registry import WORKGROUP
 from vkumd.errors import CapabilityMissing
@@ -72,8 +72,7 @@ def fused_elementwise_plan(caps: DeviceCaps, program: tuple[tuple[Any, ...], ...
     variant: dict[str, Any] = {f"T{i}": code for i, code in enumerate(in_codes)}
     variant.update({"TOUT": out_code, "VEC": 1 if mask is None else 4, "BCAST": mask or 0,
                     WORKGROUP: ELEMENTWISE_WORKGROUP})
-    # The vector variant's invocations each take four elements.
-    work = math.prod(out_shape) if mask is None else -(-math.prod(out_shape) // 4)
+    work = invocations(math.prod(out_shape), mask is not None)
     groups = looped_grid(caps, -(-work // ELEMENTWISE_WORKGROUP))
     return FixedLaunch(kernel.specialize(variant), kernel.push.pack(*words), groups,
                        (len(in_codes),))
