@@ -96,6 +96,7 @@ class CompiledGraph(Handle):
         self.calls = 0
         self._recorded_gone = 0  # size-recordings of buckets released
         self._recent: dict[str, list[Tensor]] = {}  # per input, the latest bindable tensors
+        self._input_dtypes = {v.name: v.dtype for v in graph.inputs}
         self.weights: dict[int, Tensor] = {}
         self.handle = True
         try:
@@ -132,10 +133,7 @@ class CompiledGraph(Handle):
                 raise VkumdTypeError(f"input {name!r} is a {type(value).__name__}; pass a "
                                      "numpy array or a vkumd Tensor")
             shapes[name] = tuple(shape)
-        self._check_open()
-        true_env = bind_symbols(self.graph, shapes)
-        bound = self._repeated(inputs)
-        recording = self._bucket(self.policy.apply(true_env)).recording(true_env, bound)
+        recording = self._recording(shapes, self._repeated(inputs))
         for v in self.graph.inputs:
             recording.write_input(v.name, inputs[v.name])
         recording.bucket.replay(recording)
@@ -147,7 +145,7 @@ class CompiledGraph(Handle):
         dtype that one of the last :data:`RECENT_INPUTS` calls passed for the same name
         (views, such as an earlier call's results or :meth:`input_tensors`, are never
         bound: they are this graph's own memory)."""
-        dtypes_of = {v.name: v.dtype for v in self.graph.inputs}
+        dtypes_of = self._input_dtypes
         bound = {}
         for name, t in inputs.items():
             if not (type(t) is Tensor and t.context is self.context and t.binding is not None
@@ -175,10 +173,11 @@ class CompiledGraph(Handle):
         if self.released:
             raise VkumdValueError("this CompiledGraph was released; compile the graph again")
 
-    def _recording(self, shapes: dict[str, tuple[int, ...]]) -> Recording:
+    def _recording(self, shapes: dict[str, tuple[int, ...]],
+                   bound: dict[str, Tensor] | None = None) -> Recording:
         self._check_open()
         true_env = bind_symbols(self.graph, shapes)
-        return self._bucket(self.policy.apply(true_env)).recording(true_env)
+        return self._bucket(self.policy.apply(true_env)).recording(true_env, bound)
 
     def _bucket(self, env: dict[str, int]) -> Bucket:
         key = tuple(sorted(env.items()))

@@ -65,6 +65,7 @@ from vkumd.compiler.kernels.attention_plan import (
 )
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
+from vkumd.framework.graph.rules_tensor import swap_heads_seq
 from vkumd.framework.ops.checks import (
     check_bool,
     check_real,
@@ -94,11 +95,6 @@ def _check_layout(layout: Any, what: str) -> str:
     return layout
 
 
-def _bhsd(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
-    """``shape`` in ``layout`` as (batch, heads, seq, head_dim)."""
-    return (shape[0], shape[2], shape[1], shape[3]) if layout == "bshd" else shape
-
-
 def _check_inputs(q: Any, k: Any, v: Any, layout: str = "bhsd",
                   out_layout: str = "bhsd") -> AttentionProblem:
     q, k, v = _check_tensor(q, "q"), _check_tensor(k, "k"), _check_tensor(v, "v")
@@ -117,8 +113,8 @@ def _check_inputs(q: Any, k: Any, v: Any, layout: str = "bhsd",
     if k.shape != v.shape:
         raise VkumdValueError(f"attention: k and v must have the same shape, got {k.shape} and "
                               f"{v.shape}")
-    batch, q_heads, q_len, head_dim = _bhsd(q.shape, layout)
-    k_batch, kv_heads, k_len, k_dim = _bhsd(k.shape, layout)
+    batch, q_heads, q_len, head_dim = swap_heads_seq(q.shape, layout)
+    k_batch, kv_heads, k_len, k_dim = swap_heads_seq(k.shape, layout)
     if k_batch != batch:
         raise VkumdValueError(f"attention: q has batch {batch} and k/v have {k_batch}")
     if k_dim != head_dim:
@@ -206,7 +202,7 @@ def _mask_strides(attn_mask: Any, p: AttentionProblem, ctx: Any
 
 
 def _check_out(out: Any, p: AttentionProblem, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    shape = _bhsd((p.batch, p.q_heads, p.q_len, p.head_dim), p.out_layout)
+    shape = swap_heads_seq((p.batch, p.q_heads, p.q_len, p.head_dim), p.out_layout)
     return output("attention", q.context, out, shape, q.dtype, (q, k, v))
 
 
