@@ -29,8 +29,11 @@ test-main: setup
 # The main lane again with tensors in memory the host never maps (VKUMD_DEVICE_ONLY_MEMORY=1),
 # so every upload and read-back goes through staging copies as on a discrete GPU; lavapipe
 # maps all of its memory and would otherwise never run those paths. About as long as test-main.
+# It also pins lavapipe to 8-wide subgroups (LP_NATIVE_VECTOR_WIDTH=256): on AVX-512 hosts
+# vkumd picks 16-wide for the main lane (vkumd/vk/driver_settings.py), so both widths run.
 test-device-only: setup
-	VKUMD_DEVICE_ONLY_MEMORY=1 VKUMD_VALIDATION=1 $(PY) -m pytest -q -m "not ray" $(PYTEST_ARGS)
+	LP_NATIVE_VECTOR_WIDTH=256 VKUMD_DEVICE_ONLY_MEMORY=1 VKUMD_VALIDATION=1 \
+		$(PY) -m pytest -q -m "not ray" $(PYTEST_ARGS)
 
 # The Ray tests (tests/distributed/test_ray.py, marked ray): a one-node cluster in a
 # loopback-only namespace and a two-node cluster over a veth pair (docs/scale-out.md). Each
@@ -52,9 +55,12 @@ test-ray: setup
 # 1.3.239 layer would reject every coopmat shader. vkumd enables vulkanMemoryModel, which
 # GL_KHR_cooperative_matrix shaders declare. COOPMAT_VALIDATION=0 turns it off for a run
 # (conftest.py defaults VKUMD_VALIDATION to 1, so 0 has to be explicit).
+# LP_NATIVE_VECTOR_WIDTH=256: Mesa 26.1's lavapipe crashes compiling cooperative-matrix
+# shaders at 16-wide subgroups, so vkumd reports no cooperative matrices there (vk/caps.py).
 COOPMAT_VALIDATION ?= 1
 test-coopmat: setup
-	VKUMD_VALIDATION=$(COOPMAT_VALIDATION) VKUMD_REQUIRE_COOPMAT=1 bash ci/coopmat-lane.sh run $(PY) -m pytest -q -m coopmat $(PYTEST_ARGS)
+	LP_NATIVE_VECTOR_WIDTH=256 VKUMD_VALIDATION=$(COOPMAT_VALIDATION) VKUMD_REQUIRE_COOPMAT=1 \
+		bash ci/coopmat-lane.sh run $(PY) -m pytest -q -m coopmat $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) bench/transfer.py

@@ -45,6 +45,7 @@ import vkumd  # noqa: E402
 from vkumd.compiler.kernels import WORKGROUP  # noqa: E402
 from vkumd.compiler.push import PushLayout  # noqa: E402
 from vkumd.compiler.registry import Kernel  # noqa: E402
+from vkumd.vk import driver_settings  # noqa: E402
 
 FMA_GLSL = """#version 460
 // Loads-free multiply-add loop (bench/ceiling.py): ACCS accumulators of VEC floats each.
@@ -147,21 +148,29 @@ def blas_info() -> str:
 
 
 def cpu_facts() -> dict:
-    """CPU model, the widest AVX level in /proc/cpuinfo and lavapipe's vector width."""
-    model, flags = "unknown", set()
+    """CPU model, the widest AVX level in /proc/cpuinfo and lavapipe's vector width.
+
+    The width is the user's ``LP_NATIVE_VECTOR_WIDTH``, else what vkumd picks for this CPU
+    (``vkumd.vk.driver_settings``), else lavapipe's default; the device's subgroup size says
+    what it became.
+    """
+    model = "unknown"
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip() == "model name" and model == "unknown":
+                if key.strip() == "model name":
                     model = value.strip()
-                elif key.strip() == "flags" and not flags:
-                    flags = set(value.split())
+                    break
     except OSError:
         pass
+    flags = driver_settings.cpu_flags()
     isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    width = os.environ.get("LP_NATIVE_VECTOR_WIDTH")
+    picked = driver_settings.chosen().get(driver_settings.LAVAPIPE_VECTOR_WIDTH)
+    width = width if width is not None else f"{picked} (vkumd's pick)" if picked else "default"
     return {"cpu": model, "isa": isa, "fma": "fma" in flags, "cores": os.cpu_count(),
-            "lp_native_vector_width": os.environ.get("LP_NATIVE_VECTOR_WIDTH", "default"),
+            "lp_native_vector_width": width,
             "lp_num_threads": os.environ.get("LP_NUM_THREADS", "default")}
 
 

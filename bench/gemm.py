@@ -179,8 +179,9 @@ def main() -> None:
     rows = []
     with vkumd.Context(validation=False) as ctx:
         facts = ceiling.cpu_facts()
-        print(f"device: {ctx.caps.name} ({ctx.caps.driver_info}); cpu: {facts['cpu']}, "
-              f"{facts['isa']}; clock: {ceiling.clock_name()}, median of {args.repeats}; "
+        print(f"device: {ctx.caps.name} ({ctx.caps.driver_info}), subgroup "
+              f"{ctx.caps.subgroup_size}; cpu: {facts['cpu']}, {facts['isa']}; clock: "
+              f"{ceiling.clock_name()}, median of {args.repeats}; "
               "numpy is float32 matmul in every row")
         peak = ceiling.measure(ctx, args.repeats)
         print(f"ceiling (loads-free mul+add loop, bench/ceiling.py): {peak['gflops']:.1f} "

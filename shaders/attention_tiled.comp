@@ -84,15 +84,19 @@ layout(std430, binding = 6) writeonly buffer BufPart { vec4 part[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer Words {
     uint64_t w[];
 };
+// Each word's byte address is computed in 64 bits and read as element 0: lavapipe 25 at
+// 16-wide subgroups miscompiles Words(address).w[index] with a per-lane index in loops.
 #if DTYPE == F16
 vec4 chunk_at(uvec2 address, uint index) {
-    uvec2 u = unpackUint2x32(Words(address).w[index]);
+    uint64_t p = packUint2x32(address) + uint64_t(index) * 8ul;
+    uvec2 u = unpackUint2x32(Words(p).w[0]);
     return vec4(unpackHalf2x16(u.x), unpackHalf2x16(u.y));
 }
 #else
 vec4 chunk_at(uvec2 address, uint index) {
-    uvec2 lo = unpackUint2x32(Words(address).w[2u * index]);
-    uvec2 hi = unpackUint2x32(Words(address).w[2u * index + 1u]);
+    uint64_t p = packUint2x32(address) + uint64_t(index) * 16ul;
+    uvec2 lo = unpackUint2x32(Words(p).w[0]);
+    uvec2 hi = unpackUint2x32(Words(p).w[1]);
     return uintBitsToFloat(uvec4(lo, hi));
 }
 #endif

@@ -144,15 +144,27 @@ uint64_t elem_offset(uint64_t base, uint index) {
     return base + uint64_t(index) * uint64_t(ELEM_BYTES);
 }
 
+uint64_t out_offset(uint64_t base, uint index) {
+    return base + uint64_t(index) * uint64_t(OUT_BYTES);
+}
+
+// Every access through a buffer reference takes a byte address computed here and element 0:
+// lavapipe 25 at 16-wide subgroups (LP_NATIVE_VECTOR_WIDTH=512) miscompiles
+// Elems(base).v[index] with a per-lane index inside loops (lanes 8-15 load or store the
+// wrong element or nothing), where the same access through base + index * size is right.
+ELEM load_elem(uint64_t base, uint index) {
+    return Elems(elem_offset(base, index)).v[0];
+}
+
 ACC load_at(uint64_t base, uint index) {
-    return LOAD(Elems(base).v[index]);
+    return LOAD(load_elem(base, index));
 }
 
 // The epilogue: every path hands each finished accumulator to this, once, in range.
 #if DTYPE == I8
 void finish(uint64_t c, uint64_t residual, uint row, uint col, int acc) {
     // int8 products are exact in int32; the op refuses float epilogues for them.
-    OutElems(c).v[row * pc.N + col] = acc;
+    OutElems(out_offset(c, row * pc.N + col)).v[0] = acc;
 }
 
 int bias_at(uint col) {
@@ -172,9 +184,9 @@ void finish_biased(uint64_t c, uint64_t residual, uint row, uint col, float acc,
         v += load_at(residual, index);
     }
     if ((pc.flags & FLAG_BETA) != 0u) {
-        v += pc.beta * LOAD(OutElems(c).v[index]);
+        v += pc.beta * LOAD(OutElems(out_offset(c, index)).v[0]);
     }
-    OutElems(c).v[index] = STORE(v);
+    OutElems(out_offset(c, index)).v[0] = STORE(v);
 }
 
 float bias_at(uint col) {
@@ -624,8 +636,8 @@ uvec4 fetch(uint64_t base, uint outer, uint inner, uint outer_n, uint inner_n, u
     [[unroll]] for (uint c = 0u; c < 8u; ++c) {
         h[c] = 0u;
         if (outer < outer_n && inner + c < inner_n) {
-            h[c] = uint(float16BitsToUint16(Elems(base).v[outer * s_outer
-                                                           + (inner + c) * s_inner]));
+            h[c] = uint(float16BitsToUint16(load_elem(base, outer * s_outer
+                                                              + (inner + c) * s_inner)));
         }
     }
     return uvec4(h[0] | (h[1] << 16), h[2] | (h[3] << 16), h[4] | (h[5] << 16),
@@ -818,8 +830,8 @@ void main() {
     uint64_t dst = elem_offset(pc.c, batch * panels * pc.b_panel);
     ELEM v = ELEM(0);
     if (col < pc.N) {
-        v = Elems(src).v[k * pc.sbk + col * pc.sbn];
+        v = load_elem(src, k * pc.sbk + col * pc.sbn);
     }
-    PackedElems(dst).v[index] = v;
+    PackedElems(elem_offset(dst, index)).v[0] = v;
 }
 #endif

@@ -25,8 +25,11 @@ SMALLEST_JUDGED = {"float32": 1e-30, "float16": 1e-2, "bfloat16": 1e-30}
 PATHS = {
     "device": None,
     "one-subgroup": lambda caps: {"SUBGROUP_REDUCE": 1, WORKGROUP: caps.subgroup_size},
+    # At most 8 subgroups: lavapipe 25 at 16-wide subgroups miscomputes these kernels with 16
+    # subgroups of 16 once a row has more than 64 units (not reproduced in a small shader;
+    # docs/performance.md, "Sixteen-wide subgroups"). Planners give CPU devices one subgroup.
     "subgroups+shared": lambda caps: {"SUBGROUP_REDUCE": 1,
-                                      WORKGROUP: min(256, caps.subgroup_size ** 2)},
+                                      WORKGROUP: min(256, 8 * caps.subgroup_size)},
     "shared-tree": lambda caps: {"SUBGROUP_REDUCE": 0, WORKGROUP: 64},
 }
 

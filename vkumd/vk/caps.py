@@ -51,6 +51,20 @@ _SUBGROUP_OPS = {
 _CPU_DEVICE_TYPES = ("cpu",)
 
 
+# Widest lavapipe subgroup whose cooperative-matrix pipelines compile (Mesa 26.1.6, checked).
+_LLVMPIPE_COOPMAT_WIDTH = 8
+
+
+def coopmat_compiles(driver_id: int, subgroup_size: int) -> bool:
+    """Whether a driver that lists ``VK_KHR_cooperative_matrix`` can build its shaders.
+
+    Mesa 26.1's lavapipe lists the extension at 16-wide subgroups (``LP_NATIVE_VECTOR_WIDTH``
+    512) too, then crashes the process inside ``vkCreateComputePipelines`` on every
+    cooperative-matrix shader; there the capability is reported absent.
+    """
+    return not (driver_id == vk.VK_DRIVER_ID_MESA_LLVMPIPE
+                and subgroup_size > _LLVMPIPE_COOPMAT_WIDTH)
+
 @dataclass(frozen=True)
 class CoopMatShape:
     """One cooperative-matrix configuration the driver lists.
@@ -182,7 +196,9 @@ class DeviceCaps:
     """The Vulkan memory model (needed by shaders that use ``GL_KHR_memory_scope_semantics``,
     as cooperative-matrix kernels do). Fallback: such kernels are not selected."""
     cooperative_matrix: bool
-    """``VK_KHR_cooperative_matrix`` with the feature on. Fallback: tiled scalar kernels."""
+    """``VK_KHR_cooperative_matrix`` with the feature on. Fallback: tiled scalar kernels.
+    False on lavapipe with subgroups wider than 8 (its ``LP_NATIVE_VECTOR_WIDTH`` above 256),
+    where Mesa 26.1 crashes compiling cooperative-matrix shaders."""
     cooperative_matrix_shapes: tuple[CoopMatShape, ...]
     """Every configuration from ``vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR``."""
     memory_heaps: tuple[MemoryHeap, ...]
@@ -340,6 +356,7 @@ def query_caps(instance: Any, physical: Any, index: int) -> DeviceCaps:
     ops = p11.subgroupSupportedOperations
     compute_stage = bool(p11.subgroupSupportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT)
     coopmat = bool(fcm is not None and fcm.cooperativeMatrix)
+    coopmat = coopmat and coopmat_compiles(p12.driverID, p11.subgroupSize)
     return DeviceCaps(
         index=index,
         name=_text(base.deviceName),

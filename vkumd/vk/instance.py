@@ -11,6 +11,7 @@ from typing import Any
 
 from vkumd import settings
 from vkumd.errors import DeviceUnavailable
+from vkumd.vk import driver_settings
 from vkumd.vk.binding import API_VERSION_1_3, NULL, c_strings, ffi, lib, make_version, new, vk
 from vkumd.vk.errors import IncompatibleDriver, LayerNotPresent, check, from_binding
 from vkumd.vk.handle import Handle
@@ -122,6 +123,8 @@ class Instance(Handle):
     Raises:
         LayerNotPresent: validation was asked for and the layer is not installed.
         DeviceUnavailable: the loader finds no Vulkan 1.3 driver.
+        VkumdValueError: ``LP_NATIVE_VECTOR_WIDTH`` changed since this process's first
+            instance (see :mod:`vkumd.vk.driver_settings`).
     """
 
     def __init__(self, validation: bool | None = None,
@@ -133,6 +136,7 @@ class Instance(Handle):
             sync_validation = settings.flag("VKUMD_SYNC_VALIDATION")
         self.sync_validation = bool(validation and sync_validation)
         _apply_icd_override()
+        driver_settings.apply()  # before any driver starts: lavapipe reads its width then
         self.validation = validation
         layers: list[str] = []
         extensions: list[str] = []
