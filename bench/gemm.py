@@ -31,7 +31,8 @@ iteration from half the B gathers) 1.03-1.23x more (see ``LANES_TM`` in
 vkumd/compiler/kernels/gemm.py and docs/performance.md): the gathers are what binds. The
 bound is the loads-free mul+add loop of bench/ceiling.py, measured at the start of each run (an
 early estimate of 37 GFLOP/s was not); on one AMD EPYC core it reaches 0.75-0.83 of numpy. With
-the old 8-row tile, LP_NATIVE_VECTOR_WIDTH=512 (16-wide subgroups) measured 1.5x. Walking A and
+the old 8-row tile, LP_NATIVE_VECTOR_WIDTH=512 (16-wide subgroups) measured 1.5x; vkumd now
+sets it on AVX-512 hosts (docs/performance.md, "Sixteen-wide subgroups"). Walking A and
 B with 64-bit pointers advanced by a constant per K step (instead of indices rebuilt from k,
 which lavapipe computes as vector multiplies, shifts and widenings per load) gave 1.10x on the
 plain GEMM and made the fused epilogue as fast as the plain GEMM at 2048^3 (one thread, CPU
