@@ -24,7 +24,6 @@ from vkumd.compiler.kernels.attention import (
     ATTENTION_COMBINE,
     ATTENTION_COOPMAT,
     ATTENTION_DEFAULT_ROWS,
-    ATTENTION_KEY_TILE,
     ATTENTION_KEYS_PER_LANE,
     ATTENTION_PUSH,
     ATTENTION_ROWS,
@@ -33,6 +32,7 @@ from vkumd.compiler.kernels.attention import (
     COMBINE_PUSH,
     COOPMAT_BLOCK_VARIABLE,
     CoopmatBlock,
+    attention_key_tile,
     coopmat_block_problem,
     coopmat_blocks,
     coopmat_shapes,
@@ -281,7 +281,7 @@ def _plan(caps: DeviceCaps, p: AttentionProblem, path: str, block: CoopmatBlock 
                                "ADDRESSES": int(caps.buffer_device_address)}
     if splits == 1:
         rows = sg * ATTENTION_ROWS_PER_LANE
-        variant.update(LANE_ROWS=1, RPL=ATTENTION_ROWS_PER_LANE, KT1=ATTENTION_KEY_TILE,
+        variant.update(LANE_ROWS=1, RPL=ATTENTION_ROWS_PER_LANE, KT1=attention_key_tile(caps),
                        MASKED=int(bool(flags & FLAG_MASK)), ROWS=1, SPLIT=0)
         groups = check_grid("attention", (-(-p.rows // rows), p.batch * p.kv_heads, 1),
                             limits, caps.name, _GRID_ADVICE)
