@@ -87,16 +87,26 @@ def env_without_width() -> dict[str, str]:
 
 
 def test_avx512_without_a_user_setting_picks_512() -> None:
-    assert driver_settings.chosen({}, frozenset({"avx2", "avx512f"})) == {WIDTH: "512"}
+    assert driver_settings.chosen({}, frozenset({"avx2", "avx512f"}), False) == {WIDTH: "512"}
 
 
 def test_a_user_setting_is_kept() -> None:
-    assert driver_settings.chosen({WIDTH: "256"}, frozenset({"avx512f"})) == {}
+    assert driver_settings.chosen({WIDTH: "256"}, frozenset({"avx512f"}), False) == {}
 
 
 def test_cpus_without_avx512_keep_the_driver_default() -> None:
-    assert driver_settings.chosen({}, frozenset({"avx2", "fma"})) == {}
-    assert driver_settings.chosen({}, frozenset()) == {}
+    assert driver_settings.chosen({}, frozenset({"avx2", "fma"}), False) == {}
+    assert driver_settings.chosen({}, frozenset(), False) == {}
+
+
+def test_nothing_is_picked_once_another_library_loaded_lavapipe(tmp_path: Path) -> None:
+    assert driver_settings.chosen({}, frozenset({"avx512f"}), True) == {}
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f10 r-xp 0 08:01 5 /usr/lib/x86_64-linux-gnu/libvulkan_lvp.so\n")
+    assert driver_settings.lavapipe_loaded(str(maps))
+    maps.write_text("7f00-7f10 r-xp 0 08:01 5 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
+    assert not driver_settings.lavapipe_loaded(str(maps))
+    assert not driver_settings.lavapipe_loaded(str(tmp_path / "absent"))
 
 
 def test_cpu_flags_reads_the_first_flags_line(tmp_path: Path) -> None:
@@ -135,6 +145,27 @@ def test_a_width_changed_mid_process_is_refused_and_earlier_contexts_stay_right(
     assert "LP_NATIVE_VECTOR_WIDTH is '384' now but was" in refused["refused"]
     assert "before the first vkumd call" in refused["refused"]
     assert first["gemm_error"] < 1e-5 and after["after"] < 1e-5, (first, after)
+
+
+def test_lavapipe_loaded_by_someone_else_first_keeps_its_width() -> None:
+    done = subprocess.run([sys.executable, "-c", LOADED_FIRST + PROBE], capture_output=True,
+                          text=True, env=env_without_width(), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    (row,) = rows
+    assert row["width"] is None, row  # vkumd set nothing
+    assert row["compiled"] == [row["reported"]], row
+    assert row["gemm_error"] < 1e-5, row
+
+
+# Another library's Vulkan use before vkumd's: the loader maps every driver it finds.
+LOADED_FIRST = textwrap.dedent('''
+    import vulkan
+    info = vulkan.VkInstanceCreateInfo(pApplicationInfo=vulkan.VkApplicationInfo(
+        apiVersion=vulkan.VK_MAKE_VERSION(1, 3, 0)))
+    other = vulkan.vkCreateInstance(info, None)
+    vulkan.vkEnumeratePhysicalDevices(other)
+''')
 
 
 @pytest.mark.parametrize("flags", [frozenset({"avx512f"}), frozenset()])

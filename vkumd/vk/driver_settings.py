@@ -13,8 +13,10 @@ for the whole process, and compiles every later pipeline at that width, whatever
 devices created before reported (checked on Mesa 25.0.7). A change in the middle of a process
 therefore makes earlier contexts plan kernels for one subgroup size and run them at another:
 wrong results, silently. So vkumd sets its pick once, before its first instance, and leaves it
-set (child processes inherit it); a value the user has set is never changed; and an instance
-created after the variable has changed is refused (:func:`apply`).
+set (child processes inherit it); a value the user has set is never changed; nothing is set
+where lavapipe is already loaded into the process (another library's devices would change
+width under it); and an instance created after the variable has changed is refused
+(:func:`apply`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from vkumd.errors import VkumdValueError
 
 LAVAPIPE_VECTOR_WIDTH = "LP_NATIVE_VECTOR_WIDTH"
 WIDE_VECTOR_BITS = "512"
+LAVAPIPE_LIBRARY = "libvulkan_lvp"
 
 # The width in the environment when this process made its first instance: (value,) once set.
 _first_width: tuple[str | None] | None = None
@@ -46,17 +49,31 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
     return frozenset()
 
 
+def lavapipe_loaded(maps: str = "/proc/self/maps") -> bool:
+    """Whether lavapipe's library is already mapped into this process (by anyone)."""
+    try:
+        with open(maps) as mapped:
+            return any(LAVAPIPE_LIBRARY in line for line in mapped)
+    except OSError:
+        return False
+
+
 def chosen(environ: Mapping[str, str] | None = None,
-           flags: frozenset[str] | None = None) -> dict[str, str]:
+           flags: frozenset[str] | None = None,
+           loaded: bool | None = None) -> dict[str, str]:
     """The variables vkumd would set: its picks for this CPU that the user has not set.
 
     Args:
         environ: the environment to look at (default ``os.environ``).
         flags: the CPU's feature flags (default: read from ``/proc/cpuinfo``).
+        loaded: whether lavapipe is already loaded here (default: :func:`lavapipe_loaded`).
+            Then nothing is picked: another library's lavapipe devices run at the width
+            they started with, and a new width would change theirs under them.
     """
     environ = os.environ if environ is None else environ
     picks: dict[str, str] = {}
-    if LAVAPIPE_VECTOR_WIDTH not in environ:
+    if LAVAPIPE_VECTOR_WIDTH not in environ and not (
+            lavapipe_loaded() if loaded is None else loaded):
         # AVX2-only CPUs would have LLVM split each 512-bit vector in two: not measured, left.
         if "avx512f" in (cpu_flags() if flags is None else flags):
             picks[LAVAPIPE_VECTOR_WIDTH] = WIDE_VECTOR_BITS
