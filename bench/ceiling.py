@@ -151,8 +151,8 @@ def cpu_facts() -> dict:
     """CPU model, the widest AVX level in /proc/cpuinfo and lavapipe's vector width.
 
     The width is the user's ``LP_NATIVE_VECTOR_WIDTH``, else what vkumd picks for this CPU
-    (``vkumd.vk.driver_settings``), else lavapipe's default; the device's subgroup size says
-    what it became.
+    (``vkumd.vk.driver_settings``: already set once a context exists, to be picked otherwise),
+    else lavapipe's default; the device's subgroup size says what it became.
     """
     model = "unknown"
     try:
@@ -166,9 +166,10 @@ def cpu_facts() -> dict:
         pass
     flags = driver_settings.cpu_flags()
     isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    width = os.environ.get("LP_NATIVE_VECTOR_WIDTH")
-    picked = driver_settings.chosen().get(driver_settings.LAVAPIPE_VECTOR_WIDTH)
-    width = width if width is not None else f"{picked} (vkumd's pick)" if picked else "default"
+    name = driver_settings.LAVAPIPE_VECTOR_WIDTH
+    picked = {**driver_settings.chosen(), **driver_settings.picked()}.get(name)
+    width = (f"{picked} (vkumd's pick)" if picked
+             else os.environ.get(name, "default"))
     return {"cpu": model, "isa": isa, "fma": "fma" in flags, "cores": os.cpu_count(),
             "lp_native_vector_width": width,
             "lp_num_threads": os.environ.get("LP_NUM_THREADS", "default")}

@@ -65,6 +65,7 @@ def coopmat_compiles(driver_id: int, subgroup_size: int) -> bool:
     return not (driver_id == vk.VK_DRIVER_ID_MESA_LLVMPIPE
                 and subgroup_size > _LLVMPIPE_COOPMAT_WIDTH)
 
+
 @dataclass(frozen=True)
 class CoopMatShape:
     """One cooperative-matrix configuration the driver lists.
@@ -355,8 +356,8 @@ def query_caps(instance: Any, physical: Any, index: int) -> DeviceCaps:
 
     ops = p11.subgroupSupportedOperations
     compute_stage = bool(p11.subgroupSupportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT)
-    coopmat = bool(fcm is not None and fcm.cooperativeMatrix)
-    coopmat = coopmat and coopmat_compiles(p12.driverID, p11.subgroupSize)
+    coopmat = bool(fcm is not None and fcm.cooperativeMatrix
+                   and coopmat_compiles(p12.driverID, p11.subgroupSize))
     return DeviceCaps(
         index=index,
         name=_text(base.deviceName),

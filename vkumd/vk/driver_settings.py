@@ -4,9 +4,9 @@ lavapipe (Mesa's CPU driver) takes its SIMD width from ``LP_NATIVE_VECTOR_WIDTH`
 default even on CPUs with AVX-512, which gives 8-wide subgroups. On AVX-512 CPUs vkumd asks for
 512 (16-wide subgroups): every per-lane load lavapipe makes is a gather, and a wider subgroup
 spreads each gather's fixed cost and the loop's mask handling over twice the lanes. Measured on
-an AMD EPYC (Zen 4) core, the float32 GEMM went from 0.37-0.39 to 0.55-0.60 of the driver's own
-multiply-add ceiling, whose value stayed within noise (docs/performance.md, "Sixteen-wide
-subgroups").
+an AMD EPYC (Zen 4) core, the float32 GEMM at 1024^3 went from 0.40-0.42 to 0.51-0.55 of the
+driver's own multiply-add ceiling, whose value stayed within noise (docs/performance.md,
+"Sixteen-wide subgroups").
 
 lavapipe reads the variable again whenever an instance or device is created, into one value
 for the whole process, and compiles every later pipeline at that width, whatever width the
@@ -31,8 +31,10 @@ LAVAPIPE_VECTOR_WIDTH = "LP_NATIVE_VECTOR_WIDTH"
 WIDE_VECTOR_BITS = "512"
 LAVAPIPE_LIBRARY = "libvulkan_lvp"
 
-# The width in the environment when this process made its first instance: (value,) once set.
+# The width in the environment when this process made its first instance: (value,) once set;
+# and what vkumd itself put there then.
 _first_width: tuple[str | None] | None = None
+_picked: dict[str, str] = {}
 _lock = threading.Lock()
 
 
@@ -96,6 +98,7 @@ def apply() -> dict[str, str]:
         if _first_width is None:
             picks = chosen()
             os.environ.update(picks)
+            _picked.update(picks)
             _first_width = (os.environ.get(LAVAPIPE_VECTOR_WIDTH),)
             return picks
         width = os.environ.get(LAVAPIPE_VECTOR_WIDTH)
@@ -107,3 +110,10 @@ def apply() -> dict[str, str]:
                 f"one. Set {LAVAPIPE_VECTOR_WIDTH} before the first vkumd call (or in a new "
                 "process) and leave it")
         return {}
+
+
+def picked() -> dict[str, str]:
+    """The variables vkumd set in this process (by its first instance), to tell them apart from
+    the user's."""
+    with _lock:
+        return dict(_picked)
