@@ -6,6 +6,7 @@
 // computed in float32 and rounded once to the storage type; int32 wraps on overflow.
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 #extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_8bit_storage : require
 #include "common.glsl"
 #include "elementwise_types.glsl"
 
@@ -49,6 +50,18 @@
 #error "DTYPE must be F32, F16, BF16 or I32"
 #endif
 
+// OUT U8 (comparisons only): the 1/0 result stored as uint8, a graph's bool mask; any other
+// OUT is DTYPE's own storage.
+#if defined(OUT) && OUT == U8
+#define ELEM_OUT uint8_t
+#define ELEM_OUT4 u8vec4
+#define STORE_OUT(v) uint8_t(uint(v))
+#else
+#define ELEM_OUT ELEM
+#define ELEM_OUT4 ELEM4
+#define STORE_OUT(v) STORE(v)
+#endif
+
 layout(local_size_x_id = 0) in;
 // 0 add, 1 sub, 2 mul, 3 divide, 4 divide rounding down, 5 divide rounding toward zero.
 // Integer division by zero gives 0 (as numpy's floor_divide); INT_MIN / -1 gives INT_MIN.
@@ -69,11 +82,11 @@ layout(constant_id = 3) const uint BCAST = 0u;
 
 layout(std430, binding = 0) readonly buffer A { ELEM a[]; };
 layout(std430, binding = 1) readonly buffer B { ELEM b[]; };
-layout(std430, binding = 2) writeonly buffer Out { ELEM result[]; };
+layout(std430, binding = 2) writeonly buffer Out { ELEM_OUT result[]; };
 // The same bindings as arrays of 4-vectors (aliases), for VEC 4.
 layout(std430, binding = 0) readonly buffer A4 { ELEM4 a4[]; };
 layout(std430, binding = 1) readonly buffer B4 { ELEM4 b4[]; };
-layout(std430, binding = 2) writeonly buffer Out4 { ELEM4 result4[]; };
+layout(std430, binding = 2) writeonly buffer Out4 { ELEM_OUT4 result4[]; };
 
 layout(push_constant) uniform Shape {
     uint n;          // elements of the output
@@ -150,8 +163,8 @@ void apply4(uint q, uint ia, uint ib) {
     } else {
         y = LOAD4(b4[ib]);
     }
-    result4[q] = ELEM4(STORE(apply(x.x, y.x)), STORE(apply(x.y, y.y)), STORE(apply(x.z, y.z)),
-                       STORE(apply(x.w, y.w)));
+    result4[q] = ELEM_OUT4(STORE_OUT(apply(x.x, y.x)), STORE_OUT(apply(x.y, y.y)),
+                           STORE_OUT(apply(x.z, y.z)), STORE_OUT(apply(x.w, y.w)));
 }
 
 void main() {
@@ -167,7 +180,7 @@ void main() {
             // Elements past the last full four (fewer than the invocations): one each.
             uint t = quads * 4u + VKUMD_FIRST_INDEX;
             if (t < pc.n) {
-                result[t] = STORE(apply(LOAD(a[a_one ? 0u : t]), LOAD(b[b_one ? 0u : t])));
+                result[t] = STORE_OUT(apply(LOAD(a[a_one ? 0u : t]), LOAD(b[b_one ? 0u : t])));
             }
             return;
         }
@@ -198,7 +211,7 @@ void main() {
     if (pc.ndim == 0u) {
         // Both operands have the output's shape: no index arithmetic at all.
         for (uint index = VKUMD_FIRST_INDEX; index < pc.n; index += step) {
-            result[index] = STORE(apply(LOAD(a[index]), LOAD(b[index])));
+            result[index] = STORE_OUT(apply(LOAD(a[index]), LOAD(b[index])));
         }
         return;
     }
@@ -217,7 +230,7 @@ void main() {
         uint step_rows = step / cols;
         uint step_cols = step - step_rows * cols;
         for (uint index = first; index < pc.n; index += step) {
-            result[index] = STORE(apply(LOAD(a[row * as0 + col * as1]),
+            result[index] = STORE_OUT(apply(LOAD(a[row * as0 + col * as1]),
                                         LOAD(b[row * bs0 + col * bs1])));
             col += step_cols;
             row += step_rows;
@@ -238,6 +251,6 @@ void main() {
             ia += coord * pc.a_stride[d];
             ib += coord * pc.b_stride[d];
         }
-        result[index] = STORE(apply(LOAD(a[ia]), LOAD(b[ib])));
+        result[index] = STORE_OUT(apply(LOAD(a[ia]), LOAD(b[ib])));
     }
 }

@@ -12,6 +12,8 @@
 #define F16 2
 #define BF16 3
 #define I32 4
+#define I8 5
+#define U8 6
 
 // bfloat16 bits -> float32, exact.
 float bf16_to_float(uint bits) {

@@ -16,20 +16,26 @@ import numpy as np
 import pytest
 
 import vkumd
-from vkumd.compiler.kernels.fused_elementwise import (
-    FUSED_ELEMENTWISE_SAMPLE,
-    SAMPLE_PROGRAM,
-    fused_kernel,
-)
+from vkumd.compiler.kernels.fused_elementwise import FUSED_ELEMENTWISE_SAMPLE, fused_kernel
 from vkumd.compiler.registry import KERNELS
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes, ops
 from vkumd.framework.graph import GraphBuilder, evaluate
 from vkumd.framework.graph.reference import round_to
+from vkumd.framework.ops.fused import glsl_steps
 
 FLOATS = ["float32", "float16", "bfloat16"]
 # Relative Frobenius error: float32 arithmetic, then one rounding to the output type.
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+
+# Every step op once, over two float inputs and a condition.
+SAMPLE_PROGRAM = (
+    ("add", 0, 1), ("sub", 3, ("const", 0.5)), ("mul", 4, 0), ("div", 5, 1),
+    ("div", 6, ("const", 3.0), "floor"), ("div", 7, 1, "trunc"), ("eq", 8, 0), ("ne", 9, 1),
+    ("lt", 10, 3), ("le", 11, 4), ("gt", 12, 5), ("ge", 13, 6), ("where", 2, 14, 7),
+    ("relu", 15), ("gelu", 16), ("gelu_tanh", 17), ("silu", 18), ("cast", 19, "float16"),
+    ("cast", 20, "bfloat16"), ("cast", 21, "float32"), ("add", 22, ("const", float("inf"))),
+)
 
 
 def reference(inputs: list[np.ndarray], in_types: list[str], program: tuple, dtype: str,
@@ -203,9 +209,9 @@ def test_a_large_tensor_loops_over_the_grid(ctx) -> None:
 
 
 def test_kernels_are_generated_once_per_program() -> None:
-    one = fused_kernel(CHAIN, 2)
-    assert fused_kernel(CHAIN, 2) is one
-    other = fused_kernel(CHAIN[:-1], 2)
+    one = fused_kernel(glsl_steps(CHAIN), 2)
+    assert fused_kernel(glsl_steps(CHAIN), 2) is one
+    other = fused_kernel(glsl_steps(CHAIN[:-1]), 2)
     assert other.name != one.name and other.source_text() != one.source_text()
     assert one.name not in KERNELS and other.name not in KERNELS
     assert KERNELS[FUSED_ELEMENTWISE_SAMPLE.name] is FUSED_ELEMENTWISE_SAMPLE

@@ -27,7 +27,7 @@ import numpy as np
 
 from vkumd.errors import VkumdTypeError
 from vkumd.framework.execute import CompiledGraph
-from vkumd.framework.execute.lower import check_lowerable
+from vkumd.framework.execute.lower import check_recordable
 from vkumd.framework.graph import Graph, UnsupportedOpError, run_passes
 from vkumd.framework.graph.reference import bindings_for
 from vkumd.framework.graph.trace import Trace, trace
@@ -63,7 +63,7 @@ class CompiledFunction:
         self._compiled: Any = None
         self.executor = "compiled"
         try:
-            check_lowerable(graph.nodes)
+            check_recordable(graph)
         except UnsupportedOpError as exc:
             log.warning("%s runs eagerly, node by node: %s", graph.name, exc)
             self.executor = "eager"

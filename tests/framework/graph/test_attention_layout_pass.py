@@ -14,9 +14,8 @@ import vkumd
 from vkumd.framework import ops
 from vkumd.framework.execute import CompiledGraph
 from vkumd.framework.graph import PASSES, GraphBuilder, run_passes
-from vkumd.framework.graph.attention_layout import fold_attention_layouts
+from vkumd.framework.graph.attention_layout import attention_layouts, fold_attention_layouts
 from vkumd.framework.graph.passes import FUSION, PIPELINE
-from vkumd.framework.graph.rules_tensor import attention_layouts
 
 B, S, T, H, HKV, D = 2, 5, 7, 4, 2, 8
 SWAP = (0, 2, 1, 3)

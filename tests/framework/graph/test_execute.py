@@ -7,13 +7,15 @@ outputs poisoned with NaN, so a value read before it is written (or never writte
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from execute_checks import check_against_reference, random, rel
 
 import vkumd
 from vkumd.framework.execute import LOWERINGS, CompiledGraph
-from vkumd.framework.graph import GraphBuilder, UnsupportedOpError, evaluate
+from vkumd.framework.graph import OPS, GraphBuilder, UnsupportedOpError, evaluate
 
 
 def run_twice(graph, ctx, make_feeds, **kwargs):
@@ -159,13 +161,32 @@ def test_tensor_inputs_are_copied_and_outputs_have_exact_shapes(ctx) -> None:
     compiled.release()
 
 
-def test_an_op_without_a_lowering_is_named(ctx) -> None:
+def test_an_op_without_a_lowering_is_named(ctx, monkeypatch) -> None:
+    monkeypatch.setitem(OPS, "gt", dataclasses.replace(OPS["gt"], lower=None))
     b = GraphBuilder("where")
     x = b.input("x", (4,))
     b.output(b.where(b.gt(x, 0.0), x, 0.0))
     with pytest.raises(UnsupportedOpError, match=r"node %\d+ = gt.*no lowering"):
         CompiledGraph(b.build(), ctx)
-    assert "matmul" in LOWERINGS and "reshape" not in LOWERINGS
+    assert "matmul" in LOWERINGS and "reshape" not in LOWERINGS and "gt" not in LOWERINGS
+
+
+def test_comparisons_record_their_uint8_results(ctx) -> None:
+    b = GraphBuilder("compare")
+    x = b.input("x", ("n", 7))
+    y = b.input("y", ("n", 7))
+    b.output(b.where(b.gt(x, y), x, 0.0), b.le(x, y))
+    graph = b.build()
+    compiled = CompiledGraph(graph, ctx)
+    rng = np.random.default_rng()
+    data = {"x": random(rng, 5, 7), "y": random(rng, 5, 7)}
+    data["y"][0, :3] = data["x"][0, :3]  # ties
+    picked, mask = compiled(**{k: ctx.tensor(v) for k, v in data.items()})
+    want_picked, want_mask = evaluate(graph, data)
+    assert mask.dtype.name == "uint8"
+    np.testing.assert_array_equal(mask.numpy(), want_mask.astype(np.uint8))
+    assert rel(picked.numpy(), want_picked) < 1e-6
+    compiled.release()
 
 
 def test_the_recordings_own_input_tensors_are_bound_without_a_copy(ctx) -> None:

@@ -12,7 +12,7 @@ from vkumd.errors import VkumdValueError
 from vkumd.framework.graph import GraphBuilder, GraphError, ValueKind, plan_memory, run_passes
 from vkumd.framework.graph.ir import Graph
 from vkumd.framework.graph.memory import MemoryPlan
-from vkumd.framework.graph.shapes import op_info
+from vkumd.framework.graph.registry import op_info
 
 KIB = 1024
 

@@ -21,6 +21,9 @@ ELEMENTWISE_OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3, "div_floor": 4, "div_
 # and the dtype each stands for.
 ELEMENTWISE_TYPES = ("F32", "F16", "BF16", "I32")
 ELEMENTWISE_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int32": "I32"}
+# A comparison may store its 1/0 as uint8 instead (OUT U8: a graph's bool mask).
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+MASK_CODE = "U8"
 
 
 def _elementwise_types(caps: DeviceCaps) -> list[str]:
@@ -31,9 +34,13 @@ def _elementwise_types(caps: DeviceCaps) -> list[str]:
 def _elementwise_variants(caps: DeviceCaps) -> list[dict]:
     # int32 has no true division (ops refuse it); it divides rounding down or toward zero.
     # Each scalar variant and its vectorised twin for same-shape operands (VEC 4, BCAST 0).
-    return [{"DTYPE": dtype, "OP": op, "VEC": vec, "BCAST": 0, WORKGROUP: 64}
-            for dtype in _elementwise_types(caps) for name, op in ELEMENTWISE_OPS.items()
-            if not (dtype == "I32" and name == "div") for vec in (1, 4)]
+    plain = [{"DTYPE": dtype, "OP": op, "VEC": vec, "BCAST": 0, WORKGROUP: 64}
+             for dtype in _elementwise_types(caps) for name, op in ELEMENTWISE_OPS.items()
+             if not (dtype == "I32" and name == "div") for vec in (1, 4)]
+    masks = [{"DTYPE": dtype, "OP": ELEMENTWISE_OPS[name], "OUT": MASK_CODE, "VEC": vec,
+              "BCAST": 0, WORKGROUP: 64}
+             for dtype in _elementwise_types(caps) for name in COMPARISONS for vec in (1, 4)]
+    return plain + (masks if caps.storage_8bit else [])
 
 
 ELEMENTWISE_BINARY = register(Kernel(
@@ -41,7 +48,7 @@ ELEMENTWISE_BINARY = register(Kernel(
     source="elementwise_binary.comp",
     buffers=3,
     push=BINARY_PUSH,
-    defines={"DTYPE": ELEMENTWISE_TYPES},
+    defines={"DTYPE": ELEMENTWISE_TYPES, "OUT": (MASK_CODE,)},
     spec_constants={WORKGROUP: 0, "OP": 1, "VEC": 2, "BCAST": 3},
     variants=_elementwise_variants,
 ))

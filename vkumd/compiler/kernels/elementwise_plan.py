@@ -140,21 +140,23 @@ def shape_words(out_shape: tuple[int, ...], *inputs: tuple[int, ...]) -> list[in
 @functools.lru_cache(maxsize=_PLANS)
 def binary_plan(caps: DeviceCaps, op: str, dtype: str, a_shape: tuple[int, ...],
                 b_shape: tuple[int, ...], out_shape: tuple[int, ...],
-                vector: bool = True) -> FixedLaunch:
+                vector: bool = True, out: str | None = None) -> FixedLaunch:
     """``out = a OP b`` with ``a`` and ``b`` broadcast to ``out_shape``.
 
-    Operands: a, b, out. ``op`` is a key of ``ELEMENTWISE_OPS``; ``dtype`` a type code.
+    Operands: a, b, out. ``op`` is a key of ``ELEMENTWISE_OPS``; ``dtype`` a type code; ``out``
+    the result's code where it differs (``MASK_CODE``, for a comparison's uint8 mask).
     Where the layout allows (:func:`~vkumd.compiler.kernels.elementwise_vector.vector_layout`)
     the plan takes the kernel's vectorised variant (``VEC`` 4: four elements per invocation,
     the same bits); ``vector=False`` always takes the scalar one, which benchmarks and tests
     compare against. The choice is part of the cached plan, so a call costs nothing for it.
     """
     words = shape_words(out_shape, a_shape, b_shape)
-    mask = vector_layout(caps, (dtype, dtype, dtype), words) if vector else None
-    program = ELEMENTWISE_BINARY.specialize({"DTYPE": dtype, "OP": ELEMENTWISE_OPS[op],
-                                             "VEC": 1 if mask is None else 4,
-                                             "BCAST": mask or 0,
-                                             WORKGROUP: ELEMENTWISE_WORKGROUP})
+    mask = vector_layout(caps, (dtype, dtype, out or dtype), words) if vector else None
+    variant = {"DTYPE": dtype, "OP": ELEMENTWISE_OPS[op], "VEC": 1 if mask is None else 4,
+               "BCAST": mask or 0, WORKGROUP: ELEMENTWISE_WORKGROUP}
+    if out is not None:
+        variant["OUT"] = out
+    program = ELEMENTWISE_BINARY.specialize(variant)
     size = math.prod(out_shape)
     return FixedLaunch(program, BINARY_PUSH.pack(*words),
                        _grid(caps, invocations(size, mask is not None)), (2,))

@@ -1,7 +1,7 @@
 """Generated elementwise kernels: one compute shader per fused program.
 
 A program (the ``program`` attribute of the graph's ``fused_elementwise`` op, documented in
-:mod:`vkumd.framework.graph.rules_fused`) is a tuple of SSA steps over ``k`` inputs. From it
+:mod:`vkumd.framework.graph.fused_program`) is a tuple of SSA steps over ``k`` inputs. From it
 :func:`fused_kernel` writes GLSL: one storage buffer per input and one for the result, each
 input loaded as float32, the steps as straight-line float32 code, one rounding to the output
 type at the store. The indexing is ``elementwise_binary.comp``'s (``n, ndim, shape[6]`` and
@@ -24,9 +24,11 @@ vectorised (``vec4``, ``f16vec4``, ``u16vec4`` for bfloat16, ``ivec4``, ``i8vec4
 The text depends only on the program; element types are defines (``T0`` .. ``T{k-1}`` for
 the inputs, ``TOUT`` for the result), so a program makes one :class:`Kernel` (memoised here,
 never added to the global registry) and one pipeline per distinct program and dtypes. The
-SPIR-V cache keys on the text and the defines. :data:`FUSED_ELEMENTWISE_SAMPLE`, a program
-with every step op, is registered so the registry-wide SPIR-V validation and push-layout
-tests cover the generator.
+SPIR-V cache keys on the text and the defines. A step is ``(template, *operands)``: a GLSL
+float32 expression over ``{a}``, ``{b}``, ``{c}``, written by the op's declaration
+(``vkumd.framework.opset``), so the generator knows no op by name.
+:data:`FUSED_ELEMENTWISE_SAMPLE` is registered so the registry-wide SPIR-V validation and
+push-layout tests cover the generator.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from vkumd.vk.caps import DeviceCaps
 # the 256 bytes lavapipe, NVIDIA, AMD and Intel drivers offer (the spec's minimum is 128;
 # the planner checks the device's limit).
 FUSED_MAX_INPUTS = 8
-# Type codes: elementwise_types.glsl's, plus the 8-bit integers (defined in the preamble).
+# Type codes: elementwise_types.glsl's.
 FUSED_INPUT_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int32": "I32",
                      "int8": "I8", "uint8": "U8"}
 FUSED_OUTPUT_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
@@ -66,21 +68,6 @@ _LOADS4 = {"F32": ("vec4", "{e}"), "F16": ("f16vec4", "vec4({e})"),
            "U8": ("u8vec4", "vec4(uvec4({e}))")}
 _STORES4 = {"F32": ("vec4", "{v}"), "F16": ("f16vec4", "f16vec4({v})"),
             "BF16": ("u16vec4", "u16vec4(float_to_bf16_4({v}))")}
-_BINARY = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})",
-           "div": "({a} / {b})", "div_floor": "floor({a} / {b})", "div_trunc": "trunc({a} / {b})",
-           "eq": "({a} == {b} ? 1.0 : 0.0)", "ne": "({a} != {b} ? 1.0 : 0.0)",
-           "lt": "({a} < {b} ? 1.0 : 0.0)", "le": "({a} <= {b} ? 1.0 : 0.0)",
-           "gt": "({a} > {b} ? 1.0 : 0.0)", "ge": "({a} >= {b} ? 1.0 : 0.0)"}
-# relu as activation.glsl writes it; casts round through the stored type's bits (core GLSL,
-# no float16 arithmetic needed).
-_UNARY = {"relu": "max({a}, 0.0)", "gelu": "vkumd_gelu({a})",
-          "gelu_tanh": "vkumd_gelu_tanh({a})", "silu": "vkumd_silu({a})",
-          "exp": "exp({a})", "sqrt": "sqrt({a})", "tanh": "vkumd_tanh({a})",
-          "erf": "vkumd_erf_accurate({a})", "sigmoid": "vkumd_sigmoid({a})",
-          "cast_float32": "{a}", "cast_float16": "unpackHalf2x16(packHalf2x16(vec2({a}, 0.0))).x",
-          "cast_bfloat16": "bf16_to_float(float_to_bf16({a}))"}
-
-
 def fused_push(inputs: int) -> PushLayout:
     """The push block of a kernel with ``inputs`` inputs: ``n, ndim, shape[6]`` and each
     input's six broadcast strides, one after another."""
@@ -95,38 +82,35 @@ def _literal(value: float) -> str:
 
 
 def _expression(step: Sequence[Any], inputs: int, count: int) -> str:
-    """The GLSL expression of one step (operands are earlier ``v`` variables or constants).
+    """The GLSL expression of one step: its template with ``{a}``, ``{b}``, ``{c}`` replaced by
+    its operands (earlier ``v`` variables or float32 constants).
 
     Raises:
-        VkumdValueError: an op the generator does not know, or an operand out of range.
+        VkumdValueError: a template that is not a string or names an operand the step lacks,
+            or an operand out of range.
     """
-    op, args = step[0], list(step[1:])
+    template, args = step[0], list(step[1:])
     names = []
     for a in args:
-        if isinstance(a, tuple):
+        if isinstance(a, tuple) and len(a) == 2 and a[0] == "const":
             names.append(_literal(a[1]))
         elif isinstance(a, int) and not isinstance(a, bool) and 0 <= a < inputs + count:
             names.append(f"v{a}")
-        elif isinstance(a, str):
-            op = f"{op}_{a}"  # div's rounding, cast's target
         else:
             raise VkumdValueError(f"fused_elementwise: step {count} {tuple(step)!r} reads "
                                   f"{a!r}, which is not defined before it")
-    if op in _BINARY and len(names) == 2:
-        return _BINARY[op].format(a=names[0], b=names[1])
-    if op in _UNARY and len(names) == 1:
-        return _UNARY[op].format(a=names[0])
-    if op == "where" and len(names) == 3:
-        return f"({names[0]} != 0.0 ? {names[1]} : {names[2]})"
-    raise VkumdValueError(f"fused_elementwise: step {count} {tuple(step)!r} is not one the "
-                          "kernel generator knows")
+    try:
+        return template.format(**dict(zip("abc", names, strict=False)))
+    except (AttributeError, KeyError, IndexError, ValueError):
+        raise VkumdValueError(f"fused_elementwise: step {count} {tuple(step)!r} is not a GLSL "
+                              "template over its operands {a}, {b}, {c}") from None
 
 
 def _buffers(inputs: int) -> list[str]:
     # With VEC == 4 each buffer is also declared as an array of 4-vectors at the same binding
     # (an alias): lavapipe turns every per-lane load into a gather, so one vector load per
     # four elements costs far less than four scalar ones.
-    lines = ["#define I8 5", "#define U8 6"]
+    lines: list[str] = []
     for i in range(inputs):
         for n, (code, (elem, load)) in enumerate(_LOADS.items()):
             vector, load4 = _LOADS4[code]
@@ -244,7 +228,7 @@ def generate(program: Sequence[Sequence[Any]], inputs: int) -> str:
         raise VkumdValueError(f"fused_elementwise: {inputs} inputs; a generated kernel takes "
                               f"1 to {FUSED_MAX_INPUTS}")
     dims = ELEMENTWISE_MAX_DIMS
-    steps = [f"    float v{inputs + k} = {_expression(s, inputs, k)};  // {s[0]}"
+    steps = [f"    float v{inputs + k} = {_expression(s, inputs, k)};"
              for k, s in enumerate(program)]
     args = ", ".join(f"uint i{i}" for i in range(inputs))
     params = ", ".join(f"float v{i}" for i in range(inputs))
@@ -354,13 +338,16 @@ def fused_kernel(program: tuple[tuple[Any, ...], ...], inputs: int) -> Kernel:
                   spec_constants={WORKGROUP: 0}, source_code=generate(program, inputs))
 
 
-# Every step op once, over two float inputs and a condition.
+# Arithmetic, constants (an infinite one too), a select on an integer condition and the
+# shared functions of activation.glsl and elementwise_types.glsl, over three inputs: a kernel
+# the registry-wide SPIR-V and push-layout checks cover. Each op's own expression is checked
+# where the op is declared (tests/framework/test_fused_elementwise.py runs every step op).
 SAMPLE_PROGRAM = (
-    ("add", 0, 1), ("sub", 3, ("const", 0.5)), ("mul", 4, 0), ("div", 5, 1),
-    ("div", 6, ("const", 3.0), "floor"), ("div", 7, 1, "trunc"), ("eq", 8, 0), ("ne", 9, 1),
-    ("lt", 10, 3), ("le", 11, 4), ("gt", 12, 5), ("ge", 13, 6), ("where", 2, 14, 7),
-    ("relu", 15), ("gelu", 16), ("gelu_tanh", 17), ("silu", 18), ("cast", 19, "float16"),
-    ("cast", 20, "bfloat16"), ("cast", 21, "float32"), ("add", 22, ("const", float("inf"))),
+    ("({a} + {b})", 0, 1), ("({a} * {b})", 3, ("const", 0.5)), ("floor({a} / {b})", 4, 1),
+    ("({a} < {b} ? 1.0 : 0.0)", 5, 0), ("({a} != 0.0 ? {b} : {c})", 2, 6, 4),
+    ("vkumd_gelu({a})", 7), ("vkumd_erf_accurate({a})", 8), ("vkumd_sigmoid({a})", 9),
+    ("vkumd_tanh({a})", 10), ("vkumd_silu({a})", 11), ("vkumd_gelu_tanh({a})", 12),
+    ("bf16_to_float(float_to_bf16({a}))", 13), ("({a} + {b})", 14, ("const", float("inf"))),
 )
 
 

@@ -46,7 +46,7 @@ def fused_elementwise_plan(caps: DeviceCaps, program: tuple[tuple[Any, ...], ...
 
     Args:
         caps: the device.
-        program: the checked program (see :mod:`vkumd.framework.graph.rules_fused`).
+        program: GLSL steps ``(template, *operands)`` (see :mod:`.fused_elementwise`).
         in_codes: each input's type code (``FUSED_INPUT_CODES`` values).
         out_code: the result's type code (``FUSED_OUTPUT_CODES`` values).
         in_shapes: each input's shape, broadcastable to ``out_shape``.

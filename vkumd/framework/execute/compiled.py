@@ -20,7 +20,7 @@ import numpy as np
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.execute.bucket import Bucket, BucketStats, planning_graph
 from vkumd.framework.execute.buckets import BucketPolicy, BucketSpec, bind_symbols
-from vkumd.framework.execute.lower import check_lowerable
+from vkumd.framework.execute.lower import check_recordable
 from vkumd.framework.execute.recording import Recording
 from vkumd.framework.graph.ir import Graph
 from vkumd.framework.graph.memory import format_bytes
@@ -83,7 +83,7 @@ class CompiledGraph(Handle):
         self.max_recordings = _positive("max_recordings", max_recordings)
         self.sizes_per_bucket = _positive("sizes_per_bucket", sizes_per_bucket)
         graph.check()
-        check_lowerable(graph.nodes)
+        check_recordable(graph)
         self.graph = graph
         self.context = ctx
         self.policy = BucketPolicy(graph, buckets)

@@ -21,9 +21,37 @@ permutations. The pass runs after attention fusion, which makes the nodes it loo
 
 from __future__ import annotations
 
+from typing import Any
+
+from vkumd.errors import VkumdValueError
 from vkumd.framework.graph.fusion_rewrite import replace_group, sole_user
 from vkumd.framework.graph.ir import Graph, Node, Value, ValueKind
-from vkumd.framework.graph.rules_tensor import attention_layouts
+
+# "bhsd" is [batch, heads, seq, head_dim], "bshd" [batch, seq, heads, head_dim].
+ATTENTION_LAYOUTS = ("bhsd", "bshd")
+
+
+def swap_heads_seq(shape: tuple[Any, ...], layout: str) -> tuple[Any, ...]:
+    """An attention operand's ``shape`` in ``layout`` as [batch, heads, seq, head_dim], or
+    a [b, h, s, d] shape as ``layout`` has it (the swap is its own inverse)."""
+    if layout == "bshd":
+        return (shape[0], shape[2], shape[1], shape[3])
+    return tuple(shape)
+
+
+def attention_layouts(attrs: dict[str, Any]) -> tuple[str, str]:
+    """An attention node's input and output layouts (``out_layout`` None: the input's).
+
+    Raises:
+        VkumdValueError: a layout not in :data:`ATTENTION_LAYOUTS`.
+    """
+    layout, out_layout = attrs.get("layout", "bhsd"), attrs.get("out_layout")
+    out_layout = layout if out_layout is None else out_layout
+    for name, value in (("layout", layout), ("out_layout", out_layout)):
+        if not isinstance(value, str) or value not in ATTENTION_LAYOUTS:
+            raise VkumdValueError(f"attention: unknown {name} {value!r}; choose one of "
+                                  f"{list(ATTENTION_LAYOUTS)}")
+    return layout, out_layout
 
 _FLIP = {"bhsd": "bshd", "bshd": "bhsd"}
 

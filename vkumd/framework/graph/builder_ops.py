@@ -1,6 +1,9 @@
-"""The builder's op methods, one per registered op, mirroring ``vkumd.ops``' signatures.
+"""The builder's op methods: every registered op is one, mirroring ``vkumd.ops``' signatures.
 
-Each method appends one node and returns its output value. Arguments, defaults and
+The ops whose arguments need more than the registry's record says (numbers lifted to
+constants, shapes, windows) have a method here; every other op's method comes from its
+record (:meth:`OpMethods.__getattr__`). Each method appends one node and returns its output
+value. Arguments, defaults and
 errors are those of the op of the same name in ``vkumd.ops`` (without ``out=``, which a
 graph has no use for); ops vkumd has no kernel for yet (reshape, concat, split, slice,
 where, the comparisons) follow numpy. Errors are ``GraphError``/``GraphTypeError`` naming
@@ -9,12 +12,14 @@ the node.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from vkumd.errors import VkumdTypeError
 from vkumd.framework.graph.dims import Dim, as_dim
 from vkumd.framework.graph.ir import Value
+from vkumd.framework.graph.registry import OPS, OpDef
 
 
 def shape_attr(shape: Iterable[object]) -> tuple[int | Dim, ...]:
@@ -32,6 +37,23 @@ class OpMethods:
 
     def _apply(self, op: str, inputs: Sequence[Value | None], attrs: dict[str, Any]) -> Any:
         raise NotImplementedError
+
+    def __getattr__(self, name: str) -> Any:
+        # Every registered op without a method of its own (relu, exp, hardswish, ...) is one:
+        # its inputs positionally (optional ones also by name), its attributes by name.
+        record = OPS.get(name) if not name.startswith("_") else None
+        if record is None:
+            raise AttributeError(f"{type(self).__name__} has no op or attribute {name!r}")
+        return functools.partial(self._registered, record)
+
+    def _registered(self, record: OpDef, *inputs: Value | None, **named: Any) -> Any:
+        slots = [n.rstrip("?*") for n in record.inputs]
+        given = list(inputs)
+        for i, slot in enumerate(slots):
+            if slot in named and not record.inputs[i].endswith("*"):
+                given += [None] * (i + 1 - len(given))
+                given[i] = named.pop(slot)
+        return self._apply(record.name, given, named)
 
     def operand(self, x: object, like: Value) -> Value:
         raise NotImplementedError
@@ -160,42 +182,6 @@ class OpMethods:
     def cast(self, x: Value, dtype: Any) -> Value:
         """``x`` converted to ``dtype`` (float32, float16, bfloat16 or int32)."""
         return self._apply("cast", [x], {"dtype": dtype})
-
-    def relu(self, x: Value) -> Value:
-        """``max(x, 0)``."""
-        return self._apply("relu", [x], {})
-
-    def gelu(self, x: Value) -> Value:
-        """GELU with the exact (erf) normal CDF."""
-        return self._apply("gelu", [x], {})
-
-    def gelu_tanh(self, x: Value) -> Value:
-        """GELU's tanh approximation."""
-        return self._apply("gelu_tanh", [x], {})
-
-    def silu(self, x: Value) -> Value:
-        """``x * sigmoid(x)``."""
-        return self._apply("silu", [x], {})
-
-    def exp(self, x: Value) -> Value:
-        """``e**x`` (IR only: no kernel yet)."""
-        return self._apply("exp", [x], {})
-
-    def sqrt(self, x: Value) -> Value:
-        """The square root (IR only: no kernel yet)."""
-        return self._apply("sqrt", [x], {})
-
-    def tanh(self, x: Value) -> Value:
-        """The hyperbolic tangent (IR only: no kernel yet)."""
-        return self._apply("tanh", [x], {})
-
-    def erf(self, x: Value) -> Value:
-        """The error function (IR only: no kernel yet)."""
-        return self._apply("erf", [x], {})
-
-    def sigmoid(self, x: Value) -> Value:
-        """``1 / (1 + e**-x)`` (IR only: no kernel yet)."""
-        return self._apply("sigmoid", [x], {})
 
     # -- row-wise --------------------------------------------------------------------------
 

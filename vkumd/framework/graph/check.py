@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vkumd.framework.graph.errors import GraphError
-from vkumd.framework.graph.shapes import infer
+from vkumd.framework.graph.registry import infer
 
 if TYPE_CHECKING:
     from vkumd.framework.graph.ir import Graph, Value

@@ -23,19 +23,16 @@ need more is left outside). Groups of one node are left alone: the eager kernel 
 
 from __future__ import annotations
 
+from vkumd.framework.graph.fused_program import OP, step
 from vkumd.framework.graph.fusion_rewrite import replace_group, scalar_weight
 from vkumd.framework.graph.ir import Graph, Node, Value, ValueKind
-from vkumd.framework.graph.rules_elementwise import FLOATS
-from vkumd.framework.graph.rules_fused import OP
+from vkumd.framework.graph.operands import FLOATS
+from vkumd.framework.graph.registry import OPS
 
 # The generated kernel's limits (vkumd.compiler.kernels.fused_elementwise FUSED_MAX_INPUTS
 # and the elementwise kernels' six dimensions); the graph layer cannot import the compiler.
 MAX_INPUTS = 8
 MAX_DIMS = 6
-
-_BINARY = ("add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge")
-_UNARY = ("relu", "gelu", "gelu_tanh", "silu", "exp", "sqrt", "tanh", "erf", "sigmoid")
-FUSIBLE = frozenset((*_BINARY, *_UNARY, "where", "scale", "cast"))
 
 
 def _is_float(v: Value | None) -> bool:
@@ -43,12 +40,14 @@ def _is_float(v: Value | None) -> bool:
 
 
 def fusible(node: Node) -> bool:
-    """Whether ``node`` can be a member of an elementwise group."""
-    if node.op not in FUSIBLE or len(node.outputs) != 1 or node.outputs[0].type.ndim > MAX_DIMS:
+    """Whether ``node`` can be a member of an elementwise group: its op has an elementwise
+    trait (:attr:`OpDef.elementwise`) and the operands it needs as floats are floats."""
+    trait = OPS[node.op].elementwise
+    if trait is None or len(node.outputs) != 1 or node.outputs[0].type.ndim > MAX_DIMS:
         return False
-    operands = node.inputs[1:] if node.op == "where" else node.inputs
-    if not all(_is_float(v) for v in operands):
+    if not all(_is_float(v) for i, v in enumerate(node.inputs) if i not in trait.any_type):
         return False
+    # A cast step rounds to a float type; to an integer the kernel's float math would differ.
     return node.op != "cast" or node.attrs["dtype"] in FLOATS
 
 
@@ -106,16 +105,6 @@ def _split(values: list[Value]) -> tuple[list[Value], dict[int, float]]:
     return inputs, consts
 
 
-def _step(node: Node, refs: list[object]) -> tuple:
-    if node.op == "scale":
-        return ("mul", refs[0], ("const", float(node.attrs.get("alpha", 1.0))))
-    if node.op == "cast":
-        return ("cast", refs[0], node.attrs["dtype"])
-    if node.op == "div" and node.attrs.get("rounding") is not None:
-        return ("div", refs[0], refs[1], node.attrs["rounding"])
-    return (node.op, *refs)
-
-
 def _program(group: _Group, order: dict[int, int]) -> tuple[list[Value], tuple]:
     # Node order, so inputs are numbered as the program first reads them.
     group.members.sort(key=lambda n: order[n.id])
@@ -126,7 +115,7 @@ def _program(group: _Group, order: dict[int, int]) -> tuple[list[Value], tuple]:
     for node in members:
         refs: list[object] = [number[v.id] if v.id in number else ("const", consts[v.id])
                               for v in node.inputs if v is not None]
-        steps.append(_step(node, refs))
+        steps.append(step(node.op, refs, node.attrs))
         number[node.outputs[0].id] = len(inputs) + len(steps) - 1
     return inputs, tuple(steps)
 

@@ -9,8 +9,8 @@ MatMul+Add fusions:
   bias, activation or residual yet (``s * (x + bias)`` would need the bias scaled too);
 * ``add`` of a 1-D ``[N]`` value is the bias while there is no bias, activation or residual
   yet;
-* ``relu``, ``gelu``, ``gelu_tanh``, ``silu`` is the activation while there is none and no
-  residual yet;
+* an op declared a GEMM epilogue (``OpDef.epilogue``: relu, gelu, gelu_tanh, silu) is the
+  activation while there is none and no residual yet;
 * ``add`` of a value of the output's shape (or ``[M, N]`` under a batched output) is the
   residual while there is none.
 
@@ -25,9 +25,8 @@ from dataclasses import dataclass, replace
 
 from vkumd.framework.graph.fusion_rewrite import replace_group, scalar_weight, sole_user
 from vkumd.framework.graph.ir import Graph, Node, Value
-from vkumd.framework.graph.rules_elementwise import FLOATS
-
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+from vkumd.framework.graph.operands import FLOATS
+from vkumd.framework.graph.registry import OPS
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,7 @@ def _absorb(graph: Graph, epilogue: Epilogue, y: Value, user: Node) -> Epilogue 
     if op == "mul" and epilogue.bare:
         factor = scalar_weight(_other(user, y))
         return None if factor is None else replace(epilogue, alpha=epilogue.alpha * factor)
-    if op in ACTIVATIONS and epilogue.activation is None and epilogue.residual is None:
+    if OPS[op].epilogue and epilogue.activation is None and epilogue.residual is None:
         return replace(epilogue, activation=op)
     if op != "add":
         return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from vkumd.framework.graph.fusion_rewrite import replace_group
 from vkumd.framework.graph.ir import Graph
-from vkumd.framework.graph.rules_elementwise import FLOATS
+from vkumd.framework.graph.operands import FLOATS
 
 
 def fuse_add_layer_norm(graph: Graph) -> Graph:

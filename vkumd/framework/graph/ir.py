@@ -19,7 +19,7 @@ import numpy as np
 from vkumd.framework import dtypes
 from vkumd.framework.graph.dims import Shape, as_shape
 from vkumd.framework.graph.errors import GraphError
-from vkumd.framework.graph.shapes import TensorType, infer, normalize_attrs, op_info
+from vkumd.framework.graph.registry import TensorType, infer, normalize_attrs, op_info
 from vkumd.framework.graph.symbols import DimTable
 
 

@@ -4,7 +4,7 @@ Given a scheduled graph (its node list, a topological order) and sizes for its s
 
 1. Liveness. An intermediate lives from the step of the node that writes it to the step of
    its last reader (its own step when nothing reads it).
-2. In-place reuse. A node whose op allows it (``OpInfo.inplace``: elementwise ops and
+2. In-place reuse. A node whose op allows it (``OpDef.inplace``: elementwise ops and
    reshape over any input, matmul over its residual) writes its output into the buffer of an
    input that dies at that node and has the same byte size. Such values form one buffer
    whose lifetime is the union of theirs.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from vkumd.framework.graph.errors import GraphError
 from vkumd.framework.graph.ir import Graph, Value, ValueKind
-from vkumd.framework.graph.shapes import op_info
+from vkumd.framework.graph.registry import op_info
 
 DEFAULT_ALIGNMENT = 256
 

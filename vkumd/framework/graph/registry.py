@@ -1,4 +1,16 @@
-"""The op registry: for each op name, its inputs, attributes, shape rule and memory traits.
+"""The op registry: one record per op, with every fact the graph, the executors and the
+frontends need about it.
+
+Each op is declared once, by a :func:`define` call in its family's module under
+:mod:`vkumd.framework.opset`: its inputs and attributes, one shape and dtype rule, its float64
+reference, its traits (how it joins a generated elementwise kernel, whether it can be a GEMM
+epilogue, which inputs its output may overwrite) and how it runs (its lowering to launches, a
+host fallback, the nodes its kernels refuse, its public eager function). Everything else --
+shape inference, the reference evaluator, the fusion passes, the memory planner, the
+executors, the builder methods and the tests' op lists -- reads these records.
+
+This module is device-free (the graph package's rule); the device facts are callables the
+family modules hand in, which the graph never calls.
 
 A shape rule is a function ``(inputs, attrs, dims) -> outputs`` over :class:`TensorType`
 values: ``inputs`` has one entry per declared input (None for an absent optional one),
@@ -10,8 +22,10 @@ values: ``inputs`` has one entry per declared input (None for an absent optional
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
@@ -46,30 +60,86 @@ class _Required:
 REQUIRED: Any = _Required()
 
 Rule = Callable[[list[TensorType | None], dict[str, Any], DimTable], list[TensorType]]
+Arrays = list[np.ndarray | None]
+Reference = Callable[[Arrays, dict[str, Any], list[tuple[int, ...]]], list[np.ndarray]]
+"""``(float64 arrays, attrs, output shapes) -> float64 outputs``."""
 
 
 @dataclass(frozen=True)
-class OpInfo:
-    """What the graph compiler knows about one op.
+class Elementwise:
+    """How an elementwise op becomes one step of a ``fused_elementwise`` program.
 
     Attributes:
-        name: the op's name, as in ``vkumd.ops`` where it has a kernel.
+        arity: operands the step reads.
+        params: attributes written after the operands (``div``'s rounding, ``cast``'s dtype);
+            a param equal to the attribute's default is left out of the step.
+        glsl: the float32 GLSL expression of the step, over ``{a}``, ``{b}``, ``{c}`` (the
+            operands) and one ``{p}`` key per param value (``"floor"``: the expression of
+            ``div`` with that rounding is ``glsl_params["floor"]``).
+        glsl_params: expressions for param values that change the code.
+        any_type: operand positions that may be of any stored type (``where``'s condition);
+            the others must be floats for the step to join a group.
+        rewrite: ``(operands, attrs) -> step``: the op joins a program as another op's step
+            (``scale`` as ``mul`` by a constant); such an op is no step op of its own.
+    """
+
+    arity: int
+    glsl: str = ""
+    params: tuple[str, ...] = ()
+    glsl_params: Mapping[str, str] = field(default_factory=dict)
+    any_type: tuple[int, ...] = ()
+    rewrite: Callable[[list[Any], Mapping[str, Any]], tuple[Any, ...]] | None = None
+
+    def expression(self, params: Sequence[Any]) -> str:
+        """The GLSL template of a step whose params are ``params``."""
+        for p in params:
+            if isinstance(p, str) and p in self.glsl_params:
+                return self.glsl_params[p]
+        return self.glsl
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """Everything vkumd knows about one op.
+
+    Attributes:
+        name: the op's name, as in ``vkumd.ops`` where it has an eager function.
         inputs: input names; ``"bias?"`` is optional, ``"xs*"`` takes one or more.
         attrs: attribute names and their defaults (:data:`REQUIRED`: no default).
-        rule: the shape rule.
+        rule: the shape and dtype rule.
+        reference: the float64 implementation (see :data:`Reference`).
         inplace: the output may be written over an input of the same byte size that dies at
             this node: ``True`` for any input (elementwise ops, whose every output element
             depends only on the input elements at the same index, and reshape, which moves
             no bytes), or the names of the inputs that may be (matmul's ``residual``: the
             epilogue reads each residual element once, for the output element at its index,
             which only that invocation writes; ``a`` and ``b`` are read by many).
+        elementwise: how the op joins a generated elementwise kernel (None: it does not).
+        epilogue: the op is an activation a GEMM epilogue applies (``matmul``'s
+            ``activation`` attribute takes its name).
+        view: the output is the input's bytes under another shape: no launch.
+        lower: records a node's launches into given output tensors,
+            ``(node, inputs, outputs) -> None`` (None: no device kernel).
+        refuse: ``node -> reason or None``: why the device kernels cannot run this node
+            although the op has a lowering (a dtype or attribute they do not take).
+        host: runs a node on the host in numpy, ``(ctx, inputs, attrs, shapes) -> outputs``,
+            where ``lower`` cannot (exact moves and comparisons only).
+        eager: the public ``vkumd.ops`` function, if the op has one.
     """
 
     name: str
     inputs: tuple[str, ...]
     attrs: Mapping[str, Any]
     rule: Rule
+    reference: Reference
     inplace: bool | tuple[str, ...] = False
+    elementwise: Elementwise | None = None
+    epilogue: bool = False
+    view: bool = False
+    lower: Callable[..., None] | None = None
+    refuse: Callable[[Any], str | None] | None = None
+    host: Callable[..., Any] | None = None
+    eager: Callable[..., Any] | None = None
 
     def overwritable(self, index: int) -> bool:
         """Whether the output may be written over input ``index`` (see :attr:`inplace`)."""
@@ -98,31 +168,40 @@ class OpInfo:
         return least + (1 if variadic else 0), None if variadic else len(self.inputs)
 
 
-OPS: dict[str, OpInfo] = {}
+OPS: dict[str, OpDef] = {}
 
 
-def register(name: str, inputs: Sequence[str], attrs: Mapping[str, Any] | None = None, *,
-             inplace: bool | tuple[str, ...] = False) -> Callable[[Rule], Rule]:
-    """Decorator: register ``rule`` as the shape rule of op ``name``.
+def define(name: str, inputs: Sequence[str], attrs: Mapping[str, Any] | None = None, *,
+           rule: Rule, reference: Reference, **facts: Any) -> OpDef:
+    """Declare op ``name`` (once; a second declaration of a name is refused).
 
     Args:
         name: the op's name.
         inputs: input names (``"x?"`` optional, ``"xs*"`` one or more).
         attrs: attribute names and defaults.
-        inplace: see :attr:`OpInfo.inplace`.
+        rule: the shape and dtype rule.
+        reference: the float64 implementation.
+        **facts: the other :class:`OpDef` fields.
 
     Returns:
-        The decorator, which returns the rule unchanged.
+        The record, also in :data:`OPS`.
+
+    Raises:
+        VkumdValueError: ``name`` is declared already.
     """
+    if name in OPS:
+        raise VkumdValueError(f"op {name!r} is declared twice; an op has one definition")
+    op = OpDef(name, tuple(inputs), dict(attrs or {}), rule, reference, **facts)
+    OPS[name] = op
+    return op
 
-    def wrap(rule: Rule) -> Rule:
-        OPS[name] = OpInfo(name, tuple(inputs), dict(attrs or {}), rule, inplace)
-        return rule
 
-    return wrap
+def ops_where(predicate: Callable[[OpDef], bool]) -> list[str]:
+    """The names of the ops whose record satisfies ``predicate``, sorted."""
+    return sorted(name for name, op in OPS.items() if predicate(op))
 
 
-def op_info(op: str, where: str | None = None) -> OpInfo:
+def op_info(op: str, where: str | None = None) -> OpDef:
     """The registry entry of ``op``.
 
     Raises:
@@ -135,7 +214,7 @@ def op_info(op: str, where: str | None = None) -> OpInfo:
     return info
 
 
-def normalize_attrs(info: OpInfo, attrs: Mapping[str, Any], where: str | None) -> dict[str, Any]:
+def normalize_attrs(info: OpDef, attrs: Mapping[str, Any], where: str | None) -> dict[str, Any]:
     """``attrs`` without the entries equal to their defaults (so equal nodes compare equal).
 
     Raises:

@@ -24,6 +24,7 @@ from vkumd.framework.graph.builder_ops import OpMethods
 from vkumd.framework.graph.dims import Dim, as_dim
 from vkumd.framework.graph.ir import Graph, Value
 from vkumd.framework.graph.proxy import TracedTensor, find_traced
+from vkumd.framework.graph.registry import OPS
 from vkumd.framework.graph.trace_dims import SymbolicDim, plain_dim
 from vkumd.framework.graph.trace_errors import (
     DataDependentError,
@@ -36,9 +37,10 @@ from vkumd.framework.graph.trace_errors import (
 __all__ = ["DataDependentError", "SymbolicDimError", "Trace", "TraceError", "TracedTensor",
            "Tracer", "index", "input_types", "record_op", "trace"]
 
-# The ops a tracer records: the builder's op methods (vkumd.ops names, plus numpy-style ops).
-_OP_NAMES = frozenset(n for n, f in vars(OpMethods).items()
-                      if callable(f) and not n.startswith("_") and n not in ("operand",))
+# The builder's own op methods (vkumd.ops names, plus numpy-style ops); every registered op
+# is a method too (OpMethods.__getattr__), so a tracer records those as well.
+_OP_METHODS = frozenset(n for n, f in vars(OpMethods).items()
+                        if callable(f) and not n.startswith("_") and n not in ("operand",))
 # Ops whose number and array operands take the other operand's dtype (as in numpy).
 _BINARY = frozenset({"add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge", "where"})
 
@@ -107,9 +109,9 @@ class Tracer(GraphBuilder):
         if not self.open:
             raise TraceError(f"{op}: this trace has finished; a TracedTensor cannot be used "
                              f"after vkumd.compile returned{at_site()}")
-        if op not in _OP_NAMES:
+        if op not in _OP_METHODS and op not in OPS:
             raise TraceError(f"vkumd.ops.{op} has no graph form and cannot be traced{at_site()}; "
-                             f"traceable ops: {', '.join(sorted(_OP_NAMES))}")
+                             f"traceable ops: {', '.join(sorted(_OP_METHODS | set(OPS)))}")
         method = getattr(self, op)
         args = tuple(self.lift(a, op) for a in args)
         kwargs = {k: self.lift(v, op) for k, v in kwargs.items()}

@@ -41,3 +41,13 @@ __all__ += ["add_layer_norm", "fused_elementwise"]
 from vkumd.framework.ops.tracing_dispatch import install as _install_tracing  # noqa: E402
 
 _install_tracing(globals(), __all__)
+
+# The op registry: importing the families declares every op; an op whose public function
+# its family derives (a generated-kernel op such as exp) joins this namespace from there.
+from vkumd.framework import opset as _opset  # noqa: E402, F401
+from vkumd.framework.graph.registry import OPS as _OPS  # noqa: E402
+
+_derived = [name for name, op in _OPS.items() if op.eager is not None and name not in globals()]
+globals().update({name: _OPS[name].eager for name in _derived})
+__all__ += _derived
+_install_tracing(globals(), _derived)

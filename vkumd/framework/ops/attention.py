@@ -65,7 +65,7 @@ from vkumd.compiler.kernels.attention_plan import (
 )
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
-from vkumd.framework.graph.rules_tensor import swap_heads_seq
+from vkumd.framework.graph.attention_layout import swap_heads_seq
 from vkumd.framework.ops.checks import (
     check_bool,
     check_real,

@@ -28,7 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from vkumd.compiler.kernels.elementwise import ELEMENTWISE_CODES, ELEMENTWISE_MAX_DIMS
+from vkumd.compiler.kernels.elementwise import (
+    ELEMENTWISE_CODES,
+    ELEMENTWISE_MAX_DIMS,
+    MASK_CODE,
+)
 from vkumd.compiler.kernels.elementwise_plan import binary_plan, fill_plan, unary_plan
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
@@ -337,7 +341,27 @@ def div(a: Operand, b: Operand, *, rounding: str | None = None,
 
 
 def _compare(op: str, a: Operand, b: Operand, out: Tensor | None) -> Tensor:
+    if isinstance(out, Tensor) and out.dtype is dtypes.uint8:
+        return _compare_mask(op, a, b, out)
     return _binary(op, a, b, out, op)
+
+
+def _compare_mask(op: str, a: Any, b: Any, out: Tensor) -> Tensor:
+    """``a OP b`` stored as a uint8 1/0 mask in ``out`` (a graph's bool), from two tensors."""
+    context = check_pair(op, a, b)
+    if a.dtype is not b.dtype:
+        raise VkumdTypeError(f"{op}: dtypes differ ({a.dtype.name} and {b.dtype.name}); "
+                             "cast one first")
+    check_dtype(op, a, "the first operand", ELEMENTWISE_CODES)
+    check_storage(op, dtypes.uint8, context)
+    out_shape = _broadcast(op, a.shape, b.shape)
+    out = output(op, context, out, out_shape, dtypes.uint8)
+    if out.size == 0:
+        return out
+    plan = binary_plan(context.caps, op, ELEMENTWISE_CODES[a.dtype.name], a.shape, b.shape,
+                       out_shape, out=MASK_CODE)
+    context.run(plan, (a, b, out))
+    return out
 
 
 def lt(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
@@ -351,7 +375,8 @@ def lt(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
     Args:
         a: a tensor of float32, float16, bfloat16 or int32, or a real number.
         b: likewise; two tensors must share a dtype and a context.
-        out: optional output of the broadcast shape and the operands' dtype.
+        out: optional output of the broadcast shape and the operands' dtype, or uint8 (two
+            tensor operands): the 1/0 mask stored as bytes, as a graph's comparison gives.
 
     Returns:
         The 0/1 tensor.

@@ -1,7 +1,7 @@
 """``fused_elementwise``: one generated kernel computing a whole elementwise expression.
 
 The expression is a program in the format of the graph's ``fused_elementwise`` op
-(:mod:`vkumd.framework.graph.rules_fused`): SSA steps over the inputs, which broadcast
+(:mod:`vkumd.framework.graph.fused_program`): SSA steps over the inputs, which broadcast
 (numpy rules) to the output's shape. It is computed in float32 and rounded once to the
 output type, so the result is at least as accurate as the chain of eager ops it replaces
 (which rounds after every op). The first call with a new program compiles a kernel (through
@@ -10,6 +10,7 @@ the SPIR-V cache, keyed on the generated text); later calls reuse its pipeline.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ from vkumd.compiler.kernels.fused_elementwise import (
 from vkumd.compiler.kernels.fused_elementwise_plan import fused_elementwise_plan
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
-from vkumd.framework.graph.rules_fused import check_program
+from vkumd.framework.graph.fused_program import Program, check_program, step_of
 from vkumd.framework.ops.checks import (
     broadcast,
     check_context,
@@ -34,6 +35,18 @@ from vkumd.framework.ops.checks import (
 from vkumd.framework.tensor import Tensor, normalize_shape
 
 __all__ = ["fused_elementwise"]
+
+
+@functools.lru_cache(maxsize=1024)
+def glsl_steps(program: Program) -> tuple[tuple[Any, ...], ...]:
+    """``program`` (checked) as the generator's steps: each op's GLSL expression, from its
+    declaration's elementwise trait, then the step's operands."""
+    steps = []
+    for step in program:
+        trait = step_of(step[0])
+        assert trait is not None  # check_program refused any other op
+        steps.append((trait.expression(step[1 + trait.arity:]), *step[1:1 + trait.arity]))
+    return tuple(steps)
 
 
 def _check_inputs(inputs: Any) -> list[Tensor]:
@@ -73,7 +86,7 @@ def fused_elementwise(inputs: Sequence[Tensor], program: tuple, *,
             uint8; integers are read as their values), broadcastable to one shape.
         program: SSA steps, e.g. ``(("mul", 0, 1), ("add", 2, ("const", 1.5)),
             ("gelu", 3))`` for ``gelu(inputs[0] * inputs[1] + 1.5)``; the format is
-            documented in :mod:`vkumd.framework.graph.rules_fused`.
+            documented in :mod:`vkumd.framework.graph.fused_program`.
         out_shape: the result's shape (the inputs broadcast into it); default the inputs'
             broadcast shape, or ``out``'s.
         dtype: the result's type (float32, float16 or bfloat16); default ``out``'s, else the
@@ -112,7 +125,7 @@ def fused_elementwise(inputs: Sequence[Tensor], program: tuple, *,
     out = output("fused_elementwise", context, out, target, result, tensors)
     if out.size == 0:
         return out
-    plan = fused_elementwise_plan(context.caps, program,
+    plan = fused_elementwise_plan(context.caps, glsl_steps(program),
                                   tuple(FUSED_INPUT_CODES[t.dtype.name] for t in tensors),
                                   FUSED_OUTPUT_CODES[result.name], shapes, target)
     context.run(plan, (*tensors, out))

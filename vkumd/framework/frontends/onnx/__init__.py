@@ -6,7 +6,8 @@
 Needs the ``onnx`` package (``pip install vkumd[onnx]``).
 """
 
-from vkumd.framework.frontends.onnx.errors import NoDeviceKernel, UnsupportedModelError
+from vkumd.framework.execute.lower import NoDeviceKernel
+from vkumd.framework.frontends.onnx.errors import UnsupportedModelError
 from vkumd.framework.frontends.onnx.importer import import_model
 from vkumd.framework.frontends.onnx.model import OnnxModel, load
 

@@ -20,8 +20,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from vkumd.framework.execute.lower import NoDeviceKernel
 from vkumd.framework.frontends.onnx.backend import VkumdBackend
-from vkumd.framework.frontends.onnx.errors import NoDeviceKernel, UnsupportedModelError
+from vkumd.framework.frontends.onnx.errors import UnsupportedModelError
 from vkumd.framework.frontends.onnx.state import CONVERTERS
 
 # The operators the frontend is asked to cover (docs/frameworks.md's table).

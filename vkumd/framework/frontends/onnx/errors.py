@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vkumd.errors import CapabilityMissing, VkumdValueError
+from vkumd.errors import VkumdValueError
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,6 @@ class UnsupportedModelError(VkumdValueError):
         lines = "\n".join(f"  - {r}" for r in refusals)
         super().__init__(f"{model}: {len(refusals)} node(s) cannot be imported (operators "
                          f"{', '.join(ops)}):\n{lines}")
-
-
-class NoDeviceKernel(CapabilityMissing):
-    """An IR op (or its dtype) that vkumd can express but has no device kernel for yet."""
 
 
 class Unsupported(Exception):

@@ -20,7 +20,7 @@ _FOLD = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Equal": np.equa
          "Less": np.less, "LessOrEqual": np.less_equal, "Greater": np.greater,
          "GreaterOrEqual": np.greater_equal}
 _UNARY = {"Sqrt": "sqrt", "Exp": "exp", "Erf": "erf", "Tanh": "tanh", "Sigmoid": "sigmoid",
-          "Relu": "relu"}
+          "Relu": "relu", "HardSwish": "hardswish"}
 
 
 def _fold_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -72,7 +72,7 @@ def binary(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
 
 @converter(*_UNARY)
 def unary(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """Sqrt, Exp, Erf, Tanh, Sigmoid, Relu: one IR op each."""
+    """Sqrt, Exp, Erf, Tanh, Sigmoid, Relu, HardSwish: one IR op each."""
     return [st.b.op(_UNARY[node.op_type], st.value(node.input[0]))]
 
 

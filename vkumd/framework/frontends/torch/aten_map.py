@@ -183,6 +183,11 @@ def _silu(cv: Any, node: fx.Node, x: Value) -> Value:
     return cv.b.silu(x)
 
 
+@on(aten.hardswish.default, check=_float_meta)
+def _hardswish(cv: Any, node: fx.Node, x: Value) -> Value:
+    return cv.b.op("hardswish", x)
+
+
 def _to_check(node: fx.Node) -> str | None:
     val = meta(node)
     if val is None:

@@ -24,7 +24,7 @@ from torch import fx
 
 from vkumd.errors import VkumdError
 from vkumd.framework.execute import CompiledGraph
-from vkumd.framework.execute.lower import check_lowerable
+from vkumd.framework.execute.lower import check_recordable
 from vkumd.framework.frontends.torch.convert import Converted, Converter
 from vkumd.framework.frontends.torch.support import WEIGHT
 from vkumd.framework.graph import run_passes
@@ -142,7 +142,7 @@ class VkumdGraphModule:
         try:
             converted = Converter(self.gm, self.kinds, args, self.name).convert()
             graph = run_passes(converted.graph, self.passes, disable=self.disable)
-            check_lowerable(graph.nodes)
+            check_recordable(graph)
             ctx = self.ctx if self.ctx is not None else default_context()
             self.compiled = CompiledGraph(graph, ctx, buckets=self.buckets)
         except VkumdError as exc:

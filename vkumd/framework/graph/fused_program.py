@@ -1,5 +1,5 @@
-"""Ops that fusion passes produce: ``fused_elementwise`` (its program format, the program
-check and the shape rule) and ``add_layer_norm``.
+"""The program format of ``fused_elementwise``, the op elementwise fusion produces, and its
+check.
 
 A ``fused_elementwise`` node computes one elementwise expression over its inputs, which
 broadcast (numpy rules) to the output's shape. Attributes:
@@ -29,32 +29,54 @@ Semantics: every value is a real number; the kernel computes in float32 and roun
 evaluator computes in float64. Inputs may be float32, float16, bfloat16, int32, int8 or
 uint8 (integer inputs are read as their value, so they suit ``where``'s condition).
 
-``add_layer_norm(x, residual, weight?, bias?) {eps}`` is ``layer_norm(x + residual)``: x and
-residual of one shape and dtype, weight and bias as layer_norm's.
+A step op is any op whose registry record has an
+:attr:`~vkumd.framework.graph.registry.OpDef.elementwise` trait: its arity and params come
+from there.
 """
 
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
-from vkumd.framework import dtypes
-from vkumd.framework.graph.dims import format_shape
-from vkumd.framework.graph.registry import REQUIRED, TensorType, register
-from vkumd.framework.graph.rules_elementwise import FLOATS, Types, norm_rule, same_dtype
-from vkumd.framework.graph.symbols import DimTable
+from vkumd.framework.graph.operands import FLOATS
+from vkumd.framework.graph.registry import OPS, REQUIRED, Elementwise
 
 OP = "fused_elementwise"
-# Operand count of each step op (div and cast also take one parameter after them).
-STEP_ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "eq": 2, "ne": 2, "lt": 2, "le": 2,
-              "gt": 2, "ge": 2, "where": 3, "relu": 1, "gelu": 1, "gelu_tanh": 1, "silu": 1,
-              "exp": 1, "sqrt": 1, "tanh": 1, "erf": 1, "sigmoid": 1, "cast": 1}
 DIV_ROUNDINGS = ("floor", "trunc")
-INPUT_DTYPES = ("float32", "float16", "bfloat16", "int32", "int8", "uint8")
 
 Step = tuple[Any, ...]
 Program = tuple[Step, ...]
+
+
+def step_of(op: Any) -> Elementwise | None:
+    """The elementwise trait of step op ``op`` (None: not a step op)."""
+    record = OPS.get(op) if isinstance(op, str) else None
+    trait = record.elementwise if record is not None else None
+    return trait if trait is not None and trait.rewrite is None else None
+
+
+def step_ops() -> list[str]:
+    """Every op a program step may name, sorted."""
+    return sorted(name for name in OPS if step_of(name) is not None)
+
+
+def step(op: str, operands: Sequence[Any], attrs: Mapping[str, Any]) -> Step:
+    """The program step computing elementwise op ``op`` on ``operands`` (value numbers or
+    constants) with attributes ``attrs`` (defaults may be left out); a param equal to its
+    default is left out of the step."""
+    record = OPS[op]
+    trait = record.elementwise
+    if trait is None:
+        raise VkumdValueError(f"{OP}: {op} is not elementwise; it cannot be a program step")
+    full = record.full_attrs(attrs)
+    if trait.rewrite is not None:
+        return trait.rewrite(list(operands), full)
+    params = (full[p] for p in trait.params
+              if record.attrs[p] is REQUIRED or full[p] != record.attrs[p])
+    return (op, *operands, *params)
 
 
 def _operand(where: str, item: Any, limit: int) -> None:
@@ -93,15 +115,16 @@ def check_program(program: Any, inputs: int) -> Program:
         raise VkumdValueError(f"{OP}: program has no steps; it needs at least one")
     for k, step in enumerate(program):
         where = f"step {k} {step!r}"
-        if not step or step[0] not in STEP_ARITY:
+        trait = step_of(step[0]) if step else None
+        if trait is None:
             raise VkumdTypeError(f"{OP}: {where} has no known op; steps are "
-                                 f"{', '.join(STEP_ARITY)}")
+                                 f"{', '.join(step_ops())}")
         op, args = step[0], step[1:]
-        arity = STEP_ARITY[op]
+        arity = trait.arity
         operands, params = args[:arity], args[arity:]
-        if len(operands) < arity or len(params) > (1 if op in ("div", "cast") else 0):
+        if len(operands) < arity or len(params) > len(trait.params):
             raise VkumdValueError(f"{OP}: {where}: {op} takes {arity} operand(s)"
-                                  + (" and one parameter" if op in ("div", "cast") else ""))
+                                  + (" and one parameter" if trait.params else ""))
         for item in operands:
             _operand(where, item, inputs + k)
         if op == "cast" and (len(params) != 1 or params[0] not in FLOATS):
@@ -116,32 +139,3 @@ def check_program(program: Any, inputs: int) -> Program:
 def constants(program: Program) -> list[float]:
     """Every constant of ``program``, in order of appearance (as floats)."""
     return [float(a[1]) for step in program for a in step[1:] if isinstance(a, tuple)]
-
-
-# Not in place: the memory planner matches byte sizes only, and a float32 [N] input of a
-# float16 [2, N] result has the result's size but is read at other offsets than written.
-@register(OP, ("xs*",), {"program": REQUIRED, "dtype": REQUIRED})
-def _fused_elementwise(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-    xs = [t for t in ins if t is not None]
-    check_program(attrs["program"], len(xs))
-    out = attrs["dtype"]
-    name = out.name if isinstance(out, dtypes.DType) else out
-    if name not in FLOATS:
-        raise VkumdTypeError(f"{OP}: dtype={out!r}; the result is one of {', '.join(FLOATS)}")
-    for i, t in enumerate(xs):
-        if t.dtype.name not in INPUT_DTYPES:
-            raise VkumdTypeError(f"{OP}: xs[{i}] is {t.dtype.name}; inputs are "
-                                 f"{', '.join(INPUT_DTYPES)}")
-    return [TensorType(dims.broadcast(*(t.shape for t in xs)), dtypes.dtype(name))]
-
-
-@register("add_layer_norm", ("x", "residual", "weight?", "bias?"), {"eps": 1e-5})
-def _add_layer_norm(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-    x, residual = ins[0], ins[1]
-    assert x is not None and residual is not None
-    same_dtype("add_layer_norm", ("x", x), ("residual", residual))
-    if not dims.same_shape(x.shape, residual.shape):
-        raise VkumdValueError(f"add_layer_norm: residual has shape "
-                              f"{format_shape(residual.shape)}; it must be x's "
-                              f"{format_shape(x.shape)}")
-    return norm_rule("add_layer_norm", [x, ins[2], ins[3]], attrs["eps"], dims)

@@ -1,0 +1,106 @@
+"""The float ops that run as generated kernels (exp, sqrt, tanh, erf, sigmoid, hardswish, and
+any op declared the same way), against float64 numpy through their public ``vkumd.ops``
+functions, a compiled graph and the ONNX importer.
+
+The op list is the registry's: every one-input op with an elementwise trait whose lowering is
+the one-step generated kernel. Outputs start poisoned (NaN); sizes that are and are not
+multiples of 4 take the vector and scalar paths.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from transformer_checks import FLOATS, assert_close, assert_each_raises, poisoned, sample, tensor
+
+import vkumd
+from vkumd import ops
+from vkumd.errors import VkumdTypeError, VkumdValueError
+from vkumd.framework.graph import OPS, GraphBuilder, evaluate
+from vkumd.framework.opset.common import one_step
+
+GENERATED = sorted(name for name, op in OPS.items()
+                   if op.lower is one_step and op.elementwise is not None
+                   and op.elementwise.arity == 1 and op.eager is not None)
+SHAPES = [(1,), (7,), (3, 5), (2, 3, 8), (33, 17)]
+
+
+def _inputs(rng: np.random.Generator, op: str, dtype: str, shape: tuple[int, ...]
+            ) -> np.ndarray:
+    x = sample(rng, dtype, shape, scale=3.0)
+    return np.abs(x) if op == "sqrt" else x  # the square root's domain
+
+
+def _reference(op: str, x: np.ndarray) -> np.ndarray:
+    # The record's float64 reference on the stored values; then one rounding to the type.
+    return OPS[op].reference([x], OPS[op].full_attrs({}), [x.shape])[0]
+
+
+def test_the_registry_lists_them() -> None:
+    assert {"exp", "sqrt", "tanh", "erf", "sigmoid", "hardswish"} <= set(GENERATED)
+    assert all(callable(getattr(ops, name)) for name in GENERATED)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("op", GENERATED)
+def test_eager_matches_float64(ctx, op: str, dtype: str, shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng()
+    x = _inputs(rng, op, dtype, shape)
+    out = poisoned(ctx, shape, dtype)
+    got = getattr(ops, op)(tensor(ctx, x, dtype), out=out)
+    assert got is out and got.dtype.name == dtype
+    assert_close(got.numpy().astype(np.float64), _reference(op, x), dtype, f"{op} {dtype}")
+
+
+def test_hardswish_pieces(ctx) -> None:
+    """Each piece of x * clip(x/6 + 1/2, 0, 1): zero below -3, x above 3, the curve between."""
+    x = np.array([-7.0, -3.0, -1.5, 0.0, 0.75, 2.9, 3.0, 12.5], np.float32)
+    got = ops.hardswish(ctx.tensor(x)).numpy()
+    want = x * np.clip(x / 6.0 + 0.5, 0.0, 1.0)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+    assert got[0] == 0.0 and got[-1] == 12.5
+
+
+@pytest.mark.parametrize("op", GENERATED)
+def test_compiled_graph_matches_float64(ctx, op: str) -> None:
+    rng = np.random.default_rng()
+    b = GraphBuilder(op)
+    x = b.input("x", ("n", 19))
+    b.output(b.op(op, b.mul(x, 0.5)))  # two nodes: fused into one generated kernel
+    graph = b.build()
+    data = {"x": _inputs(rng, op, "float32", (6, 19)).astype(np.float32)}
+
+    def f(x):
+        return getattr(ops, op)(x * 0.5)
+
+    compiled = vkumd.compile(f, {"x": data["x"]}, ctx=ctx, dynamic={"x": {0: "n"}})
+    assert compiled.executor == "compiled"
+    for rows in (6, 3):
+        feed = data["x"][:rows]
+        want = evaluate(graph, {"x": feed})[0]
+        assert_close(compiled(x=feed).numpy().astype(np.float64), want, "float32", op)
+
+
+def test_hardswish_from_onnx_and_its_bad_inputs(ctx) -> None:
+    onnx = pytest.importorskip("onnx", reason="the ONNX frontend's extra is not installed")
+    import vkumd.onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("HardSwish", ["x"], ["y"])], "hs",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 9])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 9])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    onnx.checker.check_model(model)
+    x = np.random.default_rng().standard_normal((5, 9)).astype(np.float32) * 4
+    got = vkumd.onnx.load(model, ctx=ctx)(x=x)
+    got = got[next(iter(got))] if isinstance(got, dict) else got
+    np.testing.assert_allclose(np.asarray(got), x * np.clip(x / 6 + 0.5, 0, 1), rtol=1e-6,
+                               atol=1e-7)
+    ints = ctx.tensor(np.arange(4, dtype=np.int32))
+    assert_each_raises(ctx, [
+        (VkumdTypeError, lambda: ops.hardswish(ints)),
+        (VkumdTypeError, lambda: ops.hardswish("x")),
+        (VkumdValueError, lambda: ops.hardswish(ctx.tensor(np.ones(3, np.float32)),
+                                                out=ctx.empty((4,), "float32"))),
+    ], "hardswish")
