@@ -12,6 +12,8 @@ from bad_input_env import Case, Env
 
 from vkumd import ops
 from vkumd.errors import ContextClosed, VkumdTypeError, VkumdValueError
+from vkumd.framework.graph import OPS
+from vkumd.framework.opset.common import one_step
 
 C = Case
 TE, VE = VkumdTypeError, VkumdValueError
@@ -66,6 +68,11 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "add_layer_norm": lambda e, x: ops.add_layer_norm(e.t(), x),
     "fused_elementwise": lambda e, x: ops.fused_elementwise([e.t(), x], RELU_OF_SUM),
 }
+# Every op whose public function the registry generates (a one-input float op running as a
+# generated kernel: exp, hardswish, ...) takes the same one-tensor call.
+UNARY.update({name: (lambda n: lambda e, x: getattr(ops, n)(x))(name)
+              for name, op in OPS.items()
+              if op.lower is one_step and op.eager is not None and name not in UNARY})
 
 
 def _each_op() -> list[Case]:

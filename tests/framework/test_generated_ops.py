@@ -84,8 +84,9 @@ def test_compiled_graph_matches_float64(ctx, op: str) -> None:
 
 def test_hardswish_from_onnx_and_its_bad_inputs(ctx) -> None:
     onnx = pytest.importorskip("onnx", reason="the ONNX frontend's extra is not installed")
-    import vkumd.onnx
     from onnx import TensorProto, helper
+
+    import vkumd.onnx
 
     graph = helper.make_graph([helper.make_node("HardSwish", ["x"], ["y"])], "hs",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 9])],
