@@ -161,7 +161,7 @@ class DescriptorBinder:
 
     @property
     def pool_count(self) -> int:
-        """How many descriptor pools the pooled path has created."""
+        """How many descriptor pools the pooled path holds (created, not yet trimmed)."""
         return len(self._pools)
 
     def prepare(self, layout: Any, buffers: Sequence[BufferRange]) -> Binding:
@@ -304,7 +304,8 @@ class DescriptorBinder:
         timing was, as ``MemoryPool.free_all_blocks()`` does for memory blocks.
 
         Only call once no submitted or recorded work uses any of the binder's sets (its
-        stream idle and no batch open); pools a graph took over are not the binder's.
+        stream idle and no batch open); pools a graph took over are not the binder's, and a
+        pool another thread is recycling right then stays.
 
         Returns:
             How many pools were destroyed.
