@@ -138,3 +138,33 @@ def test_a_discarded_batch_keeps_retired_pools_for_the_next_submission(monkeypat
         assert len(taken) == 1
         binder.recycle(taken)
         stream.release()
+
+
+def test_freeing_cached_sets_leaves_no_pool_and_waits_first(monkeypatch) -> None:
+    """``free_cached_sets()`` submits what is recorded and waits for it before it destroys a
+    pool (the validation layer reports a pool destroyed while a set of it is in use), leaves
+    no pool however many the cache had filled, and the stream goes on working."""
+    monkeypatch.setattr(descriptors, "SETS_PER_POOL", 4)
+    monkeypatch.setattr(descriptors, "BUFFERS_PER_POOL", 32)
+    with vkumd.Context(push_descriptors=False) as ctx:
+        stream = ctx.stream(max_batch_dispatches=1000)
+        binder = stream.submitter.binder
+        before = vkumd.live_objects().get("DescriptorPool", 0)
+        a = ctx.tensor(np.arange(64, dtype=np.float32))
+        outs = [ctx.empty(64) for _ in range(10)]
+        with stream:
+            for out in outs:
+                ops.add(a, a, out=out)
+        assert binder.pool_count == 3  # ten sets, four to a pool; recorded, not submitted
+        assert stream.free_cached_sets() == 3
+        assert binder.pool_count == 0 and binder.cached_sets == 0
+        assert vkumd.live_objects().get("DescriptorPool", 0) == before
+        want = 2 * np.arange(64, dtype=np.float32)
+        for out in outs:
+            np.testing.assert_array_equal(out.numpy(), want)
+        with stream:
+            ops.add(a, outs[0], out=outs[1])
+        stream.synchronize()
+        np.testing.assert_array_equal(outs[1].numpy(), 3 * np.arange(64, dtype=np.float32))
+        assert binder.pool_count == 1
+        stream.release()

@@ -340,6 +340,12 @@ class Stream:
         self.context.refuse_during_capture(f"{self.name}.synchronize()")
         self.wait_value(self.recording_value, timeout)
 
+    def free_cached_sets(self) -> int:
+        """Submit and wait, then drop the set cache and idle descriptor pools: how many went."""
+        with self._lock:  # no batch opens, with sets from the cache, until it is emptied
+            self._check_usable("free_cached_sets()")
+            return self.submitter.trim(self._submit())
+
     @property
     def done(self) -> bool:
         """Whether every piece of work recorded on this stream has finished."""

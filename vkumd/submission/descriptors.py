@@ -161,7 +161,7 @@ class DescriptorBinder:
 
     @property
     def pool_count(self) -> int:
-        """How many descriptor pools the pooled path has created."""
+        """How many descriptor pools the pooled path holds (created, not yet trimmed)."""
         return len(self._pools)
 
     def prepare(self, layout: Any, buffers: Sequence[BufferRange]) -> Binding:
@@ -293,6 +293,33 @@ class DescriptorBinder:
     def reset(self) -> None:
         """Recycle every pool; only call once no pending work uses any of them."""
         self.recycle(self.take_pools())
+
+    def trim(self) -> int:
+        """Empty the set cache and destroy every pool no work holds; keep the binder usable.
+
+        How many pools the cache fills depends on timing: each distinct (layout, buffers)
+        gets a set, and how many distinct output offsets the allocator hands out follows
+        how far the device lags behind the host (released memory comes back only after the
+        work that used it). Trimming brings the binder to the same state whatever the
+        timing was, as ``MemoryPool.free_all_blocks()`` does for memory blocks.
+
+        Only call once no submitted or recorded work uses any of the binder's sets (its
+        stream idle and no batch open); pools a graph took over are not the binder's, and a
+        pool another thread is recycling right then stays.
+
+        Returns:
+            How many pools were destroyed.
+        """
+        if self._cache is not None:
+            self._retire_cache()
+        idle = self.take_pools()
+        with self._free_lock:
+            idle += self._free
+            self._free = []
+        for pool in idle:
+            pool.release()
+        self._pools = [pool for pool in self._pools if not pool.released]
+        return len(idle)
 
     def release(self) -> None:
         """Destroy the pools."""

@@ -248,6 +248,22 @@ class Submitter:
                     return
         release()
 
+    def trim(self, value: int) -> int:
+        """Wait for ``value`` (the last one submitted), recycle, then empty the binder's set
+        cache and destroy its idle descriptor pools (:meth:`DescriptorBinder.trim`).
+
+        The caller holds off recording meanwhile and has no batch open, whose sets would
+        come from the cache (a stream holds its lock).
+
+        Returns:
+            How many descriptor pools were destroyed.
+
+        Raises:
+            DeviceLost: the device was lost while waiting.
+        """
+        self.wait(value)
+        return self.binder.trim()
+
     def release(self) -> None:
         """Recycle and destroy everything; the device must be idle."""
         with self._lock:
