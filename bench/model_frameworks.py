@@ -15,8 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from vkumd.framework.models.bert import pool_weights
-
 Encode = Callable[[list[str], list[list[int]], int], np.ndarray]
 # Each vkumd import beside the onnxruntime run of the same file: their agreement is shown.
 PAIRS = {"vkumd.onnx (helper)": "onnxruntime (helper)", "int8 vkumd": "int8 ort"}
@@ -28,7 +26,8 @@ def _min_cos(got: np.ndarray, want: np.ndarray) -> float:
     return float(cos.min())
 
 
-def _batches(tokens: list[list[int]], batch_size: int):
+def batches(tokens: list[list[int]], batch_size: int):
+    """``(rows, ids, lengths)`` per batch: longest first, ids int64 padded with 0."""
     order = sorted(range(len(tokens)), key=lambda i: -len(tokens[i]))
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
@@ -40,12 +39,15 @@ def _batches(tokens: list[list[int]], batch_size: int):
 
 
 def helper_feeds(ids: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
-    """The inputs of bench/model.py's ``onnx.helper`` export for one padded batch."""
+    """The inputs of bench/model.py's ``onnx.helper`` export for one padded batch: an
+    additive key mask, and each token's weight in its sentence's mean (``1/length``, 0 on
+    padding; the export pools with a GEMM by these)."""
     seq = ids.shape[1]
     valid = np.arange(seq)[None, :] < lengths[:, None]
+    pool = valid / np.maximum(lengths, 1)[:, None]
     return {"ids": ids, "positions": np.arange(seq, dtype=np.int64),
             "mask": np.where(valid, 0.0, -1e9).astype(np.float32)[:, None, None, :],
-            "pool": pool_weights(lengths, seq, "mean")}
+            "pool": pool[:, None, :].astype(np.float32)}
 
 
 def helper_import_peer(path: Path, ctx, hidden: int) -> Encode:
@@ -56,7 +58,7 @@ def helper_import_peer(path: Path, ctx, hidden: int) -> Encode:
 
     def encode(texts: list[str], tokens: list[list[int]], batch_size: int) -> np.ndarray:
         out = np.empty((len(tokens), hidden), np.float32)
-        for rows, ids, lengths in _batches(tokens, batch_size):
+        for rows, ids, lengths in batches(tokens, batch_size):
             out[rows] = model(**helper_feeds(ids, lengths))["embeddings"]
         return out
 
@@ -89,7 +91,7 @@ def int8_peers(ctx, threads: int, hidden: int) -> dict[str, Encode | str]:
     def peer(run: Callable[[dict], np.ndarray]) -> Encode:
         def encode(texts: list[str], tokens: list[list[int]], batch_size: int) -> np.ndarray:
             out = np.empty((len(tokens), hidden), np.float32)
-            for rows, ids, lengths in _batches(tokens, batch_size):
+            for rows, ids, lengths in batches(tokens, batch_size):
                 mask = (np.arange(ids.shape[1])[None, :] < lengths[:, None]).astype(np.int64)
                 feeds = {"input_ids": ids, "attention_mask": mask,
                          "token_type_ids": np.zeros_like(ids)}
@@ -129,7 +131,7 @@ def torch_peer(root: Path, files) -> Encode | str:
         out = np.empty((len(tokens), files.config.hidden_size), np.float32)
         with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", vkumd.torch.VkumdFallbackWarning)
-            for rows, ids, lengths in _batches(tokens, batch_size):
+            for rows, ids, lengths in batches(tokens, batch_size):
                 mask = np.arange(ids.shape[1])[None, :] < lengths[:, None]
                 pooled = compiled(torch.from_numpy(ids), torch.from_numpy(mask.astype(np.int64)))[1]
                 pooled = pooled.numpy()

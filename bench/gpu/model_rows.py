@@ -282,32 +282,12 @@ def finish_row(row: dict) -> dict:
 
 
 def encoder_layer(p: Any, config: Any, batch: int, seq: int) -> Callable[..., Any]:
-    """One BERT layer on ``x`` (batch * seq, hidden) written with the tensor API and
-    ``vkumd.ops`` only, so that ``vkumd.compile`` can trace it: the arithmetic of
-    ``vkumd.framework.models.bert._layer`` (whose reshape helper the tracer cannot see)."""
-    from vkumd import ops
-
-    split = (batch, seq, config.num_heads, config.head_dim)
+    """One BERT layer on ``x`` (batch * seq, hidden): the encoder's own
+    :func:`vkumd.framework.models.bert.layer`, which ``vkumd.compile`` traces as it is."""
+    from vkumd.framework.models import bert
 
     def layer(x: Any, lengths: Any) -> Any:
-        tokens, hidden = x.shape
-
-        def heads_first(weight: Any, bias: Any) -> Any:
-            projected = ops.matmul(x, weight, bias=bias, trans_b=True)
-            return ops.permute(projected.reshape(split), (0, 2, 1, 3))
-
-        q = heads_first(p.query, p.query_bias)
-        k = heads_first(p.key, p.key_bias)
-        v = heads_first(p.value, p.value_bias)
-        mixed = ops.attention(q, k, v, key_lengths=lengths)
-        merged = ops.permute(mixed, (0, 2, 1, 3)).reshape((tokens, hidden))
-        attended = ops.matmul(merged, p.attn_out, bias=p.attn_out_bias, residual=x,
-                              trans_b=True)
-        h = ops.layer_norm(attended, p.attn_norm, p.attn_norm_bias, eps=config.layer_norm_eps)
-        inner = ops.matmul(h, p.ffn_in, bias=p.ffn_in_bias, activation=config.activation,
-                           trans_b=True)
-        out = ops.matmul(inner, p.ffn_out, bias=p.ffn_out_bias, residual=h, trans_b=True)
-        return ops.layer_norm(out, p.ffn_norm, p.ffn_norm_bias, eps=config.layer_norm_eps)
+        return bert.layer(p, x, lengths, batch, seq, config)
 
     return layer
 

@@ -59,6 +59,27 @@ def test_compiled_matches_eager_and_the_reference(encoder, reference) -> None:
     assert_close(pooled, reference.encode(TEXTS, normalize=False), **F32)
 
 
+def test_both_paths_run_one_forward(encoder) -> None:
+    # The graph is the eager forward traced: the same kernels on the same shapes, so the
+    # same bits (the launches run at the true sizes, whatever the bucket).
+    compiled = encoder.encode(TEXTS, batch_size=4)
+    assert np.array_equal(compiled, encoder.encode(TEXTS, batch_size=4, compiled=False))
+
+
+def test_one_device_copy_of_the_weights_serves_both_paths(ctx, model_dir) -> None:
+    from vkumd.models import SentenceEncoder
+
+    ctx.synchronize()
+    used = ctx.memory.used_bytes()
+    with SentenceEncoder.from_pretrained(model_dir, ctx=ctx) as enc:
+        held, weights = ctx.memory.used_bytes() - used, enc.weights.nbytes()
+        assert weights <= held <= 1.15 * weights, (held, weights)
+        named = enc.weights.named()
+        # Every weight the compiled graph reads is the eager path's tensor of that name.
+        assert all(enc.compiled_graph.weights[v.id] is named[v.name]
+                   for v in enc.graph.weights)
+
+
 def test_float16_graph_matches_the_reference(encoder16, reference) -> None:
     assert_close(encoder16.encode(TEXTS[:3]), reference.encode(TEXTS[:3]),
                  min_cos=0.999, max_abs=3e-3)

@@ -118,6 +118,8 @@ def test_other_pooling_modes(ctx, copy: Path, reference, mode: str) -> None:
     with SentenceEncoder.from_pretrained(copy, ctx=ctx) as enc:
         assert enc.files.sentence.pooling == mode
         got = enc.encode(texts, normalize=False)
+        # The eager path runs the same forward, pooling included.
+        assert np.array_equal(enc.encode(texts, normalize=False, compiled=False), got)
     states = [reference.hidden(reference.ids(t)) for t in texts]
     want = np.array([h[0] if mode == "cls" else h.sum(0) / np.sqrt(len(h)) for h in states])
     assert_close(got, want, min_cos=0.99999, max_abs=1e-4)

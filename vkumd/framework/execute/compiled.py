@@ -12,7 +12,7 @@ Example::
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,18 @@ def _positive(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise VkumdValueError(f"{name}={value!r}: keep at least 1")
     return value
+
+
+def _given(name: str, t: Any, shape: tuple[Any, ...], dtype: Any, ctx: Any) -> Tensor:
+    """``t``, checked to stand for graph weight ``name`` of ``shape`` and ``dtype``."""
+    if not isinstance(t, Tensor):
+        raise VkumdTypeError(f"CompiledGraph: weights[{name!r}] is {type(t).__name__}, not a "
+                             "vkumd Tensor")
+    if t.context is not ctx or tuple(t.shape) != shape or t.dtype is not dtype:
+        raise VkumdValueError(f"CompiledGraph: weights[{name!r}] is {t.dtype.name} "
+                              f"{tuple(t.shape)}; the graph's weight is {dtype.name} {shape}"
+                              f"{'' if t.context is ctx else ', on another context'}")
+    return t
 
 
 class CompiledGraph(Handle):
@@ -70,15 +82,23 @@ class CompiledGraph(Handle):
         sizes_per_bucket: size-recordings (command buffers) each bucket keeps; the least
             recently used is released when a call brings other true sizes. At most
             ``max_recordings * sizes_per_bucket`` recordings are held in all.
+        weights: device tensors already holding graph weights, by weight name: each is read
+            where it is instead of uploading a copy (so a model that also runs eagerly keeps
+            one copy of its weights). The caller keeps them alive while the compiled graph
+            runs and frees them; weights not named here are uploaded and owned, and names
+            the graph has no weight of (one the passes removed) are ignored.
 
     Raises:
         UnsupportedOpError: a node whose op has no lowering (naming the node).
         GraphError: the graph does not check.
-        VkumdValueError: a bad bucket list, or a bound < 1.
+        VkumdValueError: a bad bucket list, or a bound < 1; a given weight tensor of another
+            shape, dtype or context than the graph's weight.
+        VkumdTypeError: a given weight that is not a vkumd tensor.
     """
 
     def __init__(self, graph: Graph, ctx: Any, *, buckets: BucketSpec | None = None,
-                 max_recordings: int = 8, sizes_per_bucket: int = 8) -> None:
+                 max_recordings: int = 8, sizes_per_bucket: int = 8,
+                 weights: Mapping[str, Tensor] | None = None) -> None:
         super().__init__()
         self.max_recordings = _positive("max_recordings", max_recordings)
         self.sizes_per_bucket = _positive("sizes_per_bucket", sizes_per_bucket)
@@ -98,10 +118,18 @@ class CompiledGraph(Handle):
         self._recent: dict[str, list[Tensor]] = {}  # per input, the latest bindable tensors
         self._input_dtypes = {v.name: v.dtype for v in graph.inputs}
         self.weights: dict[int, Tensor] = {}
+        """A device tensor per weight value id."""
+        self._owned: list[Tensor] = []  # the weights uploaded here (the rest are the caller's)
         self.handle = True
+        given = dict(weights or {})
         try:
             for v in graph.weights:
+                if v.name in given:
+                    self.weights[v.id] = _given(v.name, given[v.name], tuple(v.shape), v.dtype,
+                                                ctx)
+                    continue
                 self.weights[v.id] = ctx.tensor(np.asarray(v.data), dtype=v.dtype)
+                self._owned.append(self.weights[v.id])
         except BaseException:
             self.release()
             raise
@@ -235,8 +263,9 @@ class CompiledGraph(Handle):
             bucket.release()
         self._buckets.clear()
         self._recent.clear()
-        for t in self.weights.values():
+        for t in self._owned:
             t.release()
+        self._owned.clear()
         self.weights.clear()
 
     def __repr__(self) -> str:

@@ -1,100 +1,93 @@
-"""A BERT sentence encoder as a vkumd graph: built with :class:`GraphBuilder`, optimised by the
-passes, run by :class:`~vkumd.framework.execute.CompiledGraph`.
+"""The BERT encoder as a vkumd graph: :func:`vkumd.framework.models.bert.forward` traced, then
+optimised by the passes and run by :class:`~vkumd.framework.execute.CompiledGraph`.
 
-The graph is written in plain ops, as a frontend would produce it (``matmul`` then ``add``
-of the bias, ``gelu``, ``add`` of the residual), and the passes fuse it: every GEMM takes its
-bias, activation and residual as an epilogue, the word + position sum and its norm become one
-``add_layer_norm``, and the token-type-0 row is folded into the position table. ``batch`` and
-``seq`` are symbolic, so one bucket's memory serves every batch up to it, each size recorded
-at its true sizes. Inputs, all int32:
+Nothing here restates the model: :func:`trace_forward` calls the eager forward on
+:class:`~vkumd.framework.graph.proxy.TracedTensor` weights (each a named graph weight) and
+inputs (``batch`` and ``seq`` symbolic), and every ``vkumd.ops`` call it makes records a node.
+The forward already names its fusions (bias, GELU and residual in the GEMM epilogue, heads
+read in place by attention); the passes still fuse the word + position sum into its layer
+norm (``add_layer_norm``). Because ``batch`` and ``seq`` are symbolic, one bucket's memory
+serves every batch up to it, each size recorded at its true sizes. Inputs, all int32:
 
 - ``ids`` ``[batch, seq]``: token ids (0 past each sentence's length);
 - ``positions`` ``[batch, seq]``: ``0 .. seq-1`` on every row;
 - ``lengths`` ``[batch]``: tokens per sentence; attention masks the keys past it, so the
   batch's padding (to its longest sentence) never reaches a real token;
-- ``pool_lengths`` ``[batch]``: the tokens pooled (the length; 1 for ``cls`` pooling).
+- ``pool_lengths`` ``[batch]``: the tokens pooled (the length; 1 for ``cls`` pooling);
+- ``pool_scale`` ``[batch, 1]`` (float, ``mean_sqrt_len`` pooling only): ``sqrt(length)``.
 
-Outputs: ``pooled`` ``[batch, hidden]`` and ``embeddings`` (its L2-normalised form).
-
-Pooling is a masked mean over ``seq``, as attention: keys past ``key_lengths`` (the batch's
-padding) are never read, where a GEMM of host-made pooling weights by the hidden states would
-multiply them by 0 (not 0 when padding holds a NaN). With a zero query (scale 0) every score
-is 0, so softmax weighs the first ``pool_lengths`` keys ``1/length`` each and the output is
-their mean, per head; ``pool_lengths`` = 1 gives the ``[CLS]`` state. ``mean_sqrt_len``
-multiplies the mean by ``sqrt(length)``, from the input ``pool_scale`` ``[batch, 1]``.
+Outputs: ``pooled`` ``[batch, hidden]`` and ``embeddings`` (its L2-normalised form). The eager
+path feeds :func:`graph_inputs`'s arrays to the forward too, so both paths see one interface.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from vkumd.errors import VkumdValueError
 from vkumd.framework import dtypes
-from vkumd.framework.graph import Graph, GraphBuilder, Value, run_passes
+from vkumd.framework.graph import Graph, TracedTensor, Tracer, Value, run_passes
+from vkumd.framework.models import bert
 from vkumd.framework.models.config import BertConfig, SentenceConfig
 
-# F.normalize's clamp (1e-12 on the norm), as an eps under the square root (as bert.py).
-_NORM_EPS = 1e-24
 INPUTS = ("ids", "positions", "lengths", "pool_lengths")
+_MODEL_FILE = os.path.normcase(os.path.abspath(bert.__file__))
 
 
-def _linear(b: GraphBuilder, x: Value, host: Mapping[str, np.ndarray], name: str,
-            dt: dtypes.DType) -> Value:
-    """``x @ W^T + bias`` as a frontend writes it: a matmul and an add (fused by the passes)."""
-    weight = b.weight(name + ".weight", host[name + ".weight"], dt)
-    bias = b.weight(name + ".bias", host[name + ".bias"], dt)
-    return b.add(b.matmul(x, weight, trans_b=True), bias)
+class _ModelTracer(Tracer):
+    """A tracer that labels each node with the line of ``bert.py`` that recorded it (the
+    plain tracer names the user's line, here the caller of the encoder)."""
+
+    def _apply(self, op: str, inputs: Any, attrs: dict[str, Any]) -> Any:
+        frame = sys._getframe(1)
+        while frame is not None and os.path.normcase(frame.f_code.co_filename) != _MODEL_FILE:
+            frame = frame.f_back
+        label = f"bert.py:{frame.f_lineno}" if frame is not None else None
+        return self.op(op, *inputs, label=label, **attrs)
 
 
-def _norm(b: GraphBuilder, x: Value, host: Mapping[str, np.ndarray], name: str,
-          config: BertConfig, dt: dtypes.DType) -> Value:
-    return b.layer_norm(x, b.weight(name + ".weight", host[name + ".weight"], dt),
-                        b.weight(name + ".bias", host[name + ".bias"], dt),
-                        eps=config.layer_norm_eps)
+def input_types(sentence: SentenceConfig, dtype: dtypes.DType
+                ) -> dict[str, tuple[tuple[Any, ...], Any]]:
+    """Each graph input's shape (symbol names for ``batch`` and ``seq``) and dtype."""
+    types: dict[str, tuple[tuple[Any, ...], Any]] = {
+        "ids": (("batch", "seq"), "int32"), "positions": (("batch", "seq"), "int32"),
+        "lengths": (("batch",), "int32"), "pool_lengths": (("batch",), "int32")}
+    if sentence.pooling == "mean_sqrt_len":
+        types["pool_scale"] = (("batch", 1), dtype)
+    return types
 
 
-def _layer(b: GraphBuilder, x: Value, lengths: Value, host: Mapping[str, np.ndarray],
-           prefix: str, config: BertConfig, dt: dtypes.DType) -> Value:
-    """One encoder layer on ``x`` ``[batch, seq, hidden]``."""
-    split = ("batch", "seq", config.num_heads, config.head_dim)
+def trace_forward(weights: bert.BertWeights) -> Graph:
+    """:func:`bert.forward` and :func:`bert.normalize` recorded as a graph.
 
-    def heads_first(name: str) -> Value:
-        projected = _linear(b, x, host, prefix + name, dt)
-        return b.permute(b.reshape(projected, split), (0, 2, 1, 3))
+    Args:
+        weights: :func:`bert.prepare`'s host arrays; each becomes a graph weight of the name
+            :meth:`bert.BertWeights.named` gives it.
 
-    q, k, v = (heads_first(f"attention.self.{n}") for n in ("query", "key", "value"))
-    mixed = b.attention(q, k, v, key_lengths=lengths)
-    merged = b.reshape(b.permute(mixed, (0, 2, 1, 3)), ("batch", "seq", config.hidden_size))
-    attended = b.add(_linear(b, merged, host, prefix + "attention.output.dense", dt), x)
-    h = _norm(b, attended, host, prefix + "attention.output.LayerNorm", config, dt)
-    inner = _linear(b, h, host, prefix + "intermediate.dense", dt)
-    inner = b.op(config.activation, inner)
-    out = b.add(_linear(b, inner, host, prefix + "output.dense", dt), h)
-    return _norm(b, out, host, prefix + "output.LayerNorm", config, dt)
-
-
-def _pool(b: GraphBuilder, x: Value, pool_lengths: Value, config: BertConfig,
-          dt: dtypes.DType) -> Value:
-    """The masked mean of ``x`` ``[batch, seq, hidden]`` over its first ``pool_lengths``
-    tokens, as attention with a zero query (see the module docstring): ``[batch, hidden]``."""
-    heads, head_dim = config.num_heads, config.head_dim
-    # [batch, seq, heads, head_dim] rows read in place (layout="bshd"): no permute.
-    states = b.reshape(x, ("batch", "seq", heads, head_dim))
-    # A [batch, 1, heads, head_dim] zero query; it takes its batch size from an input, since
-    # a constant cannot have a symbolic dimension.
-    per_row = b.reshape(b.cast(pool_lengths, dt), ("batch", 1, 1, 1))
-    query = b.mul(per_row, b.constant(np.zeros((1, 1, heads, head_dim)), dt, "zero_query"))
-    mean = b.attention(query, states, states, key_lengths=pool_lengths, scale=0.0,
-                       layout="bshd")
-    return b.reshape(mean, ("batch", config.hidden_size))
+    Returns:
+        The checked, unoptimised graph (see the module docstring for its interface).
+    """
+    tracer = _ModelTracer("bert")
+    traced = weights.map(lambda name, array: TracedTensor(tracer.weight(name, array), tracer))
+    feeds = {name: TracedTensor(tracer.input(name, shape, dtype), tracer)
+             for name, (shape, dtype) in input_types(weights.sentence, weights.dtype).items()}
+    try:
+        pooled = bert.forward(traced, **feeds)
+        outputs: list[Value] = [tracer.lift(t, "output")
+                                for t in (pooled, bert.normalize(traced, pooled))]
+    finally:
+        tracer.open = False
+    tracer.output(*outputs)
+    return tracer.build()
 
 
 def build_graph(config: BertConfig, sentence: SentenceConfig, host: Mapping[str, np.ndarray],
                 dtype: Any = "float32") -> Graph:
-    """The encoder as an unoptimised graph (see the module docstring for its interface).
+    """The encoder as an unoptimised graph, from checked host weights.
 
     Args:
         config: the encoder's sizes.
@@ -108,36 +101,7 @@ def build_graph(config: BertConfig, sentence: SentenceConfig, host: Mapping[str,
     Raises:
         VkumdValueError: another dtype.
     """
-    dt = dtypes.dtype(dtype)
-    if dt not in (dtypes.float32, dtypes.float16):
-        raise VkumdValueError(f"BERT graph: dtype {dt.name} is not supported; use float32 or "
-                              "float16 (attention takes those two)")
-    b = GraphBuilder("bert")
-    ids = b.input("ids", ("batch", "seq"), "int32")
-    positions = b.input("positions", ("batch", "seq"), "int32")
-    lengths = b.input("lengths", ("batch",), "int32")
-    pool_lengths = b.input("pool_lengths", ("batch",), "int32")
-    word = b.weight("embeddings.word_embeddings.weight",
-                    host["embeddings.word_embeddings.weight"], dt)
-    types = b.weight("embeddings.token_type_embeddings.weight",
-                     host["embeddings.token_type_embeddings.weight"], dt)
-    # A single sentence has token type 0 everywhere: its row is added to every position's
-    # (constant folding computes this sum once).
-    table = b.add(b.weight("embeddings.position_embeddings.weight",
-                           host["embeddings.position_embeddings.weight"], dt),
-                  b.slice(types, 0, 0, 1))
-    x = b.add(b.embedding(ids, word), b.embedding(positions, table))
-    x = _norm(b, x, host, "embeddings.LayerNorm", config, dt)
-    for i in range(config.num_layers):
-        x = _layer(b, x, lengths, host, f"encoder.layer.{i}.", config, dt)
-    pooled = _pool(b, x, pool_lengths, config, dt)
-    if sentence.pooling == "mean_sqrt_len":
-        pooled = b.mul(pooled, b.input("pool_scale", ("batch", 1), dt))
-    # x / sqrt(sum x^2 + eps): an RMS norm (mean of squares) scaled by 1/sqrt(hidden).
-    unit = b.constant(np.full(config.hidden_size, config.hidden_size ** -0.5), dt, "unit")
-    normalized = b.rms_norm(pooled, unit, eps=_NORM_EPS / config.hidden_size)
-    b.output(pooled, normalized)
-    return b.build()
+    return trace_forward(bert.prepare(config, sentence, dict(host), dtype))
 
 
 def optimize(graph: Graph) -> Graph:
@@ -147,7 +111,7 @@ def optimize(graph: Graph) -> Graph:
 
 def graph_inputs(lengths: np.ndarray, ids: np.ndarray, pooling: str,
                  dtype: Any = "float32") -> dict[str, np.ndarray]:
-    """The host arrays one padded batch feeds the graph.
+    """The host arrays one padded batch feeds the graph (and the eager forward).
 
     Args:
         lengths: ``(batch,)`` tokens per sentence.

@@ -5,11 +5,12 @@ count and cut into batches, so each batch is padded only to its own longest sent
 padded keys are masked in attention and the padded tokens get weight 0 in pooling, so an
 embedding does not depend on the batch it was computed in.
 
-Two paths compute the same function. By default the encoder runs the model as a compiled
-graph (:mod:`~vkumd.framework.models.bert_graph`: fused, one memory arena, launches recorded
-once per shape bucket and replayed). ``compiled=False`` runs :func:`bert.forward` op by op
-(one batch queued on the device while the previous one is read back); it stays as a second
-reference and for debugging.
+The model is one function, :func:`~vkumd.framework.models.bert.forward`, run two ways over
+one device copy of the weights. By default the encoder runs it as a compiled graph (traced by
+:mod:`~vkumd.framework.models.bert_graph`: fused, one memory arena, launches recorded once per
+shape bucket and replayed), whose weights are the eager path's tensors, handed over by name.
+``compiled=False`` calls the forward op by op (one batch queued on the device while the
+previous one is read back), for debugging and as a second path to compare with.
 """
 
 from __future__ import annotations
@@ -62,10 +63,11 @@ class SentenceEncoder:
     Attributes:
         files: what was read from the model directory (config, tokenizer, host weights are
             dropped after upload).
-        weights: the device weights of the eager path.
+        weights: the device weights (:class:`~vkumd.framework.models.bert.BertWeights`),
+            read by both paths.
         graph: the optimised graph the compiled path runs.
-        compiled_graph: its :class:`~vkumd.framework.execute.CompiledGraph` (it holds its
-            own copy of the weights).
+        compiled_graph: its :class:`~vkumd.framework.execute.CompiledGraph` (reading
+            :attr:`weights`; it uploads only the graph's weights not among them).
         compiled: whether :meth:`encode` uses the compiled graph by default.
         context: the vkumd context the work runs on.
     """
@@ -80,12 +82,12 @@ class SentenceEncoder:
         self.weights: Any = None
         self.compiled_graph: Any = None
         try:
-            self.weights = bert.upload(self.context, files.config, files.sentence,
-                                       files.weights, dtype)
-            self.graph = bert_graph.optimize(bert_graph.build_graph(
-                files.config, files.sentence, files.weights, dtype))
+            host = bert.prepare(files.config, files.sentence, files.weights, dtype)
+            self.graph = bert_graph.optimize(bert_graph.trace_forward(host))
+            self.weights = bert.upload(self.context, host)
             self.compiled_graph = CompiledGraph(self.graph, self.context, buckets=BUCKETS,
-                                                max_recordings=12)
+                                                max_recordings=12,
+                                                weights=self.weights.named())
         except BaseException:
             self._release()
             raise
@@ -227,8 +229,12 @@ class SentenceEncoder:
     def _queue(self, batch: list[list[int]], normalize: bool) -> Any:
         """Record one batch's forward pass and submit it; return its output tensor."""
         lengths, ids = self._pad(batch)
-        out = bert.forward(self.weights, bert.make_inputs(self.weights, ids, lengths),
-                           normalize=normalize)
+        feeds = bert_graph.graph_inputs(lengths, ids, self.files.sentence.pooling,
+                                        self.weights.dtype)
+        inputs = {name: self.context.tensor(array) for name, array in feeds.items()}
+        out = bert.forward(self.weights, **inputs)
+        if normalize:
+            out = bert.normalize(self.weights, out)
         self.context.current_stream().flush()
         return out
 

@@ -36,7 +36,7 @@ _WEIGHTS = "model.safetensors"
 
 @dataclass
 class ModelFiles:
-    """A model directory, read: what :class:`~vkumd.framework.models.bert.BertModel` and
+    """A model directory, read: what :class:`~vkumd.framework.models.bert.BertWeights` and
     :class:`~vkumd.framework.models.encoder.SentenceEncoder` are built from.
 
     Attributes:
