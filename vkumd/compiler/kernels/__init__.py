@@ -8,8 +8,13 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     add_norm,
     attention,
     fused_elementwise,
-    transformer,
+    gather,
+    norm,
+    permute,
+    reduce,
+    softmax,
 )
+from vkumd.compiler.kernels.activation import ACTIVATIONS
 from vkumd.compiler.kernels.elementwise import (
     ELEMENTWISE_BINARY,
     ELEMENTWISE_FILL,
@@ -20,9 +25,6 @@ from vkumd.compiler.kernels.elementwise import (
 )
 from vkumd.compiler.kernels.gemm import GEMM  # noqa: F401  (registers the GEMM family)
 from vkumd.compiler.registry import WORKGROUP
-
-# Activation codes shared by every kernel that applies one (shaders/include/activation.glsl).
-ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 
 __all__ = [
     "ACTIVATIONS",
