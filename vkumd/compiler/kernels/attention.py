@@ -7,6 +7,11 @@ import math
 import re
 from dataclasses import dataclass
 
+from vkumd.compiler.kernels.limits import (  # noqa: F401  (the attention op reads the limit here)
+    ATTENTION_DTYPES,
+    ATTENTION_MAX_HEAD_DIM,
+)
+from vkumd.compiler.kernels.type_codes import type_codes
 from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import SUBGROUP, WORKGROUP, Kernel, Variant, register
 from vkumd.errors import VkumdValueError
@@ -15,8 +20,8 @@ from vkumd.vk.caps import CoopMatShape, DeviceCaps
 # head_dim values every variant list covers; any multiple of 4 up to ATTENTION_MAX_HEAD_DIM
 # works (it is a specialization constant), these are the ones worth building ahead.
 ATTENTION_HEAD_DIMS = (32, 64, 80, 96, 128)
-ATTENTION_MAX_HEAD_DIM = 256
-ATTENTION_TYPES = ("F32", "F16")
+ATTENTION_CODES = type_codes(ATTENTION_DTYPES)
+ATTENTION_TYPES = tuple(ATTENTION_CODES.values())
 # Rows per workgroup of the split (flash-decoding) tiled kernel: the default, and the smaller
 # ones the op picks when a key/value head has fewer rows (decoding one token has one).
 ATTENTION_ROWS = (1, 2, 4, 8)

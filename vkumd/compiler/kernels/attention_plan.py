@@ -21,6 +21,7 @@ from typing import Any
 
 from vkumd import settings
 from vkumd.compiler.kernels.attention import (
+    ATTENTION_CODES,
     ATTENTION_COMBINE,
     ATTENTION_COOPMAT,
     ATTENTION_DEFAULT_ROWS,
@@ -58,7 +59,6 @@ DECODE_MIN_SPLIT_KEYS = 256
 DECODE_TARGET_GROUPS = 128
 COMBINE_WORKGROUP = 64
 FLAG_CAUSAL, FLAG_KEY_LENGTHS, FLAG_MASK = 1, 2, 4
-ATTENTION_CODES = {"float32": "F32", "float16": "F16"}
 _GRID_ADVICE = "Split the batch or the sequence"
 
 

@@ -14,6 +14,8 @@ import functools
 import re
 from dataclasses import dataclass
 
+from vkumd.compiler.kernels.limits import GEMM_DTYPES
+from vkumd.compiler.kernels.type_codes import CODE_BYTES, type_codes
 from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import (
     SUBGROUP,
@@ -28,7 +30,9 @@ from vkumd.vk.caps import CoopMatShape, DeviceCaps
 
 # Main loops of shaders/gemm.comp (the PATH define).
 GEMM_PATHS = {"lanes": 0, "shared": 1, "coopmat": 2, "pack": 3}
-GEMM_TYPES = ("F32", "F16", "BF16", "I8")
+# The storage types of A and B and their type codes.
+GEMM_CODES = type_codes(GEMM_DTYPES)
+GEMM_TYPES = tuple(GEMM_CODES.values())
 # Push constants: five 64-bit addresses, then ten uint32 shape/stride words, alpha, beta,
 # the activation code, the epilogue flags and the packed-B panel size and width.
 GEMM_PUSH = PushLayout("a:u64", "b:u64", "c:u64", "bias:u64", "residual:u64", "M:u32", "N:u32",
@@ -66,7 +70,7 @@ LANES_KU = 4
 LANES_BODY = 1024
 LANES_COLUMNS = 8
 # Elements of each storage type in one 64-bit word (the unit of a wide load).
-WORD_ELEMENTS = {"F32": 2, "F16": 4, "BF16": 4, "I8": 8}
+WORD_ELEMENTS = {code: 8 // CODE_BYTES[code] for code in GEMM_TYPES}
 # The shared-memory path: a workgroup of WG invocations computes TM x TN, each invocation
 # RM x RN of it, staging TK-deep slices of A and B in shared memory.
 SHARED_TILE = {"TM": 64, "TN": 64, "TK": 16, "RM": 4, "RN": 4}

@@ -14,6 +14,7 @@ from typing import Any
 from vkumd import settings
 from vkumd.compiler.kernels.gemm import (
     COOPMAT_TILE_VARIABLE,
+    GEMM_CODES,
     WORD_ELEMENTS,
     CoopMatTile,
     coopmat_tile_problem,
@@ -47,7 +48,6 @@ COOPMAT_ON_CPU = False
 # that keeps the most subgroups busy on the matrix.
 COOPMAT_MIN_BLOCKS = 128
 _FLAG_BIAS, _FLAG_RESIDUAL, _FLAG_BETA = 1, 2, 4
-GEMM_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int8": "I8"}
 # Device types whose memory hierarchy favours shared-memory tiles.
 _GPU_TYPES = ("discrete", "integrated")
 

@@ -12,16 +12,16 @@ import math
 
 from vkumd.compiler.kernels.elementwise import storage_widths
 from vkumd.compiler.kernels.elementwise_plan import CPU_WORKGROUPS, FixedLaunch
+from vkumd.compiler.kernels.limits import PERMUTE_MAX_OUTER
 from vkumd.compiler.kernels.rows import PLANS, grid
 from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import WORKGROUP, Kernel, register
 from vkumd.errors import VkumdValueError
 from vkumd.vk.caps import DeviceCaps
 
-# Outer dimensions the kernel indexes (the innermost is the row it walks).
-PERMUTE_MAX_OUTER = 5
 PERMUTE_PUSH = PushLayout("rows:u32", "cols:u32", "inner_stride:u32", "chunks:u32",
-                          "nouter:u32", "outer:u32[5]", "outer_stride:u32[5]")
+                          "nouter:u32", f"outer:u32[{PERMUTE_MAX_OUTER}]",
+                          f"outer_stride:u32[{PERMUTE_MAX_OUTER}]")
 PERMUTE_CHUNK = 4096  # units of a row per workgroup (shaders/permute.comp CHUNK)
 
 

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from vkumd.compiler.kernels.limits import ROW_DTYPES
+from vkumd.compiler.kernels.type_codes import type_codes
 from vkumd.compiler.launch import grid_for
 from vkumd.compiler.registry import WORKGROUP, effective_caps
 from vkumd.errors import VkumdValueError
 from vkumd.vk.caps import DeviceCaps
 
-# Float element types of the row and activation kernels (elementwise_types.glsl codes), and
-# the dtype each stands for.
-ROW_TYPES = ("F32", "F16", "BF16")
-ROW_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+# The dtypes the row and activation kernels take and their type codes.
+ROW_CODES = type_codes(ROW_DTYPES)
+ROW_TYPES = tuple(ROW_CODES.values())
 ROW_DEFINES = {"DTYPE": ROW_TYPES, "VEC": (1, 4), "SUBGROUP_REDUCE": (0, 1)}
 # Plans each row planner caches.
 PLANS = 4096

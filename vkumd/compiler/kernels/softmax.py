@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 
 from vkumd.compiler.kernels.elementwise_plan import FixedLaunch
+from vkumd.compiler.kernels.limits import SOFTMAX_MAX_LEAD
 from vkumd.compiler.kernels.rows import (
     PLANS,
     ROW_DEFINES,
@@ -20,10 +21,8 @@ from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import WORKGROUP, Kernel, register
 from vkumd.vk.caps import DeviceCaps
 
-# Leading dimensions softmax's mask indexing takes.
-SOFTMAX_MAX_LEAD = 5
 SOFTMAX_PUSH = PushLayout("cols:u32", "rows:u32", "scale:f32", "mask_mode:u32", "nlead:u32",
-                          "lead:u32[5]", "mstride:u32[5]")
+                          f"lead:u32[{SOFTMAX_MAX_LEAD}]", f"mstride:u32[{SOFTMAX_MAX_LEAD}]")
 
 SOFTMAX = register(Kernel(
     name="softmax",
