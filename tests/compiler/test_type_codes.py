@@ -4,7 +4,6 @@ every kernel family's dtypes (kernels/limits.py) are dtypes that table knows."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 
@@ -12,9 +11,10 @@ from vkumd.compiler.kernels import limits
 from vkumd.compiler.kernels.elementwise import ELEMENTWISE_CODES
 from vkumd.compiler.kernels.rows import ROW_CODES
 from vkumd.compiler.kernels.type_codes import ELEMENT_TYPES, type_codes
+from vkumd.compiler.shader_source import shaders_dir
 from vkumd.framework import dtypes
 
-TYPES_GLSL = Path(__file__).resolve().parents[2] / "shaders" / "include" / "elementwise_types.glsl"
+TYPES_GLSL = shaders_dir() / "include" / "elementwise_types.glsl"
 
 
 def test_every_dtype_reads_its_kernel_facts_from_the_table() -> None:

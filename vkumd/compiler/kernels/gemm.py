@@ -14,6 +14,13 @@ import functools
 import re
 from dataclasses import dataclass
 
+from vkumd.compiler.kernels.coopmat import (
+    HALVES_PER_WORD,
+    ranked_shapes,
+    shared_memory_problem,
+    staged_in_words,
+    workgroup_problem,
+)
 from vkumd.compiler.kernels.limits import GEMM_DTYPES
 from vkumd.compiler.kernels.type_codes import CODE_BYTES, type_codes
 from vkumd.compiler.push import PushLayout
@@ -139,8 +146,6 @@ def shared_variant(caps: DeviceCaps, dtype: str) -> Variant:
 # (BM / WG_M) x (BN / WG_N) warp tile as a grid of accumulator matrices for the whole K loop.
 # The environment variable below forces one block config (for benchmarks that sweep them).
 COOPMAT_TILE_VARIABLE = "VKUMD_GEMM_COOPMAT_TILE"
-# The listed shape preferred when the driver has it (NVIDIA's tensor-core native f16 shape).
-COOPMAT_PREFERRED_SHAPE = (16, 16, 16)
 # Halves of padding per staged row (the kernel's PAD): 16 bytes move the rows one fragment
 # load reads into different shared-memory banks.
 COOPMAT_PAD = 8
@@ -212,14 +217,10 @@ def usable_coopmat_shape(shapes: list[CoopMatShape]) -> CoopMatShape | None:
     """The listed float16 shape the GEMM uses: 16x16x16 if listed, else the largest.
 
     Only shapes whose sizes are multiples of 8 qualify: the kernel stages 8 halves (16 bytes)
-    per shared-memory word and addresses fragments in whole words.
+    per shared-memory word and addresses fragments in whole words, A's rows too.
     """
-    usable = [s for s in shapes if s.m % 8 == 0 and s.n % 8 == 0 and s.k % 8 == 0]
-    for s in usable:
-        if (s.m, s.n, s.k) == COOPMAT_PREFERRED_SHAPE:
-            return s
-    # The largest listed tile does the most work per load; ties keep the driver's order.
-    return max(usable, key=lambda s: s.m * s.n * s.k) if usable else None
+    ranked = ranked_shapes(shapes, lambda s: staged_in_words(s) and s.m % HALVES_PER_WORD == 0)
+    return ranked[0] if ranked else None
 
 
 def coopmat_shared_bytes(shape: CoopMatShape, tile: CoopMatTile, a_t: int = 0,
@@ -253,18 +254,13 @@ def coopmat_tile_problem(caps: DeviceCaps, shape: CoopMatShape, tile: CoopMatTil
     if fragments > COOPMAT_MAX_FRAGMENTS:
         return (f"each subgroup would hold {fragments} accumulator matrices; at most "
                 f"{COOPMAT_MAX_FRAGMENTS} fit in registers")
-    threads = tile.wg_m * tile.wg_n * caps.subgroup_size
-    limit = min(caps.max_workgroup_invocations, caps.max_workgroup_size[0])
-    if threads > limit:
-        return (f"{tile.wg_m}x{tile.wg_n} subgroups of {caps.subgroup_size} are {threads} "
-                f"invocations; {caps.name} allows {limit} per workgroup")
+    wide = workgroup_problem(caps, f"{tile.wg_m}x{tile.wg_n}", tile.wg_m * tile.wg_n)
+    if wide is not None:
+        return wide
     orientations = [(a_t, b_t)] if a_t is not None and b_t is not None else [
         (x, y) for x in (0, 1) for y in (0, 1)]
     need = max(coopmat_shared_bytes(shape, tile, x, y) for x, y in orientations)
-    if need > caps.shared_memory_size:
-        return (f"needs {need} bytes of shared memory; {caps.name} allows "
-                f"{caps.shared_memory_size} per workgroup")
-    return None
+    return shared_memory_problem(caps, need)
 
 
 def coopmat_tiles(caps: DeviceCaps, shape: CoopMatShape) -> list[CoopMatTile]:
