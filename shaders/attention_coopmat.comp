@@ -54,10 +54,6 @@
 // subgroup barriers (S stored -> read by the row's lanes; P and alpha written -> loaded as
 // matrices). Every barrier is reached by every subgroup, also those that skip the tile's
 // work: lavapipe runs a subgroup barrier as a workgroup one.
-//
-// Not done (candidates if the GPU run shows memory latency bound): prefetching the next K/V
-// tile into registers during this tile's math, and keeping P in registers (the KHR extension
-// has no accumulator-to-A conversion, so P goes through shared memory).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types : require

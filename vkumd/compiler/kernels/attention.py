@@ -33,14 +33,13 @@ ATTENTION_TYPES = tuple(ATTENTION_CODES.values())
 ATTENTION_ROWS = (1, 2, 4, 8)
 ATTENTION_DEFAULT_ROWS = 8
 ATTENTION_KEYS_PER_LANE = 2
-# The non-split tiled kernel (LANE_ROWS = 1): query rows per lane and keys per tile. 2 x 4
-# measured best on lavapipe 25 of 1..4 x 2..16 (seq 1024, head_dim 64); more of either spills
-# and compiles slower (4 x 8: 14 s cold, 2 x 4: 5 s).
+# The non-split tiled kernel (LANE_ROWS = 1): query rows per lane and keys per tile, the
+# fastest measured (docs/performance.md, "Kernel tuning"); more of either spills and compiles
+# slower.
 ATTENTION_ROWS_PER_LANE = 2
 ATTENTION_KEY_TILE = 4
-# At 16-wide subgroups on a CPU driver (lavapipe with LP_NATIVE_VECTOR_WIDTH=512) 8 keys per
-# tile measured 1.09-1.37x faster than 4 at seq 1024, head_dim 64, one core, and compiles as
-# fast cold (6-41 s either way across head_dim 64/128, float32/16); at 8 lanes it was slower.
+# Keys per tile at 16-wide subgroups on a CPU driver (lavapipe with
+# LP_NATIVE_VECTOR_WIDTH=512), where 8 measured faster than 4 (at 8 lanes it is slower).
 ATTENTION_WIDE_KEY_TILE = 8
 
 

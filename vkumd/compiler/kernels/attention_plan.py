@@ -188,7 +188,7 @@ def choose_path(caps: DeviceCaps, p: AttentionProblem) -> str:
     if p.q_len <= DECODE_MAX_QUERIES and decode_splits(p, caps) > 1:
         return "decode"
     # On CPU drivers the tiled kernel wins: lavapipe emulates cooperative matrices lane by
-    # lane (Mesa 26, seq 1024, head_dim 64: tiled 17 ms, coopmat 70-180 ms).
+    # lane (docs/performance.md, "Kernel tuning").
     if p.dtype == "float16" and caps.device_type != "cpu" and coopmat_plan(caps, p) is not None:
         return "coopmat"
     return "tiled"

@@ -50,28 +50,11 @@ PACK_WORKGROUP = 64
 
 # The lanes path: TM rows x (NJ * VC * subgroup) columns per workgroup (VC = elements per
 # 64-bit word when B is read a word at a time along N, else 1), K unrolled by KU; each lane
-# keeps TM x LANES_COLUMNS accumulators. Chosen by measurement on lavapipe 25 (bench/gemm.py,
-# one core, LP_NUM_THREADS=0, AMD EPYC with AVX-512, float32 1024^3, GFLOP/s for TM x
-# columns x KU): 8x2x4 (the old tile) 15.5-15.8, 8x4x8 18.5-18.8, 8x6x8 20.1, 8x8x8 23.1,
-# 16x8x4 25.2, 16x8x8 27.5, 16x8x16 26.3, 16x6x8 24.6, 16x10x8 25.5, 24x8x8 25.1, 32x8x4
-# 15.1, 16x16x4 15.4 (float16 8x4x4 18.7, 16x8x8 28.1; bfloat16 22.5 -> 37.5; int8 8-column
-# 4x8 31.0 -> 16x8x8 44.5 GOP/s). Once each accumulator takes all K steps of an iteration in
-# turn (shaders/gemm.comp, LANES_STEP), 16x8x8 measured 30.2-30.9, 16x8x16 28.1, 8x16x8
-# 26.5, 16x12x8 29.0, 32x4x8 30.0. The accumulators do not fit in registers (they live on
-# the stack); what pays is amortising the per-iteration gathers, A broadcasts, loop-mask
-# updates and blends over more multiply-adds. At K by 8, past 128 accumulators per lane it
-# falls off a cliff; at K by 4 (half the B values live per iteration) 32 rows x 8 columns
-# (256 accumulators, half the B gathers per multiply-add of 16x8) won: interleaved in one
-# process, 1024^3 float32 / float16 1.03-1.10x / 1.11-1.21x over 16x8x8, 2048^3 1.23x / 1.20x,
-# the transformer shapes 1.09-1.20x; B transposed 1.10-1.17x at 1024^3, 0.89-1.10x at 2048^3
-# (float32; float16 0.92-1.09x). Against 32x8x4 at 1024^3: 24x8x4 0.97-1.03x, 40x8x4 0.88-0.92x,
-# 16x8x4 0.89-0.90x, 48x8x4 0.69-0.77x, 32x6x4 0.95x, 32x4x4 0.87-0.89x, 32x12x4 (float16)
-# 0.74x; on the transformer shapes 32x8x2 0.84-0.90x. Summing each
-# accumulator's K steps as a tree (0.92-1.07x at 16x8x8), or blocking the multiply-adds 4
-# rows x 4 columns at a time (40% fewer loads in the loop; 1.02-1.07x at 16x8x8, 0.93-1.00x
-# at 32x8x4), did not pay: the gathers bind (docs/performance.md).
-# int8 (8 values per word, so K by 8 at least) measured 0.73-0.87x at 32 rows: the rows
-# shrink so that a lane's multiply-adds per iteration stay within LANES_BODY.
+# keeps TM x LANES_COLUMNS accumulators. The accumulators live on the stack on lavapipe; what
+# pays is amortising the per-iteration gathers, A broadcasts and loop-mask blends over more
+# multiply-adds, so the tile is the largest that measured faster (docs/performance.md,
+# "Kernel tuning"). Rows shrink (int8 among them: 8 values per word, K by 8) until a lane's
+# multiply-adds per iteration stay within LANES_BODY.
 LANES_TM = 32
 LANES_KU = 4
 LANES_BODY = 1024

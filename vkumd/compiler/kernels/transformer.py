@@ -1,8 +1,7 @@
-"""Re-exports for callers not yet importing the family modules directly.
+"""Names ``vkumd.framework.ops`` imports from this module path, re-exported.
 
 The kernels live in :mod:`.rows`, :mod:`.softmax`, :mod:`.norm`, :mod:`.reduce`,
-:mod:`.activation`, :mod:`.gather` and :mod:`.permute`; ``vkumd.framework.ops`` still imports
-these names from here.
+:mod:`.activation`, :mod:`.gather` and :mod:`.permute`.
 """
 
 from vkumd.compiler.kernels.rows import ROW_CODES, ROW_TYPES, row_layout

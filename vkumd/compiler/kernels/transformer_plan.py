@@ -1,7 +1,5 @@
-"""Re-exports for callers not yet importing the family modules' planners directly.
-
-``vkumd.framework.ops`` still imports these names from here.
-"""
+"""Planners ``vkumd.framework.ops`` imports from this module path, re-exported from the
+family modules that define them."""
 
 from vkumd.compiler.kernels.activation import activation_plan
 from vkumd.compiler.kernels.gather import gather_plan
