@@ -14,7 +14,7 @@ import pytest
 from spirv_reflect import spec_constant_defaults
 from test_spirv_val import TARGET_ENV
 
-from vkumd.compiler.kernels.activation import ACTIVATIONS
+from vkumd.compiler.kernels.limits import ACTIVATIONS
 from vkumd.compiler.shader_source import shaders_dir
 from vkumd.compiler.spirv_cache import SpirvCache
 

@@ -5,6 +5,7 @@ objects with their defines, specialization constants and variants.
 """
 
 from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their kernels)
+    activation,
     add_norm,
     attention,
     fused_elementwise,
@@ -14,7 +15,6 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     reduce,
     softmax,
 )
-from vkumd.compiler.kernels.activation import ACTIVATIONS
 from vkumd.compiler.kernels.elementwise import (
     ELEMENTWISE_BINARY,
     ELEMENTWISE_FILL,
@@ -24,6 +24,7 @@ from vkumd.compiler.kernels.elementwise import (
     ELEMENTWISE_UNARY_OPS,
 )
 from vkumd.compiler.kernels.gemm import GEMM  # noqa: F401  (registers the GEMM family)
+from vkumd.compiler.kernels.limits import ACTIVATIONS
 from vkumd.compiler.registry import WORKGROUP
 
 __all__ = [

@@ -6,14 +6,12 @@ from __future__ import annotations
 import functools
 
 from vkumd.compiler.kernels.elementwise_plan import FixedLaunch
+from vkumd.compiler.kernels.limits import ACTIVATIONS
 from vkumd.compiler.kernels.rows import ROW_TYPES, grid, row_types
 from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import WORKGROUP, Kernel, register
 from vkumd.vk.caps import DeviceCaps
 
-# The codes of activation.glsl's VKUMD_ACT_* defines (tests/compiler/test_activation_codes.py
-# compares the two).
-ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 ACTIVATION_PUSH = PushLayout("units:u32")
 ACTIVATION_WORKGROUP = 64
 

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 
+# The activations kernels apply (the GEMM epilogue, the activation kernel, the generated
+# elementwise kernels) and their codes: shaders/include/activation.glsl's VKUMD_ACT_* values
+# (tests/compiler/test_activation_codes.py compares the two). None is the identity.
+ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
+
 # elementwise_binary, elementwise_unary and elementwise_fill (elementwise.py): operand
 # types, and dimensions after merging contiguous ones.
 ELEMENTWISE_DTYPES = (*FLOAT_DTYPES, "int32")

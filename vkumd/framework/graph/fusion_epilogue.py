@@ -23,11 +23,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from vkumd.compiler.kernels.limits import ACTIVATIONS as KERNEL_ACTIVATIONS
 from vkumd.framework.graph.fusion_rewrite import replace_group, scalar_weight, sole_user
 from vkumd.framework.graph.ir import Graph, Node, Value
 from vkumd.framework.graph.rules_elementwise import FLOATS
 
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+# The activations a GEMM epilogue applies (None, the identity, is no op to absorb).
+ACTIVATIONS = tuple(a for a in KERNEL_ACTIVATIONS if a is not None)
 
 
 @dataclass(frozen=True)
