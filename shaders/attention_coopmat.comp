@@ -54,10 +54,6 @@
 // subgroup barriers (S stored -> read by the row's lanes; P and alpha written -> loaded as
 // matrices). Every barrier is reached by every subgroup, also those that skip the tile's
 // work: lavapipe runs a subgroup barrier as a workgroup one.
-//
-// Not done (candidates if the GPU run shows memory latency bound): prefetching the next K/V
-// tile into registers during this tile's math, and keeping P in registers (the KHR extension
-// has no accumulator-to-A conversion, so P goes through shared memory).
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types : require
@@ -68,6 +64,7 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #define DTYPE F16
 #include "attention_common.glsl"
+#include "coopmat.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint TM = 8u;
@@ -119,10 +116,10 @@ shared vec4 sS[NSG * SROWS * SSTR];
 shared f16vec4 sP[NSG * SROWS * PSTR];
 shared vec4 sA[NSG * SROWS * (TN / 4u)];
 
-#define MAT_A coopmat<float16_t, gl_ScopeSubgroup, TM, TK, gl_MatrixUseA>
-#define MAT_B coopmat<float16_t, gl_ScopeSubgroup, TK, TN, gl_MatrixUseB>
-#define MAT_C coopmat<float, gl_ScopeSubgroup, TM, TN, gl_MatrixUseAccumulator>
-#define MAT_H coopmat<float16_t, gl_ScopeSubgroup, TM, TN, gl_MatrixUseAccumulator>
+#define MAT_A COOPMAT_A(TM, TK)
+#define MAT_B COOPMAT_B(TK, TN)
+#define MAT_C COOPMAT_ACC(TM, TN)
+#define MAT_H COOPMAT_ACC16(TM, TN)
 
 f16vec4 halves(uint lo, uint hi) {
     return f16vec4(unpackFloat2x16(lo), unpackFloat2x16(hi));

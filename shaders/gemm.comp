@@ -37,6 +37,7 @@
 #extension GL_EXT_control_flow_attributes : require
 #include "elementwise_types.glsl"
 #include "activation.glsl"
+#include "coopmat.glsl"
 
 #define PATH_LANES 0
 #define PATH_SHARED 1
@@ -721,9 +722,9 @@ void main() {
     uint n0 = block.y * BN;
     Bases base = batch_bases();
 
-    coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator> acc[FM * FN];
+    COOPMAT_ACC(CM_M, CM_N) acc[FM * FN];
     [[unroll]] for (uint f = 0u; f < FM * FN; ++f) {
-        acc[f] = coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>(0.0);
+        acc[f] = COOPMAT_ACC(CM_M, CM_N)(0.0);
     }
 
     uint slices = (pc.K + BK - 1u) / BK;
@@ -744,7 +745,7 @@ void main() {
             fetch_b(base, n0, (s + 1u) * BK, tid, rb);
         }
         [[unroll]] for (uint kk = 0u; kk < BK; kk += CM_K) {
-            coopmat<float16_t, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA> fa[FM];
+            COOPMAT_A(CM_M, CM_K) fa[FM];
             [[unroll]] for (uint i = 0u; i < FM; ++i) {
                 uint m = wm * WM + i * CM_M;
 #if A_T == 0
@@ -758,7 +759,7 @@ void main() {
             // One B fragment live at a time, each used by all FM A fragments.
             [[unroll]] for (uint j = 0u; j < FN; ++j) {
                 uint n = wn * WN + j * CM_N;
-                coopmat<float16_t, gl_ScopeSubgroup, CM_K, CM_N, gl_MatrixUseB> fb;
+                COOPMAT_B(CM_K, CM_N) fb;
 #if B_T == 0
                 coopMatLoad(fb, sh, cur + A_WORDS + kk * B_STRIDE + n / 8u, B_STRIDE,
                             gl_CooperativeMatrixLayoutRowMajor);

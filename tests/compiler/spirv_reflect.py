@@ -94,3 +94,35 @@ def push_block(spirv: bytes) -> list[BlockMember]:
     assert opcode == OP_TYPE_STRUCT
     return [BlockMember(names.get((struct_id, i), f"member{i}"), offsets[(struct_id, i)],
                         size_of(t)) for i, t in enumerate(member_types)]
+
+
+OP_SPEC_CONSTANT = 50
+OP_DECORATE = 71
+DECORATION_SPEC_ID = 1
+
+
+def spec_constant_defaults(spirv: bytes) -> dict[int, int]:
+    """``{SpecId: default}`` of the module's scalar 32-bit specialization constants.
+
+    Raises:
+        ValueError: ``spirv`` is not a SPIR-V module.
+    """
+    count = len(spirv) // 4
+    words = list(struct.unpack(f"<{count}I", spirv[:count * 4]))
+    if count < 5 or words[0] != MAGIC:
+        raise ValueError("not a SPIR-V module (bad magic number)")
+    spec_ids: dict[int, int] = {}
+    defaults: dict[int, int] = {}
+    index = 5
+    while index < count:
+        length, opcode = words[index] >> 16, words[index] & 0xFFFF
+        if length == 0:
+            raise ValueError(f"instruction of length 0 at word {index}")
+        operands = words[index + 1:index + length]
+        if opcode == OP_DECORATE and operands[1] == DECORATION_SPEC_ID:
+            spec_ids[operands[0]] = operands[2]
+        elif opcode == OP_SPEC_CONSTANT:
+            defaults[operands[1]] = operands[2]
+        index += length
+    return {spec_id: defaults[target] for target, spec_id in spec_ids.items()
+            if target in defaults}

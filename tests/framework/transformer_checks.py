@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import vkumd
-from vkumd.compiler.kernels import WORKGROUP, transformer
+from vkumd.compiler.kernels import WORKGROUP, rows
 from vkumd.framework import dtypes, ops
 
 FLOATS = ["float32", "float16", "bfloat16"]
@@ -104,5 +104,5 @@ def row_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     """Run the test once per row-reduction path (subgroup, subgroups + shared, shared tree)."""
     layout = PATHS[request.param]
     if layout is not None:
-        monkeypatch.setattr(transformer, "row_layout", layout)
+        monkeypatch.setattr(rows, "row_layout", layout)
     yield request.param

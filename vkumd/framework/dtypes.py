@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from vkumd.compiler.kernels.type_codes import ELEMENT_TYPES
 from vkumd.errors import VkumdTypeError
 
 
@@ -15,18 +16,29 @@ class DType:
 
     Attributes:
         name: ``"float32"``, ``"float16"``, ``"bfloat16"``, ``"int32"``, ``"int8"``, ``"uint8"``.
-        itemsize: bytes per element.
         storage: the numpy dtype of the stored bits (``uint16`` for bfloat16).
         numpy: the numpy dtype that :meth:`Tensor.numpy` returns (``float32`` for bfloat16,
             which numpy lacks).
+        itemsize: bytes per element.
+        code: the type code kernels are compiled with (``"F32"``, ``"BF16"``, ...).
         glsl: the GLSL type kernels use for one element in storage.
+
+    ``itemsize``, ``code`` and ``glsl`` are the kernels' table's
+    (:data:`vkumd.compiler.kernels.type_codes.ELEMENT_TYPES`), read once here.
     """
 
     name: str
-    itemsize: int
     storage: np.dtype
     numpy: np.dtype
-    glsl: str
+    itemsize: int = field(init=False)
+    code: str = field(init=False)
+    glsl: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        kernel_type = ELEMENT_TYPES[self.name]
+        object.__setattr__(self, "itemsize", kernel_type.itemsize)
+        object.__setattr__(self, "code", kernel_type.code)
+        object.__setattr__(self, "glsl", kernel_type.glsl)
 
     def __str__(self) -> str:
         return self.name
@@ -37,12 +49,12 @@ class DType:
         return self.name in ("float32", "float16", "bfloat16")
 
 
-float32 = DType("float32", 4, np.dtype(np.float32), np.dtype(np.float32), "float")
-float16 = DType("float16", 2, np.dtype(np.float16), np.dtype(np.float16), "float16_t")
-bfloat16 = DType("bfloat16", 2, np.dtype(np.uint16), np.dtype(np.float32), "uint16_t")
-int32 = DType("int32", 4, np.dtype(np.int32), np.dtype(np.int32), "int")
-int8 = DType("int8", 1, np.dtype(np.int8), np.dtype(np.int8), "int8_t")
-uint8 = DType("uint8", 1, np.dtype(np.uint8), np.dtype(np.uint8), "uint8_t")
+float32 = DType("float32", np.dtype(np.float32), np.dtype(np.float32))
+float16 = DType("float16", np.dtype(np.float16), np.dtype(np.float16))
+bfloat16 = DType("bfloat16", np.dtype(np.uint16), np.dtype(np.float32))
+int32 = DType("int32", np.dtype(np.int32), np.dtype(np.int32))
+int8 = DType("int8", np.dtype(np.int8), np.dtype(np.int8))
+uint8 = DType("uint8", np.dtype(np.uint8), np.dtype(np.uint8))
 
 ALL: tuple[DType, ...] = (float32, float16, bfloat16, int32, int8, uint8)
 _BY_NAME = {d.name: d for d in ALL}

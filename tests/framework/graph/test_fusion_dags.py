@@ -13,9 +13,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vkumd.compiler.kernels.limits import FUSED_MAX_INPUTS
 from vkumd.framework import ops
 from vkumd.framework.graph import GraphBuilder, evaluate
-from vkumd.framework.graph.fusion_elementwise import MAX_INPUTS, fuse_elementwise, fusible
+from vkumd.framework.graph.fusion_elementwise import fuse_elementwise, fusible
 from vkumd.framework.graph.ir import Graph
 from vkumd.framework.graph.reference import round_to, run_node
 
@@ -101,7 +102,7 @@ def test_fused_dags_match_the_reference_and_the_device(ctx, dag) -> None:
             out = node.outputs[0]
             lone = (fusible(node) and len(out.users) == 1 and out not in fused.outputs
                     and out.users[0].op == "fused_elementwise")
-            assert not lone or len(out.users[0].inputs) + len(node.inputs) > MAX_INPUTS
+            assert not lone or len(out.users[0].inputs) + len(node.inputs) > FUSED_MAX_INPUTS
             continue
         assert len(node.attrs["program"]) >= 2
         args = [round_to(values[v.id], v.dtype) for v in node.inputs]

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from fusion_checks import feeds_for
 
+from vkumd.compiler.kernels.limits import FUSED_MAX_INPUTS
 from vkumd.framework.graph import PASSES, GraphBuilder, evaluate, op_info, run_passes
-from vkumd.framework.graph.fusion_elementwise import MAX_INPUTS, fuse_elementwise
+from vkumd.framework.graph.fusion_elementwise import fuse_elementwise
 from vkumd.framework.graph.ir import Graph
 from vkumd.framework.graph.passes import FUSION
 
@@ -122,14 +123,14 @@ def test_a_constant_that_widens_the_output_stays_an_input() -> None:
 
 def test_groups_take_at_most_max_inputs() -> None:
     b = GraphBuilder()
-    xs = [b.input(f"x{i}", (3,)) for i in range(MAX_INPUTS + 3)]
+    xs = [b.input(f"x{i}", (3,)) for i in range(FUSED_MAX_INPUTS + 3)]
     acc = xs[0]
     for x in xs[1:]:
         acc = b.add(acc, x)
     b.output(b.relu(acc))
     g = b.build()
     fused = fuse_elementwise(g)
-    assert all(len(n.inputs) <= MAX_INPUTS for n in fused.nodes)
+    assert all(len(n.inputs) <= FUSED_MAX_INPUTS for n in fused.nodes)
     assert ops(fused) == ["fused_elementwise", "fused_elementwise"]
     same_reference(g, fused, feeds_for(g))
 

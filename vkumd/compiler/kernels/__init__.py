@@ -5,10 +5,15 @@ objects with their defines, specialization constants and variants.
 """
 
 from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their kernels)
+    activation,
     add_norm,
     attention,
     fused_elementwise,
-    transformer,
+    gather,
+    norm,
+    permute,
+    reduce,
+    softmax,
 )
 from vkumd.compiler.kernels.elementwise import (
     ELEMENTWISE_BINARY,
@@ -19,10 +24,8 @@ from vkumd.compiler.kernels.elementwise import (
     ELEMENTWISE_UNARY_OPS,
 )
 from vkumd.compiler.kernels.gemm import GEMM  # noqa: F401  (registers the GEMM family)
+from vkumd.compiler.kernels.limits import ACTIVATIONS
 from vkumd.compiler.registry import WORKGROUP
-
-# Activation codes shared by every kernel that applies one (shaders/include/activation.glsl).
-ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 
 __all__ = [
     "ACTIVATIONS",

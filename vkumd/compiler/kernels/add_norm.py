@@ -1,13 +1,13 @@
 """The residual-add + layer-norm kernel, ``shaders/add_norm.comp``.
 
 A row kernel like ``norm``: one workgroup per row, reducing across its lanes as
-:func:`~vkumd.compiler.kernels.transformer.row_layout` chooses per device class, ``VEC`` 4
+:func:`~vkumd.compiler.kernels.rows.row_layout` chooses per device class, ``VEC`` 4
 loads when the row length allows.
 """
 
 from __future__ import annotations
 
-from vkumd.compiler.kernels.transformer import ROW_TYPES, row_layout
+from vkumd.compiler.kernels.rows import ROW_TYPES, row_layout
 from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import WORKGROUP, Kernel, register
 from vkumd.vk.caps import DeviceCaps

@@ -6,8 +6,7 @@ import functools
 
 from vkumd.compiler.kernels.add_norm import ADD_LAYER_NORM, ADD_NORM_PUSH
 from vkumd.compiler.kernels.elementwise_plan import FixedLaunch
-from vkumd.compiler.kernels.transformer import row_layout
-from vkumd.compiler.kernels.transformer_plan import grid
+from vkumd.compiler.kernels.rows import grid, row_layout
 from vkumd.vk.caps import DeviceCaps
 
 _PLANS = 4096

@@ -7,6 +7,17 @@ import math
 import re
 from dataclasses import dataclass
 
+from vkumd.compiler.kernels.coopmat import (
+    ranked_shapes,
+    shared_memory_problem,
+    staged_in_words,
+    workgroup_problem,
+)
+from vkumd.compiler.kernels.limits import (  # noqa: F401  (the attention op reads the limit here)
+    ATTENTION_DTYPES,
+    ATTENTION_MAX_HEAD_DIM,
+)
+from vkumd.compiler.kernels.type_codes import type_codes
 from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import SUBGROUP, WORKGROUP, Kernel, Variant, register
 from vkumd.errors import VkumdValueError
@@ -15,21 +26,20 @@ from vkumd.vk.caps import CoopMatShape, DeviceCaps
 # head_dim values every variant list covers; any multiple of 4 up to ATTENTION_MAX_HEAD_DIM
 # works (it is a specialization constant), these are the ones worth building ahead.
 ATTENTION_HEAD_DIMS = (32, 64, 80, 96, 128)
-ATTENTION_MAX_HEAD_DIM = 256
-ATTENTION_TYPES = ("F32", "F16")
+ATTENTION_CODES = type_codes(ATTENTION_DTYPES)
+ATTENTION_TYPES = tuple(ATTENTION_CODES.values())
 # Rows per workgroup of the split (flash-decoding) tiled kernel: the default, and the smaller
 # ones the op picks when a key/value head has fewer rows (decoding one token has one).
 ATTENTION_ROWS = (1, 2, 4, 8)
 ATTENTION_DEFAULT_ROWS = 8
 ATTENTION_KEYS_PER_LANE = 2
-# The non-split tiled kernel (LANE_ROWS = 1): query rows per lane and keys per tile. 2 x 4
-# measured best on lavapipe 25 of 1..4 x 2..16 (seq 1024, head_dim 64); more of either spills
-# and compiles slower (4 x 8: 14 s cold, 2 x 4: 5 s).
+# The non-split tiled kernel (LANE_ROWS = 1): query rows per lane and keys per tile, the
+# fastest measured (docs/performance.md, "Kernel tuning"); more of either spills and compiles
+# slower.
 ATTENTION_ROWS_PER_LANE = 2
 ATTENTION_KEY_TILE = 4
-# At 16-wide subgroups on a CPU driver (lavapipe with LP_NATIVE_VECTOR_WIDTH=512) 8 keys per
-# tile measured 1.09-1.37x faster than 4 at seq 1024, head_dim 64, one core, and compiles as
-# fast cold (6-41 s either way across head_dim 64/128, float32/16); at 8 lanes it was slower.
+# Keys per tile at 16-wide subgroups on a CPU driver (lavapipe with
+# LP_NATIVE_VECTOR_WIDTH=512), where 8 measured faster than 4 (at 8 lanes it is slower).
 ATTENTION_WIDE_KEY_TILE = 8
 
 
@@ -104,8 +114,6 @@ ATTENTION_COMBINE = register(Kernel(
 # shared memory (shaders/attention_coopmat.comp explains the algorithm). The variable below
 # forces one block config, for benchmarks that sweep them.
 COOPMAT_BLOCK_VARIABLE = "VKUMD_ATTENTION_COOPMAT_BLOCK"
-# Matrix shape preferred when the driver lists it (NVIDIA's tensor-core native f16 shape).
-COOPMAT_PREFERRED_SHAPE = (16, 16, 16)
 # Subgroups per workgroup, row blocks per subgroup and key-tile sizes the knob accepts.
 COOPMAT_SUBGROUPS = (1, 2, 4, 8)
 COOPMAT_ROW_BLOCKS = (1, 2, 4)
@@ -199,17 +207,15 @@ def coopmat_shape_usable(shape: CoopMatShape, subgroup_size: int) -> bool:
     with shuffles).
     """
     m = shape.m
-    return (shape.n % 8 == 0 and shape.k % 8 == 0 and m > 0 and m & (m - 1) == 0
+    return (staged_in_words(shape) and m > 0 and m & (m - 1) == 0
             and (subgroup_size % m == 0 or m % subgroup_size == 0))
 
 
 def coopmat_shapes(caps: DeviceCaps) -> list[CoopMatShape]:
     """Listed float16 x float16 + float32 subgroup shapes the kernel can use, best first:
     16x16x16 if listed, then by size (the largest does the most work per load)."""
-    usable = [s for s in caps.coopmat_shapes("float16", "float32")
-              if coopmat_shape_usable(s, caps.subgroup_size)]
-    return sorted(usable, key=lambda s: ((s.m, s.n, s.k) != COOPMAT_PREFERRED_SHAPE,
-                                         -s.m * s.n * s.k))
+    return ranked_shapes(caps.coopmat_shapes("float16", "float32"),
+                         lambda s: coopmat_shape_usable(s, caps.subgroup_size))
 
 
 def coopmat_head_pad(shape: CoopMatShape, head_dim: int) -> int:
@@ -263,20 +269,15 @@ def coopmat_block_problem(caps: DeviceCaps, block: CoopmatBlock, head_dim: int) 
     if block.keys % step or block.keys > COOPMAT_MAX_KEYS:
         return (f"keys per tile must be a multiple of {step} (the matrix N and K, and 4 x the "
                 f"lanes per row) up to {COOPMAT_MAX_KEYS}, not {block.keys}")
-    threads = block.subgroups * sg
-    limit = min(caps.max_workgroup_invocations, caps.max_workgroup_size[0])
-    if threads > limit:
-        return (f"{block.subgroups} subgroups of {sg} are {threads} invocations; {caps.name} "
-                f"allows {limit} per workgroup")
+    wide = workgroup_problem(caps, str(block.subgroups), block.subgroups)
+    if wide is not None:
+        return wide
     if block.subgroups > 1 and caps.min_subgroup_size != caps.max_subgroup_size \
             and not caps.subgroup_size_control:
         return (f"{caps.name} may vary its subgroup size and cannot pin it, so a workgroup "
                 "must be one subgroup")
-    need = coopmat_shared_bytes(block, sg, head_dim)
-    if need > caps.shared_memory_size:
-        return (f"needs {need} bytes of shared memory at head_dim {head_dim}; {caps.name} "
-                f"allows {caps.shared_memory_size} per workgroup")
-    return None
+    return shared_memory_problem(caps, coopmat_shared_bytes(block, sg, head_dim),
+                                 f" at head_dim {head_dim}")
 
 
 def coopmat_blocks(caps: DeviceCaps, shape: CoopMatShape, head_dim: int) -> list[CoopmatBlock]:

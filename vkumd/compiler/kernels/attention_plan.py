@@ -21,6 +21,7 @@ from typing import Any
 
 from vkumd import settings
 from vkumd.compiler.kernels.attention import (
+    ATTENTION_CODES,
     ATTENTION_COMBINE,
     ATTENTION_COOPMAT,
     ATTENTION_DEFAULT_ROWS,
@@ -58,7 +59,6 @@ DECODE_MIN_SPLIT_KEYS = 256
 DECODE_TARGET_GROUPS = 128
 COMBINE_WORKGROUP = 64
 FLAG_CAUSAL, FLAG_KEY_LENGTHS, FLAG_MASK = 1, 2, 4
-ATTENTION_CODES = {"float32": "F32", "float16": "F16"}
 _GRID_ADVICE = "Split the batch or the sequence"
 
 
@@ -188,7 +188,7 @@ def choose_path(caps: DeviceCaps, p: AttentionProblem) -> str:
     if p.q_len <= DECODE_MAX_QUERIES and decode_splits(p, caps) > 1:
         return "decode"
     # On CPU drivers the tiled kernel wins: lavapipe emulates cooperative matrices lane by
-    # lane (Mesa 26, seq 1024, head_dim 64: tiled 17 ms, coopmat 70-180 ms).
+    # lane (docs/performance.md, "Kernel tuning").
     if p.dtype == "float16" and caps.device_type != "cpu" and coopmat_plan(caps, p) is not None:
         return "coopmat"
     return "tiled"

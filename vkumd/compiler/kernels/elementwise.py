@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
+from vkumd.compiler.kernels.limits import ELEMENTWISE_DTYPES, ELEMENTWISE_MAX_DIMS
+from vkumd.compiler.kernels.type_codes import type_codes
 from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import WORKGROUP, Kernel, register
 from vkumd.vk.caps import DeviceCaps
 
-# Elementwise kernels take at most this many dimensions (after merging contiguous ones).
-ELEMENTWISE_MAX_DIMS = 6
-BINARY_PUSH = PushLayout("n:u32", "ndim:u32", "shape:u32[6]", "a_stride:u32[6]",
-                         "b_stride:u32[6]")
-UNARY_PUSH = PushLayout("n:u32", "ndim:u32", "shape:u32[6]", "stride:u32[6]", "alpha:u32",
-                        "src_offset:u32", "dst_offset:u32", "dst_stride:u32[6]")
+_DIMS = ELEMENTWISE_MAX_DIMS
+BINARY_PUSH = PushLayout("n:u32", "ndim:u32", f"shape:u32[{_DIMS}]", f"a_stride:u32[{_DIMS}]",
+                         f"b_stride:u32[{_DIMS}]")
+UNARY_PUSH = PushLayout("n:u32", "ndim:u32", f"shape:u32[{_DIMS}]", f"stride:u32[{_DIMS}]",
+                        "alpha:u32", "src_offset:u32", "dst_offset:u32",
+                        f"dst_stride:u32[{_DIMS}]")
 FILL_PUSH = PushLayout("n:u32", "bits:u32")
 
 ELEMENTWISE_OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3, "div_floor": 4, "div_trunc": 5,
                    "lt": 6, "le": 7, "gt": 8, "ge": 9, "eq": 10, "ne": 11}
 # lt … ne are comparisons: 1 or 0 in the operands' type (shaders/elementwise_binary.comp).
-# Element-type codes of the elementwise kernels (shaders/include/elementwise_types.glsl),
-# and the dtype each stands for.
-ELEMENTWISE_TYPES = ("F32", "F16", "BF16", "I32")
-ELEMENTWISE_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int32": "I32"}
+# The dtypes the elementwise kernels take and their type codes.
+ELEMENTWISE_CODES = type_codes(ELEMENTWISE_DTYPES)
+ELEMENTWISE_TYPES = tuple(ELEMENTWISE_CODES.values())
 # A comparison may store its 1/0 as uint8 instead (OUT U8: a graph's bool mask).
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 MASK_CODE = "U8"

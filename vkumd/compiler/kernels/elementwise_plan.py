@@ -41,9 +41,8 @@ ELEMENTWISE_WORKGROUP = 64
 # up to the dispatch limit, then loop too.
 CPU_WORKGROUPS = 64
 # ... and each of them loops over at least this many pieces of work (64 x 64 elements for the
-# elementwise kernels): measured on lavapipe 25 with LP_NUM_THREADS=0, an extra workgroup
-# costs about 0.3 us and an element of an add about 2.3 ns, so 16 groups for a 1024-float
-# add took 7 us against 2.7 us for one.
+# elementwise kernels): on lavapipe an extra workgroup costs about as much as 130
+# elements of an add (docs/performance.md, "Kernel tuning").
 CPU_PIECES_PER_WORKGROUP = 64
 _PLANS = 4096
 

@@ -9,13 +9,12 @@ when their push words allow it.
 
 from __future__ import annotations
 
-from vkumd.compiler.kernels.elementwise import ELEMENTWISE_MAX_DIMS
+from vkumd.compiler.kernels.limits import ELEMENTWISE_MAX_DIMS
+from vkumd.compiler.kernels.type_codes import CODE_BYTES
 from vkumd.vk.caps import DeviceCaps
 
 # Elements per invocation of a vectorised variant.
 VECTOR = 4
-# Bytes of one element per type code: a vector of four is what the planner aligns.
-CODE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I32": 4, "I8": 1, "U8": 1}
 
 
 def vector_aligned(caps: DeviceCaps, codes: tuple[str, ...]) -> bool:

@@ -39,27 +39,28 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from vkumd.compiler.kernels.elementwise import ELEMENTWISE_MAX_DIMS
+from vkumd.compiler.kernels.limits import (
+    ELEMENTWISE_MAX_DIMS,
+    FUSED_INPUT_DTYPES,
+    FUSED_MAX_INPUTS,
+    FUSED_OUTPUT_DTYPES,
+)
+from vkumd.compiler.kernels.type_codes import CODE_GLSL, type_codes
 from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import WORKGROUP, Kernel, register
 from vkumd.errors import VkumdValueError
 from vkumd.vk.caps import DeviceCaps
 
-# Inputs a generated kernel takes. Its push block is 8 + 6 * k words: 224 bytes at 8, within
-# the 256 bytes lavapipe, NVIDIA, AMD and Intel drivers offer (the spec's minimum is 128;
-# the planner checks the device's limit).
-FUSED_MAX_INPUTS = 8
 # Type codes: elementwise_types.glsl's.
-FUSED_INPUT_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int32": "I32",
-                     "int8": "I8", "uint8": "U8"}
-FUSED_OUTPUT_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+FUSED_INPUT_CODES = type_codes(FUSED_INPUT_DTYPES)
+FUSED_OUTPUT_CODES = type_codes(FUSED_OUTPUT_DTYPES)
 
 # (GLSL element type, expression turning element `e` into a float) per input type code.
-_LOADS = {"F32": ("float", "{e}"), "F16": ("float16_t", "float({e})"),
-          "BF16": ("uint16_t", "bf16_to_float(uint({e}))"), "I32": ("int", "float({e})"),
-          "I8": ("int8_t", "float(int({e}))"), "U8": ("uint8_t", "float(uint({e}))")}
-_STORES = {"F32": ("float", "{v}"), "F16": ("float16_t", "float16_t({v})"),
-           "BF16": ("uint16_t", "uint16_t(float_to_bf16({v}))")}
+_LOADS = {code: (CODE_GLSL[code], load) for code, load in (
+    ("F32", "{e}"), ("F16", "float({e})"), ("BF16", "bf16_to_float(uint({e}))"),
+    ("I32", "float({e})"), ("I8", "float(int({e}))"), ("U8", "float(uint({e}))"))}
+_STORES = {code: (CODE_GLSL[code], store) for code, store in (
+    ("F32", "{v}"), ("F16", "float16_t({v})"), ("BF16", "uint16_t(float_to_bf16({v}))"))}
 # The same per four consecutive elements, for the vectorised variant (VEC == 4): one vector
 # load or store, converted componentwise (the same conversions as above, so the same bits).
 _LOADS4 = {"F32": ("vec4", "{e}"), "F16": ("f16vec4", "vec4({e})"),

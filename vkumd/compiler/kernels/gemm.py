@@ -14,6 +14,15 @@ import functools
 import re
 from dataclasses import dataclass
 
+from vkumd.compiler.kernels.coopmat import (
+    HALVES_PER_WORD,
+    ranked_shapes,
+    shared_memory_problem,
+    staged_in_words,
+    workgroup_problem,
+)
+from vkumd.compiler.kernels.limits import GEMM_DTYPES
+from vkumd.compiler.kernels.type_codes import CODE_BYTES, type_codes
 from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import (
     SUBGROUP,
@@ -28,7 +37,9 @@ from vkumd.vk.caps import CoopMatShape, DeviceCaps
 
 # Main loops of shaders/gemm.comp (the PATH define).
 GEMM_PATHS = {"lanes": 0, "shared": 1, "coopmat": 2, "pack": 3}
-GEMM_TYPES = ("F32", "F16", "BF16", "I8")
+# The storage types of A and B and their type codes.
+GEMM_CODES = type_codes(GEMM_DTYPES)
+GEMM_TYPES = tuple(GEMM_CODES.values())
 # Push constants: five 64-bit addresses, then ten uint32 shape/stride words, alpha, beta,
 # the activation code, the epilogue flags and the packed-B panel size and width.
 GEMM_PUSH = PushLayout("a:u64", "b:u64", "c:u64", "bias:u64", "residual:u64", "M:u32", "N:u32",
@@ -39,34 +50,17 @@ PACK_WORKGROUP = 64
 
 # The lanes path: TM rows x (NJ * VC * subgroup) columns per workgroup (VC = elements per
 # 64-bit word when B is read a word at a time along N, else 1), K unrolled by KU; each lane
-# keeps TM x LANES_COLUMNS accumulators. Chosen by measurement on lavapipe 25 (bench/gemm.py,
-# one core, LP_NUM_THREADS=0, AMD EPYC with AVX-512, float32 1024^3, GFLOP/s for TM x
-# columns x KU): 8x2x4 (the old tile) 15.5-15.8, 8x4x8 18.5-18.8, 8x6x8 20.1, 8x8x8 23.1,
-# 16x8x4 25.2, 16x8x8 27.5, 16x8x16 26.3, 16x6x8 24.6, 16x10x8 25.5, 24x8x8 25.1, 32x8x4
-# 15.1, 16x16x4 15.4 (float16 8x4x4 18.7, 16x8x8 28.1; bfloat16 22.5 -> 37.5; int8 8-column
-# 4x8 31.0 -> 16x8x8 44.5 GOP/s). Once each accumulator takes all K steps of an iteration in
-# turn (shaders/gemm.comp, LANES_STEP), 16x8x8 measured 30.2-30.9, 16x8x16 28.1, 8x16x8
-# 26.5, 16x12x8 29.0, 32x4x8 30.0. The accumulators do not fit in registers (they live on
-# the stack); what pays is amortising the per-iteration gathers, A broadcasts, loop-mask
-# updates and blends over more multiply-adds. At K by 8, past 128 accumulators per lane it
-# falls off a cliff; at K by 4 (half the B values live per iteration) 32 rows x 8 columns
-# (256 accumulators, half the B gathers per multiply-add of 16x8) won: interleaved in one
-# process, 1024^3 float32 / float16 1.03-1.10x / 1.11-1.21x over 16x8x8, 2048^3 1.23x / 1.20x,
-# the transformer shapes 1.09-1.20x; B transposed 1.10-1.17x at 1024^3, 0.89-1.10x at 2048^3
-# (float32; float16 0.92-1.09x). Against 32x8x4 at 1024^3: 24x8x4 0.97-1.03x, 40x8x4 0.88-0.92x,
-# 16x8x4 0.89-0.90x, 48x8x4 0.69-0.77x, 32x6x4 0.95x, 32x4x4 0.87-0.89x, 32x12x4 (float16)
-# 0.74x; on the transformer shapes 32x8x2 0.84-0.90x. Summing each
-# accumulator's K steps as a tree (0.92-1.07x at 16x8x8), or blocking the multiply-adds 4
-# rows x 4 columns at a time (40% fewer loads in the loop; 1.02-1.07x at 16x8x8, 0.93-1.00x
-# at 32x8x4), did not pay: the gathers bind (docs/performance.md).
-# int8 (8 values per word, so K by 8 at least) measured 0.73-0.87x at 32 rows: the rows
-# shrink so that a lane's multiply-adds per iteration stay within LANES_BODY.
+# keeps TM x LANES_COLUMNS accumulators. The accumulators live on the stack on lavapipe; what
+# pays is amortising the per-iteration gathers, A broadcasts and loop-mask blends over more
+# multiply-adds, so the tile is the largest that measured faster (docs/performance.md,
+# "Kernel tuning"). Rows shrink (int8 among them: 8 values per word, K by 8) until a lane's
+# multiply-adds per iteration stay within LANES_BODY.
 LANES_TM = 32
 LANES_KU = 4
 LANES_BODY = 1024
 LANES_COLUMNS = 8
 # Elements of each storage type in one 64-bit word (the unit of a wide load).
-WORD_ELEMENTS = {"F32": 2, "F16": 4, "BF16": 4, "I8": 8}
+WORD_ELEMENTS = {code: 8 // CODE_BYTES[code] for code in GEMM_TYPES}
 # The shared-memory path: a workgroup of WG invocations computes TM x TN, each invocation
 # RM x RN of it, staging TK-deep slices of A and B in shared memory.
 SHARED_TILE = {"TM": 64, "TN": 64, "TK": 16, "RM": 4, "RN": 4}
@@ -135,8 +129,6 @@ def shared_variant(caps: DeviceCaps, dtype: str) -> Variant:
 # (BM / WG_M) x (BN / WG_N) warp tile as a grid of accumulator matrices for the whole K loop.
 # The environment variable below forces one block config (for benchmarks that sweep them).
 COOPMAT_TILE_VARIABLE = "VKUMD_GEMM_COOPMAT_TILE"
-# The listed shape preferred when the driver has it (NVIDIA's tensor-core native f16 shape).
-COOPMAT_PREFERRED_SHAPE = (16, 16, 16)
 # Halves of padding per staged row (the kernel's PAD): 16 bytes move the rows one fragment
 # load reads into different shared-memory banks.
 COOPMAT_PAD = 8
@@ -208,14 +200,10 @@ def usable_coopmat_shape(shapes: list[CoopMatShape]) -> CoopMatShape | None:
     """The listed float16 shape the GEMM uses: 16x16x16 if listed, else the largest.
 
     Only shapes whose sizes are multiples of 8 qualify: the kernel stages 8 halves (16 bytes)
-    per shared-memory word and addresses fragments in whole words.
+    per shared-memory word and addresses fragments in whole words, A's rows too.
     """
-    usable = [s for s in shapes if s.m % 8 == 0 and s.n % 8 == 0 and s.k % 8 == 0]
-    for s in usable:
-        if (s.m, s.n, s.k) == COOPMAT_PREFERRED_SHAPE:
-            return s
-    # The largest listed tile does the most work per load; ties keep the driver's order.
-    return max(usable, key=lambda s: s.m * s.n * s.k) if usable else None
+    ranked = ranked_shapes(shapes, lambda s: staged_in_words(s) and s.m % HALVES_PER_WORD == 0)
+    return ranked[0] if ranked else None
 
 
 def coopmat_shared_bytes(shape: CoopMatShape, tile: CoopMatTile, a_t: int = 0,
@@ -249,18 +237,13 @@ def coopmat_tile_problem(caps: DeviceCaps, shape: CoopMatShape, tile: CoopMatTil
     if fragments > COOPMAT_MAX_FRAGMENTS:
         return (f"each subgroup would hold {fragments} accumulator matrices; at most "
                 f"{COOPMAT_MAX_FRAGMENTS} fit in registers")
-    threads = tile.wg_m * tile.wg_n * caps.subgroup_size
-    limit = min(caps.max_workgroup_invocations, caps.max_workgroup_size[0])
-    if threads > limit:
-        return (f"{tile.wg_m}x{tile.wg_n} subgroups of {caps.subgroup_size} are {threads} "
-                f"invocations; {caps.name} allows {limit} per workgroup")
+    wide = workgroup_problem(caps, f"{tile.wg_m}x{tile.wg_n}", tile.wg_m * tile.wg_n)
+    if wide is not None:
+        return wide
     orientations = [(a_t, b_t)] if a_t is not None and b_t is not None else [
         (x, y) for x in (0, 1) for y in (0, 1)]
     need = max(coopmat_shared_bytes(shape, tile, x, y) for x, y in orientations)
-    if need > caps.shared_memory_size:
-        return (f"needs {need} bytes of shared memory; {caps.name} allows "
-                f"{caps.shared_memory_size} per workgroup")
-    return None
+    return shared_memory_problem(caps, need)
 
 
 def coopmat_tiles(caps: DeviceCaps, shape: CoopMatShape) -> list[CoopMatTile]:

@@ -14,6 +14,7 @@ from typing import Any
 from vkumd import settings
 from vkumd.compiler.kernels.gemm import (
     COOPMAT_TILE_VARIABLE,
+    GEMM_CODES,
     WORD_ELEMENTS,
     CoopMatTile,
     coopmat_tile_problem,
@@ -32,12 +33,9 @@ from vkumd.vk.caps import CoopMatShape, DeviceCaps
 
 VARIANTS = ("lanes", "lanes_packed", "shared", "coopmat")
 # The lanes path packs B into column panels first when enough row tiles reuse each panel
-# to repay the copy (measured on lavapipe: 2x at 2048^3, where B's power-of-two row stride
-# puts a panel's rows in few cache sets). 64 tiles of 32 rows: 2048 rows. With the 32-row
-# tile (one core, interleaved) packing at 1024 rows lost: 1024^3 0.94x (float32) and 0.92x
-# (float16), 1024x384x1536 0.94-0.99x, with B transposed 0.97-1.04x; at 2048^3 it won,
-# 1.03x / 1.08x. (With the 16-row tile B transposed at 1024^3 measured 29.0 GFLOP/s packed
-# against 13.2 unpacked.)
+# to repay the copy (B's power-of-two row stride otherwise puts a panel's rows in few cache
+# sets): 64 tiles of 32 rows, 2048 rows, the least at which it measured faster
+# (docs/performance.md, "Kernel tuning").
 PACK_MIN_TILES_M = 64
 PACK_MIN_K = 256
 # Whether float16 GEMMs on a CPU driver that lists cooperative-matrix shapes use them.
@@ -47,7 +45,6 @@ COOPMAT_ON_CPU = False
 # that keeps the most subgroups busy on the matrix.
 COOPMAT_MIN_BLOCKS = 128
 _FLAG_BIAS, _FLAG_RESIDUAL, _FLAG_BETA = 1, 2, 4
-GEMM_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int8": "I8"}
 # Device types whose memory hierarchy favours shared-memory tiles.
 _GPU_TYPES = ("discrete", "integrated")
 
@@ -268,9 +265,9 @@ def choose_variant(caps: DeviceCaps, dtype: Any, shape: GemmShape | None = None,
                 f"matmul: variant={force!r} is not available for {dt} on {caps.name}; "
                 f"available: {', '.join(available_variants(caps, dt))}")
         return plan_for(caps, force, code, shape)
-    # Cooperative matrices where the hardware has them. lavapipe 26 lists them too, but
-    # emulates them: there the lanes path measured 12x faster (8.4 against 0.7 GFLOP/s,
-    # float16 512^3), so a CPU device keeps the lanes path unless COOPMAT_ON_CPU is set.
+    # Cooperative matrices where the hardware has them. A CPU driver that lists them
+    # emulates them (lavapipe: the lanes path is 12x faster, docs/performance.md), so a CPU
+    # device keeps the lanes path unless COOPMAT_ON_CPU is set.
     if "coopmat" in available_variants(caps, dt) and (caps.device_type != "cpu"
                                                       or COOPMAT_ON_CPU):
         return plan_for(caps, "coopmat", code, shape)

@@ -38,8 +38,8 @@ from vkumd.vk.caps import DeviceCaps
 # Split-K: K of at least SPLIT_K_MIN_K is cut into slices of at least SPLIT_K_MIN_SLICE (at
 # most SPLIT_K_MAX of them) when the output alone gives at most 1/SPLIT_K_UNDERFILL of the
 # workgroups the device runs at once: its thread count on a CPU driver,
-# SPLIT_K_GPU_WORKGROUPS on a GPU. On the 2-core lavapipe host a 1-workgroup problem ran
-# slower split in 2 (9.6 against 11.3 GFLOP/s, 8x16x200000), hence the margin.
+# SPLIT_K_GPU_WORKGROUPS on a GPU. The margin: a problem that already fills the device
+# runs slower split (docs/performance.md, "Kernel tuning").
 SPLIT_K_UNDERFILL = 4
 SPLIT_K_MIN_K = 4096
 SPLIT_K_MIN_SLICE = 1024

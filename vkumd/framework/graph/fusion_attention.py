@@ -17,19 +17,20 @@ The pattern, each value read only by the next op and none a graph output:
    extra node: both cases stay unfused);
 5. ``matmul(p, v)`` without transposes or epilogue, v of k's shape.
 
-The attention kernel's limits are checked too, so a fused graph never asks for what the
-kernel cannot run: float32 or float16, head_dim a multiple of 4 up to 256.
+The attention kernel's limits (:mod:`vkumd.compiler.kernels.limits`) are checked too, so a
+fused graph never asks for what the kernel cannot run: float32 or float16, head_dim a
+multiple of 4 up to 256.
 """
 
 from __future__ import annotations
 
+from vkumd.compiler.kernels.limits import (
+    ATTENTION_DTYPES,
+    ATTENTION_HEAD_DIM_MULTIPLE,
+    ATTENTION_MAX_HEAD_DIM,
+)
 from vkumd.framework.graph.fusion_rewrite import replace_group, scalar_weight, sole_user
 from vkumd.framework.graph.ir import Graph, Node, Value
-
-# Mirrors vkumd.compiler.kernels.attention (ATTENTION_MAX_HEAD_DIM, head_dim % 4, types);
-# the graph layer cannot import the compiler.
-ATTENTION_DTYPES = ("float32", "float16")
-MAX_HEAD_DIM = 256
 
 
 def _plain_matmul(node: Node, trans_b: bool) -> bool:
@@ -72,7 +73,9 @@ def _prescaled(graph: Graph, qk: Node, x: Value) -> tuple[Value, float, Node | N
 
 def _head_dim_ok(graph: Graph, q: Value) -> bool:
     head_dim = graph.dims.resolve(q.shape[3])
-    return isinstance(head_dim, int) and head_dim % 4 == 0 and 4 <= head_dim <= MAX_HEAD_DIM
+    step = ATTENTION_HEAD_DIM_MULTIPLE
+    return (isinstance(head_dim, int) and head_dim % step == 0
+            and step <= head_dim <= ATTENTION_MAX_HEAD_DIM)
 
 
 def _match(graph: Graph, qk: Node) -> tuple[list[Node], list[Value | None], float] | None:

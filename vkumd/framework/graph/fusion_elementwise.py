@@ -17,22 +17,19 @@ one-reader rule keeps the result predictable and never slower than the eager cha
 
 The root must give a float result (a comparison alone is left as it is). One-element float
 constants become ``("const", value)`` operands when they do not widen the output's rank;
-other values become the node's inputs, at most :data:`MAX_INPUTS` (a producer that would
-need more is left outside). Groups of one node are left alone: the eager kernel is as fast.
+other values become the node's inputs, at most
+:data:`~vkumd.compiler.kernels.limits.FUSED_MAX_INPUTS` (a producer that would need more is
+left outside). Groups of one node are left alone: the eager kernel is as fast.
 """
 
 from __future__ import annotations
 
+from vkumd.compiler.kernels.limits import ELEMENTWISE_MAX_DIMS, FUSED_MAX_INPUTS
 from vkumd.framework.graph.fused_program import OP, step
 from vkumd.framework.graph.fusion_rewrite import replace_group, scalar_weight
 from vkumd.framework.graph.ir import Graph, Node, Value, ValueKind
 from vkumd.framework.graph.operands import FLOATS
 from vkumd.framework.graph.registry import OPS
-
-# The generated kernel's limits (vkumd.compiler.kernels.fused_elementwise FUSED_MAX_INPUTS
-# and the elementwise kernels' six dimensions); the graph layer cannot import the compiler.
-MAX_INPUTS = 8
-MAX_DIMS = 6
 
 
 def _is_float(v: Value | None) -> bool:
@@ -43,7 +40,7 @@ def fusible(node: Node) -> bool:
     """Whether ``node`` can be a member of an elementwise group: its op has an elementwise
     trait (:attr:`OpDef.elementwise`) and the operands it needs as floats are floats."""
     trait = OPS[node.op].elementwise
-    if trait is None or len(node.outputs) != 1 or node.outputs[0].type.ndim > MAX_DIMS:
+    if trait is None or len(node.outputs) != 1 or node.outputs[0].type.ndim > ELEMENTWISE_MAX_DIMS:
         return False
     if not all(_is_float(v) for i, v in enumerate(node.inputs) if i not in trait.any_type):
         return False
@@ -76,7 +73,7 @@ class _Group:
             return False
         if value.kind is ValueKind.OUTPUT or any(u.id not in self.ids for u in value.users):
             return False
-        return len(_split(self.outside(producer))[0]) <= MAX_INPUTS
+        return len(_split(self.outside(producer))[0]) <= FUSED_MAX_INPUTS
 
     def grow(self) -> None:
         """Take producers until none qualifies (a diamond's top joins once both arms did)."""

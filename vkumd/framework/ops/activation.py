@@ -7,8 +7,8 @@ applies) and rounded once to the tensor's type; any shape, float32, float16 or b
 from __future__ import annotations
 
 from vkumd.compiler.kernels import ACTIVATIONS
-from vkumd.compiler.kernels.transformer import ROW_CODES
-from vkumd.compiler.kernels.transformer_plan import activation_plan
+from vkumd.compiler.kernels.activation import activation_plan
+from vkumd.compiler.kernels.rows import ROW_CODES
 from vkumd.framework.ops.checks import check_float, output
 from vkumd.framework.tensor import Tensor
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vkumd.compiler.kernels.add_norm_plan import add_layer_norm_plan
-from vkumd.compiler.kernels.transformer import ROW_CODES
+from vkumd.compiler.kernels.rows import ROW_CODES
 from vkumd.errors import VkumdValueError
 from vkumd.framework.ops.checks import (
     check_float,

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from vkumd.compiler.kernels.elementwise import ELEMENTWISE_CODES
-from vkumd.compiler.kernels.transformer_plan import gather_plan, permute_plan
+from vkumd.compiler.kernels.gather import gather_plan
+from vkumd.compiler.kernels.permute import permute_plan
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.ops.checks import check_context, check_dtype, check_tensor, output

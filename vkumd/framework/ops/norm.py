@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from vkumd.compiler.kernels.transformer import ROW_CODES
-from vkumd.compiler.kernels.transformer_plan import norm_plan
+from vkumd.compiler.kernels.norm import norm_plan
+from vkumd.compiler.kernels.rows import ROW_CODES
 from vkumd.errors import VkumdValueError
 from vkumd.framework.ops.checks import (
     check_float,

@@ -6,8 +6,8 @@ its shape without the last dimension (or with it as 1 when ``keepdims=True``).
 
 from __future__ import annotations
 
-from vkumd.compiler.kernels.transformer import ROW_CODES
-from vkumd.compiler.kernels.transformer_plan import reduce_plan
+from vkumd.compiler.kernels.reduce import reduce_plan
+from vkumd.compiler.kernels.rows import ROW_CODES
 from vkumd.errors import VkumdValueError
 from vkumd.framework.ops.checks import check_bool, check_float, leading_rows, output
 from vkumd.framework.ops.elementwise import fill

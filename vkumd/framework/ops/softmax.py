@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from vkumd.compiler.kernels.transformer import ROW_CODES, SOFTMAX_MAX_LEAD
-from vkumd.compiler.kernels.transformer_plan import softmax_plan
+from vkumd.compiler.kernels.rows import ROW_CODES
+from vkumd.compiler.kernels.softmax import SOFTMAX_MAX_LEAD, softmax_plan
 from vkumd.errors import VkumdValueError
 from vkumd.framework.ops.checks import (
     check_float,

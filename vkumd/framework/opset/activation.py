@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from vkumd.compiler.kernels.limits import ACTIVATIONS
 from vkumd.framework import ops
 from vkumd.framework.graph.operands import Types, need_float, only
 from vkumd.framework.graph.reference import ACTIVATIONS as REFERENCE_ACTIVATIONS
@@ -38,7 +39,7 @@ def _reference(fn: Callable[[np.ndarray], np.ndarray]) -> Any:
 
 def _activation(op: str, glsl: str) -> None:
     define(op, ("x",), rule=_float_rule(op), reference=_reference(REFERENCE_ACTIVATIONS[op]),
-           inplace=True, elementwise=Elementwise(1, glsl), epilogue=True,
+           inplace=True, elementwise=Elementwise(1, glsl), epilogue=op in ACTIVATIONS,
            lower=unary(getattr(ops, op)), eager=getattr(ops, op))
 
 

@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 
 from vkumd.compiler.kernels.elementwise import ELEMENTWISE_CODES
+from vkumd.compiler.kernels.limits import FUSED_OUTPUT_DTYPES
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes, ops
 from vkumd.framework.graph.ir import Node
-from vkumd.framework.graph.operands import FLOATS, Types, only, real, same_dtype
+from vkumd.framework.graph.operands import Types, only, real, same_dtype
 from vkumd.framework.graph.reference import round_to
 from vkumd.framework.graph.registry import REQUIRED, Elementwise, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
@@ -136,9 +137,9 @@ def _where_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tenso
 def _where_floats(node: Node) -> str | None:
     # The generated select stores floats; a select of integers moves them on the host.
     result = node.outputs[0].dtype.name
-    if result not in FLOATS:
+    if result not in FUSED_OUTPUT_DTYPES:
         return (f"where has no device kernel for {result} (the generated select stores "
-                f"{', '.join(FLOATS)})")
+                f"{', '.join(FUSED_OUTPUT_DTYPES)})")
     return None
 
 

@@ -8,19 +8,18 @@ from typing import Any
 
 import numpy as np
 
+from vkumd.compiler.kernels.limits import FUSED_INPUT_DTYPES, FUSED_OUTPUT_DTYPES
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes, ops
 from vkumd.framework.graph.dims import format_shape
 from vkumd.framework.graph.fused_program import OP, check_program, step_of
 from vkumd.framework.graph.ir import Node
-from vkumd.framework.graph.operands import FLOATS, Types, only, same_dtype
+from vkumd.framework.graph.operands import Types, only, same_dtype
 from vkumd.framework.graph.registry import OPS, REQUIRED, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.opset.common import attrs_of
 from vkumd.framework.opset.rows import layer_norm_reference, norm_rule
 from vkumd.framework.tensor import Tensor
-
-INPUT_DTYPES = ("float32", "float16", "bfloat16", "int32", "int8", "uint8")
 
 
 def _fused_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
@@ -28,12 +27,13 @@ def _fused_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tenso
     check_program(attrs["program"], len(xs))
     out = attrs["dtype"]
     name = out.name if isinstance(out, dtypes.DType) else out
-    if name not in FLOATS:
-        raise VkumdTypeError(f"{OP}: dtype={out!r}; the result is one of {', '.join(FLOATS)}")
+    if name not in FUSED_OUTPUT_DTYPES:
+        raise VkumdTypeError(f"{OP}: dtype={out!r}; the result is one of "
+                             f"{', '.join(FUSED_OUTPUT_DTYPES)}")
     for i, t in enumerate(xs):
-        if t.dtype.name not in INPUT_DTYPES:
+        if t.dtype.name not in FUSED_INPUT_DTYPES:
             raise VkumdTypeError(f"{OP}: xs[{i}] is {t.dtype.name}; inputs are "
-                                 f"{', '.join(INPUT_DTYPES)}")
+                                 f"{', '.join(FUSED_INPUT_DTYPES)}")
     return [TensorType(dims.broadcast(*(t.shape for t in xs)), dtypes.dtype(name))]
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from vkumd.compiler.kernels.limits import ATTENTION_DTYPES, GEMM_DTYPES
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes, ops
 from vkumd.framework.execute.arena import view
@@ -23,8 +24,7 @@ from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.opset.common import attrs_of
 from vkumd.framework.tensor import Tensor
 
-MATMUL_DTYPES = ("float32", "float16", "bfloat16", "int8")
-ATTENTION_DTYPES = ("float32", "float16")
+MATMUL_DTYPES = GEMM_DTYPES
 
 
 def epilogue_activations() -> tuple[str | None, ...]:

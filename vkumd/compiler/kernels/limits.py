@@ -1,0 +1,45 @@
+"""What each kernel family takes: its dtypes and size limits, declared once.
+
+Plain declarations, standard library only, so the device-free graph layer may read them
+(``tests/framework/graph/test_graph_layering.py`` allows this module alone of the compiler).
+The kernel modules import their limits from here. Dtypes are vkumd dtype names; a family
+turns them into type codes with :func:`~vkumd.compiler.kernels.type_codes.type_codes`.
+"""
+
+from __future__ import annotations
+
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+
+# The activations kernels apply (the GEMM epilogue, the activation kernel, the generated
+# elementwise kernels) and their codes: shaders/include/activation.glsl's VKUMD_ACT_* values
+# (tests/compiler/test_activation_codes.py compares the two). None is the identity.
+ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
+
+# elementwise_binary, elementwise_unary and elementwise_fill (elementwise.py): operand
+# types, and dimensions after merging contiguous ones.
+ELEMENTWISE_DTYPES = (*FLOAT_DTYPES, "int32")
+ELEMENTWISE_MAX_DIMS = 6
+
+# The generated fused elementwise kernels (fused_elementwise.py). Inputs a kernel takes: its
+# push block is 8 + 6 * k words, 224 bytes at 8, within the 256 bytes lavapipe, NVIDIA, AMD
+# and Intel drivers offer (the spec's minimum is 128; the planner checks the device's limit).
+# Every input is loaded as float32; the result is stored as one of the float types.
+FUSED_MAX_INPUTS = 8
+FUSED_INPUT_DTYPES = (*FLOAT_DTYPES, "int32", "int8", "uint8")
+FUSED_OUTPUT_DTYPES = FLOAT_DTYPES
+
+# The row kernels (softmax, norm, reduce_rows, add_layer_norm) and the activation kernel.
+ROW_DTYPES = FLOAT_DTYPES
+# Leading dimensions softmax's mask indexing takes.
+SOFTMAX_MAX_LEAD = 5
+# Outer dimensions permute indexes (the innermost is the row it walks).
+PERMUTE_MAX_OUTER = 5
+
+# The fused attention kernels (attention.py): head_dim is a specialization constant, any
+# multiple of ATTENTION_HEAD_DIM_MULTIPLE from that multiple up to ATTENTION_MAX_HEAD_DIM.
+ATTENTION_DTYPES = ("float32", "float16")
+ATTENTION_MAX_HEAD_DIM = 256
+ATTENTION_HEAD_DIM_MULTIPLE = 4
+
+# GEMM (gemm.py): the storage types of A and B.
+GEMM_DTYPES = ("float32", "float16", "bfloat16", "int8")

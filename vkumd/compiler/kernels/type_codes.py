@@ -1,0 +1,49 @@
+"""The element types kernels are compiled for: each vkumd dtype's type code and GLSL type.
+
+A kernel is built for an element type with a define naming its code (``-DDTYPE=BF16``);
+``shaders/include/elementwise_types.glsl`` turns the codes into numbers ``#if`` compares.
+This table is the one place a dtype's code, GLSL storage type and size are written:
+:class:`vkumd.framework.dtypes.DType` reads its ``code``, ``glsl`` and ``itemsize`` from it,
+and each kernel family turns the dtype names it takes
+(:mod:`~vkumd.compiler.kernels.limits`) into codes with :func:`type_codes`. Standard library
+only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ElementType:
+    """How kernels store one dtype.
+
+    Attributes:
+        code: the type code kernels are compiled with (``"F32"``, ``"BF16"``, ...).
+        glsl: the GLSL type of one element in storage (bfloat16 has none: its bits are a
+            ``uint16_t``, computed in float32).
+        itemsize: bytes per element.
+    """
+
+    code: str
+    glsl: str
+    itemsize: int
+
+
+ELEMENT_TYPES: dict[str, ElementType] = {
+    "float32": ElementType("F32", "float", 4),
+    "float16": ElementType("F16", "float16_t", 2),
+    "bfloat16": ElementType("BF16", "uint16_t", 2),
+    "int32": ElementType("I32", "int", 4),
+    "int8": ElementType("I8", "int8_t", 1),
+    "uint8": ElementType("U8", "uint8_t", 1),
+}
+# Per type code: bytes of one element, and its GLSL storage type.
+CODE_BYTES = {t.code: t.itemsize for t in ELEMENT_TYPES.values()}
+CODE_GLSL = {t.code: t.glsl for t in ELEMENT_TYPES.values()}
+
+
+def type_codes(dtypes: Iterable[str]) -> dict[str, str]:
+    """``{dtype name: type code}`` for ``dtypes``, in their order."""
+    return {name: ELEMENT_TYPES[name].code for name in dtypes}
