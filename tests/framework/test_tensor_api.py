@@ -305,6 +305,34 @@ def test_activations_softmax_and_norms(ctx, rng, dtype) -> None:
         assert rel_err(got.numpy(), want) < FROB[dtype] * 2, name
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_numpy_spellings_and_the_registry_ops_as_methods(ctx, rng, dtype) -> None:
+    """The methods traced tensors have work eagerly too (one method set for both)."""
+    t, h = put(ctx, rng, dtype, (5, 19))
+    erf = np.vectorize(math.erf)
+    cases = {
+        "sum(axis, keepdims)": (t.sum(axis=-1, keepdims=True), h.sum(-1, keepdims=True)),
+        "max(axis=1)": (t.max(axis=1), h.max(-1)),
+        "softmax(axis=-1)": (t.softmax(axis=-1), np.exp(h) / np.exp(h).sum(-1, keepdims=True)),
+        "gelu_tanh": (t.gelu_tanh(),
+                      0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))),
+        "exp": (t.exp(), np.exp(h)), "tanh": (t.tanh(), np.tanh(h)), "erf": (t.erf(), erf(h)),
+        "sigmoid": (t.sigmoid(), 1 / (1 + np.exp(-h))),
+        "hardswish": (t.hardswish(), h * np.clip(h + 3, 0, 6) / 6),
+        "sqrt": ((t * t).sqrt(), np.sqrt(stored(h * h, dtype))),
+        "T": (t.T, h.T), "+t": (+t, h),
+    }
+    for name, (got, want) in cases.items():
+        assert rel_err(got.numpy(), want) < FROB[dtype] * 2, name
+    assert +t is t
+    with pytest.raises(vkumd.VkumdTypeError, match="no power op"):
+        _ = t ** 2
+    with pytest.raises(vkumd.VkumdTypeError, match="dim and axis both given"):
+        t.sum(0, axis=1)
+    with pytest.raises(AttributeError, match="no attribute 'cumsum'"):
+        t.cumsum()  # noqa: B018
+
+
 # -- bad input -------------------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.dtypes import DType
-from vkumd.framework.tensor_methods import TensorMethods
+from vkumd.framework.tensor_methods import EagerMethods
 from vkumd.runtime.memory import Allocation
 from vkumd.vk.handle import Handle
 
@@ -72,7 +72,7 @@ class _SharedMemory:
             return self.count == 0
 
 
-class Tensor(TensorMethods, Handle):
+class Tensor(EagerMethods, Handle):
     """A contiguous, row-major array in device memory.
 
     Create tensors through a context (``ctx.tensor``, ``ctx.empty``, ``ctx.zeros``); the memory
@@ -81,7 +81,8 @@ class Tensor(TensorMethods, Handle):
     returns to the pool once every one of them is released, in any order.
 
     Operators and methods (``+``, ``@``, ``reshape``, ``t[1:3]``, ``sum`` …) come from
-    :class:`~vkumd.framework.tensor_methods.TensorMethods`; each is a call into
+    :class:`~vkumd.framework.graph.methods.TensorMethods` (shared with the tracer's tensor)
+    through :class:`~vkumd.framework.tensor_methods.EagerMethods`; each is a call into
     :mod:`vkumd.framework.ops`.
 
     Attributes:

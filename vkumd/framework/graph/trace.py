@@ -25,6 +25,7 @@ from vkumd.framework.graph.dims import Dim, as_dim
 from vkumd.framework.graph.ir import Graph, Value
 from vkumd.framework.graph.proxy import TracedTensor, find_traced
 from vkumd.framework.graph.registry import OPS
+from vkumd.framework.graph.trace_calls import CALLS, record_call
 from vkumd.framework.graph.trace_dims import SymbolicDim, plain_dim
 from vkumd.framework.graph.trace_errors import (
     DataDependentError,
@@ -133,7 +134,9 @@ def record_op(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     The eager signature is mapped to the builder's: ``out=`` cannot be honoured (a graph
     never writes into a caller's tensor), matmul's ``beta`` (which reads ``out``) and
     ``variant`` (a kernel choice the compiled graph makes) are refused, ``copy`` is the
-    identity and ``fill`` (in place) is refused.
+    identity and ``fill`` (in place) is refused. The calls with no builder method of their
+    own (the views ``flatten``/``squeeze``/``unsqueeze``, ``split`` by a piece size) are
+    :mod:`~vkumd.framework.graph.trace_calls`'.
 
     Raises:
         TraceError: the call cannot be recorded, naming it and the user's line.
@@ -157,6 +160,8 @@ def record_op(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     if name == "fill":
         raise TraceError(f"vkumd.ops.fill{at_site()} writes into a tensor in place, which a "
                          "traced function cannot do; build the value from a constant")
+    if name in CALLS:
+        return record_call(name, args, kwargs)
     if name == "attention":
         lengths = kwargs.get("key_lengths")
         if lengths is not None and not isinstance(lengths, TracedTensor):
