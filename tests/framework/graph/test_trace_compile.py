@@ -15,19 +15,13 @@ from vkumd.framework import compile as compile_module
 from vkumd.framework.execute import CompiledGraph
 from vkumd.framework.graph import GraphBuilder, evaluate
 from vkumd.framework.interpret import run_graph
+from vkumd.testing.numerics import rel_error as rel
 
 rng = np.random.default_rng(5)
 
 
 def f32(*shape: int, scale: float = 1.0) -> np.ndarray:
     return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
-def rel(got, want) -> float:
-    got = got.numpy() if hasattr(got, "numpy") else got
-    want = np.asarray(want, np.float64)
-    assert not np.isnan(got).any()
-    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
 
 
 def check(ctx, fn, arrays: dict, *, tol: float = 1e-5, dynamic=None, eager: bool = True):
