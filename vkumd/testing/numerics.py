@@ -122,7 +122,7 @@ def stored_tensor(ctx: Any, values: Any, dtype: str) -> tuple[Any, np.ndarray]:
     return tensor, tensor.numpy().astype(np.float64)
 
 
-def poisoned(ctx: Any, shape: tuple[int, ...], dtype: str = "float32") -> Any:
+def poisoned(ctx: Any, shape: int | tuple[int, ...], dtype: str = "float32") -> Any:
     """An output tensor full of NaN (:data:`SENTINEL` for int32), so an element a kernel
     skips shows in the result instead of passing as a stale zero.
 
