@@ -4,6 +4,10 @@ validation error fails the test.
 Lanes: the main lane runs everything on the system lavapipe; tests that need cooperative
 matrices are marked ``coopmat`` and skip there with the reason. ``ci/coopmat-lane.sh`` runs
 ``-m coopmat`` with ``VKUMD_REQUIRE_COOPMAT=1``, where a missing capability is a failure.
+
+Tiers: the markers ``fast``, ``smoke``, ``transfers`` and ``hardened`` come from the tables in
+``tests/tiers.py`` (docs/lanes.md, "Tiers"); ``--fuzz-scale=N`` runs N times each
+property-based test's examples.
 """
 
 from __future__ import annotations
