@@ -46,6 +46,8 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_fused_elementwise.py::test_eight_inputs_with_their_own_broadcasts":
         "fused elementwise, most inputs",
     "tests/framework/test_activation.py::test_negative_tail_per_element": "activations",
+    "tests/framework/test_generated_ops.py::test_compiled_graph_matches_float64":
+        "generated one-input kernels (exp, sqrt, tanh, erf, sigmoid, hardswish, ...)",
     "tests/framework/test_activation.py::test_large_tensor_uses_a_2d_grid": "activations, 2-D",
     "tests/framework/test_softmax.py::test_reduction_paths": "softmax, every reduction path",
     "tests/framework/test_norm.py::test_reduction_paths": "layer and RMS norm, every path",
@@ -107,6 +109,7 @@ TRANSFERS: dict[str, str] = {
     "tests/framework/graph/test_execute_buckets.py": "bucket inputs written, outputs read",
     "tests/framework/graph/test_compile_e2e.py": "compiled functions end to end",
     "tests/framework/execute/test_bound_inputs.py": "inputs bound to a compiled graph",
+    "tests/framework/execute/test_given_weights.py": "weights the caller holds, read in place",
     "tests/framework/models/test_encoder.py": "the sentence encoder end to end",
     "tests/framework/models/test_bert_graph.py": "the BERT graph end to end",
     "tests/frontends/test_onnx_import.py": "ONNX models end to end",
