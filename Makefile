@@ -18,7 +18,7 @@ lint: setup
 
 # Tiers (docs/lanes.md, "Tiers"; which test is in which: tests/tiers.py):
 #   make test-fast      on every change: device-free unit tests and a smoke test per kernel
-#                       family (1251 tests, 54 s on the two shared cores here)
+#                       family (about 1300 tests, 30-60 s on the two shared cores here)
 #   make test           what CI runs: every lane below
 #   make test-hardened  soak, fuzz at FUZZ_SCALE times the examples, exhaustion, faults, bad
 #                       inputs, threads; on both lanes (not part of make test, which runs
@@ -35,7 +35,8 @@ test-fast: setup
 	VKUMD_VALIDATION=1 $(PY) -m pytest -q -m "(fast or smoke) and not ray and not coopmat" \
 		$(PYTEST_ARGS)
 
-# Fuzzing (hypothesis) at FUZZ_SCALE times each test's examples, then the same tests with
+# Fuzzing (hypothesis) at FUZZ_SCALE times each test's examples (522 tests, 7.8 minutes
+# here, most of it fault injection and the bad-input corpus), then the same tests with
 # device-only memory at 8-wide subgroups, as the device-only lane runs. The long soak is
 # `make soak`.
 FUZZ_SCALE ?= 10
@@ -51,11 +52,11 @@ test-main: setup
 # Tensors in memory the host never maps (VKUMD_DEVICE_ONLY_MEMORY=1), so every upload and
 # read-back goes through staging copies as on a discrete GPU; lavapipe maps all of its memory
 # and would otherwise never run those paths. Only the tests that move data between host and
-# device (marked transfers) and a smoke test per kernel family (smoke) run here (646 tests,
-# 85 s here): the rest run the same code on both lanes and ran on the main lane already.
-# It also pins lavapipe to 8-wide subgroups (LP_NATIVE_VECTOR_WIDTH=256): on AVX-512 hosts
-# vkumd picks 16-wide for the main lane (vkumd/vk/driver_settings.py), so every kernel
-# family runs at both widths.
+# device (marked transfers) and a smoke test per kernel family (smoke) run here (667 tests,
+# 72-140 s here, by load): the rest run the same code on both lanes and ran on the main
+# lane already. It also pins lavapipe to 8-wide subgroups (LP_NATIVE_VECTOR_WIDTH=256): on
+# AVX-512 hosts vkumd picks 16-wide for the main lane (vkumd/vk/driver_settings.py), so
+# every kernel family runs at both widths.
 # DEVICE_ONLY_TESTS="not ray" runs the whole suite this way.
 DEVICE_ONLY_TESTS ?= (transfers or smoke) and not ray and not coopmat
 test-device-only: setup
