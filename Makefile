@@ -3,7 +3,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-main test-device-only test-coopmat test-ray lint bench bench-check soak clean
+.PHONY: setup demo test test-fast test-hardened test-main test-device-only test-coopmat test-ray \
+	lint bench bench-check soak clean
 
 setup:
 	@bash ci/setup.sh
@@ -15,25 +16,52 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# Tiers (docs/lanes.md, "Tiers"; which test is in which: tests/tiers.py):
+#   make test-fast      on every change: device-free unit tests and a smoke test per kernel
+#                       family (about 1300 tests, 30-60 s on the two shared cores here)
+#   make test           what CI runs: every lane below
+#   make test-hardened  soak, fuzz at FUZZ_SCALE times the examples, exhaustion, faults, bad
+#                       inputs, threads; on both lanes (not part of make test, which runs
+#                       these tests at scale 1 on the main lane)
 # The main lane: the system lavapipe, validation layers on, every test but the Ray ones
-# (coopmat ones skip there with the reason). Then the same with device-only memory
-# (discrete-GPU transfers). Then the cooperative-matrix lane: Mesa 26's lavapipe, only the
-# tests marked coopmat, and a missing capability fails instead of skipping. Last, the Ray
-# tests (marked ray), which start Ray clusters in network namespaces, in a step of their own
-# with a time budget.
+# (coopmat ones skip there with the reason). Then the transfer tests and a smoke test per
+# kernel family with device-only memory (discrete-GPU transfers) at 8-wide subgroups. Then
+# the cooperative-matrix lane: Mesa 26's lavapipe, only the tests marked coopmat, and a
+# missing capability fails instead of skipping. Last, the Ray tests (marked ray), which
+# start Ray clusters in network namespaces, in a step of their own with a time budget.
 test: lint test-main test-device-only test-coopmat test-ray
+
+test-fast: setup
+	VKUMD_VALIDATION=1 $(PY) -m pytest -q -m "(fast or smoke) and not ray and not coopmat" \
+		$(PYTEST_ARGS)
+
+# Fuzzing (hypothesis) at FUZZ_SCALE times each test's examples (522 tests, 7.8 minutes
+# here, most of it fault injection and the bad-input corpus), then the same tests with
+# device-only memory at 8-wide subgroups, as the device-only lane runs. The long soak is
+# `make soak`.
+FUZZ_SCALE ?= 10
+test-hardened: setup
+	VKUMD_VALIDATION=1 $(PY) -m pytest -q -m "hardened and not ray" \
+		--fuzz-scale=$(FUZZ_SCALE) $(PYTEST_ARGS)
+	LP_NATIVE_VECTOR_WIDTH=256 VKUMD_DEVICE_ONLY_MEMORY=1 VKUMD_VALIDATION=1 \
+		$(PY) -m pytest -q -m "hardened and not ray" $(PYTEST_ARGS)
 
 test-main: setup
 	VKUMD_VALIDATION=1 $(PY) -m pytest -q -m "not ray" $(PYTEST_ARGS)
 
-# The main lane again with tensors in memory the host never maps (VKUMD_DEVICE_ONLY_MEMORY=1),
-# so every upload and read-back goes through staging copies as on a discrete GPU; lavapipe
-# maps all of its memory and would otherwise never run those paths. About as long as test-main.
-# It also pins lavapipe to 8-wide subgroups (LP_NATIVE_VECTOR_WIDTH=256): on AVX-512 hosts
-# vkumd picks 16-wide for the main lane (vkumd/vk/driver_settings.py), so both widths run.
+# Tensors in memory the host never maps (VKUMD_DEVICE_ONLY_MEMORY=1), so every upload and
+# read-back goes through staging copies as on a discrete GPU; lavapipe maps all of its memory
+# and would otherwise never run those paths. Only the tests that move data between host and
+# device (marked transfers) and a smoke test per kernel family (smoke) run here (667 tests,
+# 72-140 s here, by load): the rest run the same code on both lanes and ran on the main
+# lane already. It also pins lavapipe to 8-wide subgroups (LP_NATIVE_VECTOR_WIDTH=256): on
+# AVX-512 hosts vkumd picks 16-wide for the main lane (vkumd/vk/driver_settings.py), so
+# every kernel family runs at both widths.
+# DEVICE_ONLY_TESTS="not ray" runs the whole suite this way.
+DEVICE_ONLY_TESTS ?= (transfers or smoke) and not ray and not coopmat
 test-device-only: setup
 	LP_NATIVE_VECTOR_WIDTH=256 VKUMD_DEVICE_ONLY_MEMORY=1 VKUMD_VALIDATION=1 \
-		$(PY) -m pytest -q -m "not ray" $(PYTEST_ARGS)
+		$(PY) -m pytest -q -m "$(DEVICE_ONLY_TESTS)" $(PYTEST_ARGS)
 
 # The Ray tests (tests/distributed/test_ray.py, marked ray): a one-node cluster in a
 # loopback-only namespace and a two-node cluster over a veth pair (docs/scale-out.md). Each

@@ -4,6 +4,10 @@ validation error fails the test.
 Lanes: the main lane runs everything on the system lavapipe; tests that need cooperative
 matrices are marked ``coopmat`` and skip there with the reason. ``ci/coopmat-lane.sh`` runs
 ``-m coopmat`` with ``VKUMD_REQUIRE_COOPMAT=1``, where a missing capability is a failure.
+
+Tiers: the markers ``fast``, ``smoke``, ``transfers`` and ``hardened`` come from the tables in
+``tests/tiers.py`` (docs/lanes.md, "Tiers"); ``--fuzz-scale=N`` runs N times each
+property-based test's examples.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ os.environ.setdefault("VKUMD_VALIDATION", "1")
 # did not is an error, so every test also checks hazard tracking.
 os.environ.setdefault("VKUMD_SYNC_VALIDATION", "1")
 
+import tiers  # noqa: E402
+
 from vkumd import settings  # noqa: E402
 from vkumd.vk.instance import (  # noqa: E402
     ValidationMessage,
@@ -26,9 +32,45 @@ from vkumd.vk.instance import (  # noqa: E402
 )
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fuzz-scale", type=int, default=1, metavar="N",
+                     help="run N times each property-based (hypothesis) test's examples "
+                          "(make test-hardened)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "expect_validation_error: the test provokes one on "
                             "purpose; the fixture checks that it arrived instead of failing")
+    for name, meaning in tiers.MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tiers (tests/tiers.py) before ``-m`` selects, and scale the
+    property-based tests' examples by ``--fuzz-scale``."""
+    scale = config.getoption("--fuzz-scale")
+    scaled: set[int] = set()
+    for item in items:
+        for name in tiers.markers_for(item.nodeid):
+            item.add_marker(name)
+        if scale > 1:
+            _scale_examples(item, scale, scaled)
+
+
+def _scale_examples(item: pytest.Item, scale: int, done: set[int]) -> None:
+    # Hypothesis reads a test's settings from these attributes when the test runs; the
+    # decorator's own max_examples would override a settings profile, so scale them here.
+    from hypothesis import settings as hypothesis_settings
+
+    holders = [getattr(item, "obj", None), getattr(item, "cls", None)]
+    for holder in holders:
+        for attribute in ("_hypothesis_internal_use_settings", "settings"):
+            current = getattr(holder, attribute, None)
+            if isinstance(current, hypothesis_settings) and id(holder) not in done:
+                done.add(id(holder))
+                setattr(holder, attribute, hypothesis_settings(
+                    current, max_examples=current.max_examples * scale))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 
 import vkumd
+from vkumd.testing.numerics import rel_error
 
 
 def main() -> int:
@@ -25,7 +26,7 @@ def main() -> int:
     with vkumd.Context() as ctx:
         got = vkumd.ops.matmul(ctx.tensor(a), ctx.tensor(b)).numpy().astype(np.float64)
         want = a.astype(np.float64) @ b
-        error = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+        error = rel_error(got, want)
         report: dict[str, object] = {"seed": seed, "rel_error": error,
                                      "limit": ctx.memory.get_limit()}
         if overflow:

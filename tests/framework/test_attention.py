@@ -25,6 +25,7 @@ from vkumd.compiler.kernels.attention import (
     parse_coopmat_block,
 )
 from vkumd.framework.ops.attention import attention_path, choose_path
+from vkumd.testing.numerics import rel_error
 from vkumd.vk.caps import CoopMatShape
 
 TOL = {"float32": 1e-5, "float16": 1e-3}
@@ -54,11 +55,6 @@ def reference(q, k, v, *, causal=False, key_lengths=None, mask=None, scale=None)
     total = e.sum(axis=-1, keepdims=True)
     p = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
     return p @ v
-
-
-def rel_error(result: np.ndarray, ref: np.ndarray) -> float:
-    diff = float(np.linalg.norm(result.astype(np.float64) - ref))
-    return diff / max(float(np.linalg.norm(ref)), 1e-300)
 
 
 def make(rng, shape_q, shape_kv, dtype):

@@ -16,6 +16,7 @@ import pytest
 
 import vkumd
 from vkumd.framework import dtypes, ops
+from vkumd.testing.numerics import SENTINEL, poisoned  # noqa: F401 (shared here)
 
 DTYPES = ["float32", "float16", "bfloat16", "int32"]
 FLOATS = ["float32", "float16", "bfloat16"]
@@ -23,7 +24,6 @@ FLOATS = ["float32", "float16", "bfloat16"]
 # rounding to the stored type. atol covers float16 results in the subnormal range.
 RTOL = {"float32": 2e-6, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 ATOL = {"float32": 0.0, "float16": 2.0**-23, "bfloat16": 0.0}
-SENTINEL = -123456789
 SHAPES = [(), (1,), (7,), (13,), (7, 13), (2, 3, 5)]
 BROADCASTS = [((), ()), ((1,), (1,)), ((7,), (7,)), ((13, 7), (13, 7)), ((3, 1, 5), (4, 1)),
               ((5,), (2, 3, 5)), ((7,), ()), ((0, 3), (3,)), ((2, 0), (1,))]
@@ -53,12 +53,6 @@ def sample(rng: np.random.Generator, dtype: str, shape: tuple[int, ...], *,
     if away_from_zero:
         values = rng.uniform(0.5, 2.0, size=shape) * rng.choice([-1.0, 1.0], size=shape)
     return stored(values, dtype)
-
-
-def poisoned(ctx, shape: tuple[int, ...], dtype: str) -> vkumd.Tensor:
-    value = SENTINEL if dtype == "int32" else np.nan
-    host = np.full(shape, value, np.int32 if dtype == "int32" else np.float32)
-    return ctx.tensor(host, dtype=dtype)
 
 
 def assert_matches(got: np.ndarray, expected: np.ndarray, dtype: str) -> None:

@@ -15,14 +15,13 @@ import zlib
 import numpy as np
 import pytest
 
-import vkumd
 from vkumd.compiler.kernels.fused_elementwise import FUSED_ELEMENTWISE_SAMPLE, fused_kernel
 from vkumd.compiler.registry import KERNELS
 from vkumd.errors import VkumdTypeError, VkumdValueError
-from vkumd.framework import dtypes, ops
+from vkumd.framework import ops
 from vkumd.framework.graph import GraphBuilder, evaluate
-from vkumd.framework.graph.reference import round_to
 from vkumd.framework.ops.fused import glsl_steps
+from vkumd.testing.numerics import poisoned, rel_error, stored
 
 FLOATS = ["float32", "float16", "bfloat16"]
 # Relative Frobenius error: float32 arithmetic, then one rounding to the output type.
@@ -49,21 +48,10 @@ def reference(inputs: list[np.ndarray], in_types: list[str], program: tuple, dty
     return result if out_shape is None else np.broadcast_to(result, out_shape)
 
 
-def stored(values: np.ndarray, dtype: str) -> np.ndarray:
-    """What a tensor of ``dtype`` holds, as float64."""
-    return round_to(np.asarray(values, np.float64), dtypes.dtype(dtype))
-
-
-def poisoned(ctx, shape: tuple[int, ...], dtype: str) -> vkumd.Tensor:
-    return ctx.tensor(np.full(shape, np.nan, np.float32), dtype=dtype)
-
-
 def assert_close(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
     assert got.shape == want.shape
     assert not np.isnan(got).any(), "an output element was not written (or is NaN)"
-    got64 = got.astype(np.float64)
-    scale = np.linalg.norm(want)
-    error = np.linalg.norm(got64 - want) / (scale if scale else 1.0)
+    error = rel_error(got, want)
     assert error < TOLERANCE[dtype], f"relative error {error:.3g} for {dtype}"
 
 

@@ -45,6 +45,8 @@ from vkumd.compiler.registry import effective_caps
 from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.ops.matmul import _check_dtype
+from vkumd.testing.numerics import poisoned, rel_error
+from vkumd.testing.numerics import stored_tensor as stored
 from vkumd.vk.caps import CoopMatShape, DeviceCaps
 
 # Relative Frobenius error bounds against float64 on the stored (rounded) inputs. float32
@@ -88,23 +90,6 @@ def activate(name: str | None, x: np.ndarray) -> np.ndarray:
     raise AssertionError(name)
 
 
-def rel_error(result: np.ndarray, reference: np.ndarray, floor: float = 0.0) -> float:
-    """Relative Frobenius error; ``floor`` bounds the denominator from below."""
-    assert not np.isnan(result).any(), "NaN in the result: an element was never written"
-    denom = max(float(np.linalg.norm(reference)), floor, 1e-30)
-    return float(np.linalg.norm(result.astype(np.float64) - reference)) / denom
-
-
-def stored(ctx: vkumd.Context, array: np.ndarray, dtype: str) -> tuple[vkumd.Tensor, np.ndarray]:
-    """A tensor of ``array`` in ``dtype``, and the float64 values it actually holds."""
-    t = ctx.tensor(array.astype(np.float32), dtype=dtype)
-    return t, t.numpy().astype(np.float64)
-
-
-def poisoned(ctx: vkumd.Context, shape: tuple[int, ...], dtype: str) -> vkumd.Tensor:
-    return ctx.tensor(np.full(shape, np.nan, dtype=np.float32), dtype=dtype)
-
-
 def run_case(ctx: vkumd.Context, m: int, n: int, k: int, *, dtype: str = "float32",
              batch: tuple[int, ...] = (), b_batched: bool = False, trans_a: bool = False,
              trans_b: bool = False, activation: str | None = None, with_bias: bool = False,
@@ -144,7 +129,7 @@ def run_case(ctx: vkumd.Context, m: int, n: int, k: int, *, dtype: str = "float3
     # a few elements that are all near zero the relative error can pass 1e-5. Bound the
     # denominator so an absolute error of 1e-6 per element passes there.
     floor = 0.1 * math.sqrt(expected.size) if activation == "gelu" else 0.0
-    return rel_error(out.numpy(), expected, floor)
+    return rel_error(out.numpy(), expected, floor=floor)
 
 
 def lane_variants(ctx: vkumd.Context, dtype: str) -> list[str]:

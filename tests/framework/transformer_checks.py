@@ -13,7 +13,8 @@ import pytest
 
 import vkumd
 from vkumd.compiler.kernels import WORKGROUP, rows
-from vkumd.framework import dtypes, ops
+from vkumd.framework import ops
+from vkumd.testing.numerics import poisoned, rel_error, stored  # noqa: F401 (shared here)
 
 FLOATS = ["float32", "float16", "bfloat16"]
 # Relative Frobenius error: float32 arithmetic, then one rounding to the stored type.
@@ -34,16 +35,6 @@ PATHS = {
 }
 
 
-def stored(values: np.ndarray, dtype: str) -> np.ndarray:
-    """The float64 values a tensor of ``dtype`` holds for ``values``."""
-    values = np.asarray(values, dtype=np.float64)
-    if dtype == "bfloat16":
-        bits = dtypes.float32_to_bfloat16_bits(values.astype(np.float32))
-        return dtypes.bfloat16_bits_to_float32(bits).reshape(values.shape).astype(np.float64)
-    with np.errstate(over="ignore"):
-        return values.astype(dtype).astype(np.float64)
-
-
 def sample(rng: np.random.Generator, dtype: str, shape: tuple[int, ...],
            scale: float = 1.0, offset: float = 0.0) -> np.ndarray:
     """Normal values exactly representable in ``dtype`` (as float64)."""
@@ -53,21 +44,6 @@ def sample(rng: np.random.Generator, dtype: str, shape: tuple[int, ...],
 def tensor(ctx, values: np.ndarray, dtype: str) -> vkumd.Tensor:
     """A tensor of ``dtype`` holding ``values`` (already representable)."""
     return ctx.tensor(np.asarray(values, dtype=np.float32), dtype=dtype)
-
-
-def poisoned(ctx, shape: tuple[int, ...], dtype: str) -> vkumd.Tensor:
-    """An ``out=`` tensor full of NaN (or a sentinel for int32) so skipped elements show."""
-    if dtype == "int32":
-        return ctx.tensor(np.full(shape, -123456789, np.int32))
-    return ctx.tensor(np.full(shape, np.nan, np.float32), dtype=dtype)
-
-
-def rel_error(got: np.ndarray, expected: np.ndarray) -> float:
-    """Relative Frobenius error; 0 when both are zero."""
-    got = np.asarray(got, dtype=np.float64)
-    diff = np.linalg.norm(got - expected)
-    norm = np.linalg.norm(expected)
-    return float(diff / norm) if norm else float(diff)
 
 
 def assert_close(got: np.ndarray, expected: np.ndarray, dtype: str, what: str = "") -> None:

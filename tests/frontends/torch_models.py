@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vkumd.testing.numerics import rel_error
+
 
 class MLP(nn.Module):
     """Linear -> GELU -> Linear -> ReLU -> Linear."""
@@ -101,8 +103,7 @@ def minilm() -> Bert:
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     """Relative Frobenius error of ``a`` against the reference ``b`` (float64)."""
-    a, b = a.double(), b.double()
-    return float(torch.linalg.norm(a - b) / max(float(torch.linalg.norm(b)), 1e-30))
+    return rel_error(a, b, floor=1e-30)
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:

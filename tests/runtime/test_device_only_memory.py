@@ -21,15 +21,11 @@ from vkumd.framework import dtypes
 from vkumd.runtime import transfer as transfer_module
 from vkumd.runtime.memory import MemoryPool, MemoryUsage, MiB
 from vkumd.runtime.transfer import Transfers
+from vkumd.testing.numerics import poisoned, rel_error
 
 DTYPES = ("float32", "float16", "bfloat16", "int32", "int8", "uint8")
 # 0-d, empty, one element, odd and prime sizes (3 int8 bytes is not a 4-byte multiple).
 SHAPES = ((), (0,), (3, 0), (1,), (3,), (5, 7), (1031,), (2, 3, 17))
-
-
-def _rel(got: np.ndarray, want: np.ndarray) -> float:
-    want = np.asarray(want, dtype=np.float64)
-    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
 
 
 def _random(rng: np.random.Generator, shape: tuple[int, ...], name: str) -> np.ndarray:
@@ -107,12 +103,12 @@ def test_write_op_read_and_host_access_waits_for_pending_work(dctx) -> None:
     rng = np.random.default_rng()
     n = 4099
     t = dctx.empty(n)
-    out = dctx.tensor(np.full(n, np.nan, np.float32))
+    out = poisoned(dctx, n)
     for _ in range(3):
         data = rng.standard_normal(n, dtype=np.float32)
         t.write(data)                     # staging copy, then a kernel reads it at once
         ops.scale(t, 3.0, out=out)
-        assert _rel(out.numpy(), data.astype(np.float64) * 3) < 1e-6
+        assert rel_error(out.numpy(), data.astype(np.float64) * 3) < 1e-6
     # The fill is recorded, not yet submitted: write() must let it finish first, or the fill
     # would land after the copy and overwrite it.
     ops.fill(t, 5.0)
@@ -128,9 +124,9 @@ def test_transfer_stream_upload_ordered_by_an_event(dctx) -> None:
     rng = np.random.default_rng()
     n = 5003
     transfer = dctx.stream("transfer", name="uploads")
-    target = dctx.tensor(np.full(n, np.nan, np.float32))
-    direct = dctx.tensor(np.full(n, np.nan, np.float32))
-    out = dctx.tensor(np.full(n, np.nan, np.float32))
+    target = poisoned(dctx, n)
+    direct = poisoned(dctx, n)
+    out = poisoned(dctx, n)
     used = dctx.memory.used_bytes()
     a = rng.standard_normal(n, dtype=np.float32)
     b = rng.standard_normal(n, dtype=np.float32)
@@ -140,7 +136,7 @@ def test_transfer_stream_upload_ordered_by_an_event(dctx) -> None:
     landed = transfer.record()
     dctx.default_stream.wait(landed)
     ops.add(target, direct, out=out)
-    assert _rel(out.numpy(), a.astype(np.float64) + b) < 1e-6
+    assert rel_error(out.numpy(), a.astype(np.float64) + b) < 1e-6
     transfer.synchronize()
     assert dctx.memory.used_bytes() == used, "staging goes back once its copy completed"
     transfer.release()
@@ -189,7 +185,7 @@ def test_graph_replay_with_inputs_written_between_replays(dctx) -> None:
     shape = (37, 41)
     x = dctx.tensor(np.zeros(shape, np.float32))
     w = dctx.tensor(np.zeros(shape[1], np.float32))
-    out = dctx.tensor(np.full(shape, np.nan, np.float32))
+    out = poisoned(dctx, shape)
     with dctx.capture() as graph:
         ops.mul(ops.add(x, w), x, out=out)
     transfer = dctx.stream("transfer")
@@ -207,7 +203,7 @@ def test_graph_replay_with_inputs_written_between_replays(dctx) -> None:
             w.write(b)
         graph.replay()
         want = (a.astype(np.float64) + b) * a
-        assert _rel(out.numpy(), want) < 1e-6, f"round {round_}"
+        assert rel_error(out.numpy(), want) < 1e-6, f"round {round_}"
     graph.release()
     transfer.release()
 
@@ -264,7 +260,7 @@ def test_stream_upload_stages_large_data_in_bounded_pieces(dctx, monkeypatch) ->
     rng = np.random.default_rng()
     n = (2 * transfer_module.STAGING_MAX_BYTES) // 4 + 1001   # two full pieces and a tail
     data = rng.standard_normal(n, dtype=np.float32)
-    t = dctx.tensor(np.full(n, np.nan, np.float32))
+    t = poisoned(dctx, n)
     pool = dctx.memory
     original = pool.allocate
     staged: list[int] = []

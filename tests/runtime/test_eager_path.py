@@ -11,11 +11,7 @@ import vkumd
 from vkumd.compiler.kernels.elementwise_plan import FixedLaunch, binary_plan, unary_plan
 from vkumd.framework import ops
 from vkumd.runtime.uses import MemoryUses
-
-
-def _rel(got: np.ndarray, want: np.ndarray) -> float:
-    want = np.asarray(want, dtype=np.float64)
-    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+from vkumd.testing.numerics import poisoned, rel_error
 
 
 def _pair(ctx: vkumd.Context, n: int) -> tuple[np.ndarray, np.ndarray, vkumd.Tensor,
@@ -28,7 +24,7 @@ def _pair(ctx: vkumd.Context, n: int) -> tuple[np.ndarray, np.ndarray, vkumd.Ten
 def test_a_buffer_list_changed_in_place_binds_the_new_buffers(ctx) -> None:
     n = 203
     a, b, ta, tb = _pair(ctx, n)
-    outs = [ctx.tensor(np.full(n, np.nan, np.float32)) for _ in range(2)]
+    outs = [poisoned(ctx, n) for _ in range(2)]
     plan = binary_plan(ctx.caps, "add", "F32", (n,), (n,), (n,))
     program = ctx.kernels.program(plan.program)
     stream = ctx.stream()
@@ -38,7 +34,7 @@ def test_a_buffer_list_changed_in_place_binds_the_new_buffers(ctx) -> None:
     stream.dispatch(program, buffers, plan.push, plan.groups, plan.writes)
     want = a.astype(np.float64) + b
     for out in outs:
-        assert _rel(out.numpy(), want) < 1e-6
+        assert rel_error(out.numpy(), want) < 1e-6
     stream.release()
 
 
@@ -61,7 +57,7 @@ def test_bad_outputs_and_operands_are_refused_once_the_plan_is_remembered(ctx) -
     with pytest.raises(vkumd.VkumdValueError, match="released"):
         ops.add(gone, tb, out=out)
     ops.add(ta, tb, out=out)  # the context stays usable
-    assert _rel(out.numpy(), a.astype(np.float64) + b) < 1e-6
+    assert rel_error(out.numpy(), a.astype(np.float64) + b) < 1e-6
 
 
 def test_a_one_launch_plan_with_a_bad_push_is_refused_every_time(ctx) -> None:
@@ -72,7 +68,7 @@ def test_a_one_launch_plan_with_a_bad_push_is_refused_every_time(ctx) -> None:
     for _ in range(2):  # a refused plan is not remembered as checked
         with pytest.raises(vkumd.VkumdValueError, match="push constants"):
             ctx.run(bad, (t, t))
-    out = ctx.tensor(np.full(40, np.nan, np.float32))
+    out = poisoned(ctx, 40)
     ctx.run(good, (t, out))
     np.testing.assert_array_equal(out.numpy(), 2 * np.arange(40, dtype=np.float32))
 
@@ -96,7 +92,7 @@ def test_remembered_pipelines_belong_to_their_context() -> None:
     first.close()  # its pipelines are destroyed; another context must build its own
     with vkumd.Context() as second:
         out = ops.add(second.tensor(a), second.tensor(b))
-        assert _rel(out.numpy(), a.astype(np.float64) + b) < 1e-6
+        assert rel_error(out.numpy(), a.astype(np.float64) + b) < 1e-6
 
 
 def test_an_alias_of_a_bound_tensor_reuses_its_cached_set() -> None:
@@ -114,7 +110,7 @@ def test_an_alias_of_a_bound_tensor_reuses_its_cached_set() -> None:
         with stream:
             ops.add(ta.alias((96,)), tb.alias((96,)), out=out.alias((96,)))
         assert binder.sets_allocated == allocated
-        assert _rel(out.numpy(), a.astype(np.float64) + b) < 1e-6
+        assert rel_error(out.numpy(), a.astype(np.float64) + b) < 1e-6
         stream.release()
 
 

@@ -14,6 +14,7 @@ from vkumd.compiler.kernels.elementwise_plan import fill_plan, unary_plan
 from vkumd.compiler.launch import Launch
 from vkumd.compiler.registry import WORKGROUP
 from vkumd.framework import ops
+from vkumd.testing.numerics import poisoned
 
 
 def test_a_push_of_the_wrong_size_is_refused(ctx) -> None:
@@ -51,7 +52,7 @@ class _ScratchThenCopy:
 
 
 def test_scratch_is_bound_and_returned_to_the_pool(ctx) -> None:
-    out = ctx.tensor(np.full(1000, np.nan, np.float32))
+    out = poisoned(ctx, 1000)
     ctx.synchronize()
     used = ctx.memory.used_bytes()
     ctx.run(_ScratchThenCopy(ctx.caps, 1000), (out,))

@@ -9,11 +9,8 @@ import pytest
 import vkumd
 from vkumd.framework import ops
 from vkumd.submission import descriptors
+from vkumd.testing.numerics import rel_error
 from vkumd.vk.binding import ffi
-
-
-def _rel(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
 
 def _adds(ctx: vkumd.Context, stream: vkumd.Stream, n: int, rounds: int) -> list[vkumd.Tensor]:
@@ -39,12 +36,12 @@ def _adds(ctx: vkumd.Context, stream: vkumd.Stream, n: int, rounds: int) -> list
         for out in outs:
             got = out.numpy()
             assert not np.isnan(got).any()
-            assert _rel(got, want) < 1e-6
+            assert rel_error(got, want) < 1e-6
     # The last binding of a round is the one a cache that has just retired still holds.
     with stream:
         ops.fill(outs[-1], np.nan)
         ops.add(ta, tb, out=outs[-1])
-    assert _rel(outs[-1].numpy(), want) < 1e-6
+    assert rel_error(outs[-1].numpy(), want) < 1e-6
     return outs
 
 

@@ -11,29 +11,21 @@ import pytest
 import vkumd
 from vkumd import ops
 from vkumd.submission import timeline as timeline_module
-
-
-def _rel(got: np.ndarray, want: np.ndarray) -> float:
-    want = np.asarray(want, dtype=np.float64)
-    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
-
-
-def _poisoned(ctx, shape) -> vkumd.Tensor:
-    return ctx.tensor(np.full(shape, np.nan, np.float32))
+from vkumd.testing.numerics import poisoned, rel_error
 
 
 def test_ops_run_asynchronously_and_a_read_back_waits(ctx) -> None:
     rng = np.random.default_rng()
     a, b = (rng.standard_normal(1031, dtype=np.float32) for _ in range(2))
     ta, tb = ctx.tensor(a), ctx.tensor(b)
-    out = _poisoned(ctx, 1031)
+    out = poisoned(ctx, 1031)
     stream = ctx.default_stream
     stream.synchronize()
     ops.add(ta, tb, out=out)
     assert not stream.done  # recorded, not yet submitted
     got = out.numpy()
     assert stream.done
-    assert _rel(got, a.astype(np.float64) + b) < 1e-6
+    assert rel_error(got, a.astype(np.float64) + b) < 1e-6
 
 
 def test_dependent_chain_matches_sequential_numpy_with_barriers(ctx) -> None:
@@ -49,7 +41,7 @@ def test_dependent_chain_matches_sequential_numpy_with_barriers(ctx) -> None:
     ops.sub(y, ta, out=x)        # writes x, which y's op read: write after read
     ops.add(x, x, out=x)         # reads and writes x again
     want_x = ((a.astype(np.float64) + b) * b - a) * 2
-    assert _rel(x.numpy(), want_x) < 1e-5
+    assert rel_error(x.numpy(), want_x) < 1e-5
     assert stream.barriers - before == 3
 
 
@@ -57,7 +49,7 @@ def test_independent_dispatches_record_no_barrier(ctx) -> None:
     rng = np.random.default_rng()
     a, b = (rng.standard_normal(257, dtype=np.float32) for _ in range(2))
     ta, tb = ctx.tensor(a), ctx.tensor(b)
-    outs = [_poisoned(ctx, 257) for _ in range(40)]
+    outs = [poisoned(ctx, 257) for _ in range(40)]
     stream = ctx.default_stream
     stream.synchronize()
     before = stream.barriers
@@ -65,7 +57,7 @@ def test_independent_dispatches_record_no_barrier(ctx) -> None:
         ops.add(ta, tb, out=out)
     assert stream.barriers == before
     want = a.astype(np.float64) + b
-    assert all(_rel(out.numpy(), want) < 1e-6 for out in outs)
+    assert all(rel_error(out.numpy(), want) < 1e-6 for out in outs)
 
 
 def test_write_after_write_gets_a_barrier(ctx) -> None:
@@ -116,7 +108,7 @@ def test_events_order_streams_on_the_device_and_time_work(ctx) -> None:
     producer, consumer = ctx.stream(name="producer"), ctx.stream(name="consumer")
     ta = ctx.tensor(a)
     mid = ctx.empty(4099)
-    out = _poisoned(ctx, 4099)
+    out = poisoned(ctx, 4099)
     with producer:
         start = producer.record()
         ops.scale(ta, 3.0, out=mid)
@@ -128,7 +120,7 @@ def test_events_order_streams_on_the_device_and_time_work(ctx) -> None:
     assert not isinstance(ready, type(None)) and ready.stream is producer
     finished.synchronize()
     assert finished.done and ready.done
-    assert _rel(out.numpy(), a.astype(np.float64) * 4) < 1e-6
+    assert rel_error(out.numpy(), a.astype(np.float64) * 4) < 1e-6
     assert start.elapsed_time(ready) >= 0.0
     producer.release()
     consumer.release()
@@ -155,14 +147,14 @@ def test_transfer_stream_upload_overlaps_and_orders_with_an_event(ctx) -> None:
     rng = np.random.default_rng()
     data = rng.standard_normal(5003, dtype=np.float32)
     transfer = ctx.stream("transfer", name="uploads")
-    target = _poisoned(ctx, 5003)
-    out = _poisoned(ctx, 5003)
+    target = poisoned(ctx, 5003)
+    out = poisoned(ctx, 5003)
     # Through staging memory even where the host could map the tensor, so the copy path runs.
     transfer.upload(target.allocation, memoryview(data).cast("B"))
     landed = transfer.record()
     ctx.default_stream.wait(landed)
     ops.scale(target, 2.0, out=out)
-    assert _rel(out.numpy(), data.astype(np.float64) * 2) < 1e-6
+    assert rel_error(out.numpy(), data.astype(np.float64) * 2) < 1e-6
     if ctx.device.transfer_queue is None:
         assert transfer.compute  # no transfer-only family: the compute queue serves
     transfer.release()
@@ -216,7 +208,7 @@ def test_fence_fallback_without_timeline_semaphores(monkeypatch) -> None:
             event = other.record()
         ctx.default_stream.wait(event)  # falls back to a host wait
         out = ops.add(mid, ta)
-        assert _rel(out.numpy(), a.astype(np.float64) * 3) < 1e-6
+        assert rel_error(out.numpy(), a.astype(np.float64) * 3) < 1e-6
         assert ctx.default_stream.done
 
 
@@ -246,7 +238,7 @@ def test_threads_each_with_a_stream_get_correct_results(ctx) -> None:
         thread.join()
     assert not errors, errors
     for i in range(2):
-        assert _rel(results[i], inputs[i].astype(np.float64) * 25) < 1e-5
+        assert rel_error(results[i], inputs[i].astype(np.float64) * 25) < 1e-5
 
 
 def _heavy_work(ctx, stream) -> vkumd.Tensor:

@@ -21,14 +21,10 @@ from vkumd import ops
 from vkumd.submission import timeline as timeline_module
 from vkumd.submission.submitter import Submitter
 from vkumd.submission.timeline import Timeline
+from vkumd.testing.numerics import rel_error
 from vkumd.vk.binding import ffi, lib, vk
 
 JOIN_TIMEOUT_S = 60.0
-
-
-def _rel(got: np.ndarray, want: np.ndarray) -> float:
-    want = np.asarray(want, dtype=np.float64)
-    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
 
 
 def _run_threads(targets: list[Callable[[], None]], timeout: float = JOIN_TIMEOUT_S) -> None:
@@ -136,7 +132,7 @@ def _worker(ctx: vkumd.Context, index: int, deadline: float, private: vkumd.Stre
             # error even when float32 summation is as exact as it can be.
             mm_err = np.max(np.abs(doubled.numpy() - 2 * (x64 @ y64)) / (np.abs(x64) @ np.abs(y64)))
             assert mm_err < 1e-5, f"thread {index} step {step}: matmul error {mm_err}"
-        err = _rel(product.numpy(), want)
+        err = rel_error(product.numpy(), want)
         assert err < 1e-5, f"thread {index} step {step}: (a+b)*b error {err}"
         if here is private:
             assert private.done  # only this thread records on it, and it just read back
@@ -172,7 +168,7 @@ def test_pollers_do_not_recycle_work_still_in_flight(fresh_ctx, racy) -> None:
                     out = ops.add(ops.mul(ta, ta), ta)
                     events.append(stream.record())
                 if i % 4 == 3:
-                    assert _rel(out.numpy(), a.astype(np.float64) * a + a) < 1e-6
+                    assert rel_error(out.numpy(), a.astype(np.float64) * a + a) < 1e-6
         finally:
             stop.set()
 

@@ -28,6 +28,7 @@ PROBE = textwrap.dedent('''
     from vkumd.compiler.kernels import WORKGROUP
     from vkumd.compiler.push import PushLayout
     from vkumd.compiler.registry import Kernel
+    from vkumd.testing.numerics import rel_error
 
     GLSL = """#version 450
     #extension GL_KHR_shader_subgroup_basic : require
@@ -62,7 +63,7 @@ PROBE = textwrap.dedent('''
                           "compiled": sorted(set(out.numpy().tolist())),
                           "driver": ctx.caps.driver_name,
                           "width": os.environ.get("LP_NATIVE_VECTOR_WIDTH"),
-                          "gemm_error": float(np.linalg.norm(got - want) / np.linalg.norm(want))}))
+                          "gemm_error": rel_error(got, want)}))
         if len(sys.argv) > 1:
             os.environ["LP_NATIVE_VECTOR_WIDTH"] = sys.argv[1]
             try:
@@ -70,8 +71,7 @@ PROBE = textwrap.dedent('''
             except vkumd.VkumdValueError as exc:
                 print(json.dumps({"refused": str(exc)}))
             again = ops.matmul(ctx.tensor(a), ctx.tensor(b)).numpy().astype(np.float64)
-            print(json.dumps({"after": float(np.linalg.norm(again - want)
-                                             / np.linalg.norm(want))}))
+            print(json.dumps({"after": rel_error(again, want)}))
 ''')
 
 

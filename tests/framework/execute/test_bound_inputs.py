@@ -10,6 +10,7 @@ import pytest
 from vkumd.errors import VkumdTypeError
 from vkumd.framework.execute import CompiledGraph
 from vkumd.framework.graph import GraphBuilder
+from vkumd.testing.numerics import rel_error
 
 
 def _graph():
@@ -26,7 +27,7 @@ def _want(x: np.ndarray) -> np.ndarray:
 
 
 def _rel(got, want) -> float:
-    return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+    return rel_error(got, want, norm="max")
 
 
 @pytest.fixture

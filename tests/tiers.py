@@ -1,0 +1,159 @@
+"""Which tests belong to which tier, in one table (docs/lanes.md, "Tiers").
+
+``tests/conftest.py`` adds the markers below to the tests named here; a test is named by its
+module (``tests/x/test_y.py``: every test in it) or by its function
+(``tests/x/test_y.py::test_z``: every parametrisation of it). Markers:
+
+- ``smoke``: a few tests per kernel family, each checked against its reference. With the
+  device-free modules (``fast``) they make ``make test-fast``; on the device-only lane they
+  run every kernel family once at 8-wide subgroups, where kernels take other tiles and paths.
+- ``fast``: unit tests that need no device or take a second or two (``make test-fast``).
+- ``transfers``: tests whose data crosses between host and device through the paths a
+  discrete GPU takes (uploads, read-backs, staging, DLPack, transfer streams, views at
+  offsets, captured graphs fed new inputs, the models and importers end to end). The
+  device-only lane (``VKUMD_DEVICE_ONLY_MEMORY=1``) runs these and the smoke tests only.
+- ``hardened``: endurance and abuse: the short soak, fuzzing (``--fuzz-scale`` multiplies
+  its examples), exhaustion, fault injection, the bad-input corpus, threads
+  (``make test-hardened``; the main lane runs them too, at scale 1).
+
+A new test file that moves data between host and device belongs in ``TRANSFERS``; a new
+kernel family gets an entry in ``SMOKE``.
+"""
+
+from __future__ import annotations
+
+# Each kernel family's central reference checks; at 8 lanes on the device-only lane these
+# are the tests that see the narrower subgroup's tiles, keys per tile and reduction paths.
+SMOKE: dict[str, str] = {
+    "tests/framework/test_elementwise.py::test_one_pipeline_serves_every_shape": "binary",
+    "tests/framework/test_elementwise.py::test_broadcasts_longer_than_one_pass_of_the_grid":
+        "binary broadcast",
+    "tests/framework/test_elementwise.py::test_large_tensors_use_the_two_dimensional_grid":
+        "binary, 2-D grid",
+    "tests/framework/test_elementwise.py::test_copy_is_bit_exact": "copy",
+    "tests/framework/test_elementwise.py::test_cast_to_bfloat16_rounds_to_nearest_even": "cast",
+    "tests/framework/test_elementwise.py::test_int32_division_rounds_as_asked": "int32 division",
+    "tests/framework/test_binary_vector.py::test_views_at_offsets_off_the_pool_alignment":
+        "binary vector variant",
+    "tests/framework/test_unary_vector.py::test_cast_and_fill_through_the_ops":
+        "cast, fill, scale vector variants",
+    "tests/framework/test_unary_vector.py::test_concatenation_copies_vectors_into_the_slice":
+        "copy vector variant",
+    "tests/framework/test_fused_vector.py::test_views_at_offsets_off_the_pool_alignment":
+        "fused elementwise vector variant",
+    "tests/framework/test_fused_elementwise.py::test_a_chain_matches_the_reference":
+        "fused elementwise",
+    "tests/framework/test_fused_elementwise.py::test_eight_inputs_with_their_own_broadcasts":
+        "fused elementwise, most inputs",
+    "tests/framework/test_activation.py::test_negative_tail_per_element": "activations",
+    "tests/framework/test_generated_ops.py::test_compiled_graph_matches_float64":
+        "generated one-input kernels (exp, sqrt, tanh, erf, sigmoid, hardswish, ...)",
+    "tests/framework/test_activation.py::test_large_tensor_uses_a_2d_grid": "activations, 2-D",
+    "tests/framework/test_softmax.py::test_reduction_paths": "softmax, every reduction path",
+    "tests/framework/test_norm.py::test_reduction_paths": "layer and RMS norm, every path",
+    "tests/framework/test_reduce.py::test_reduction_paths": "sum, mean, max, every path",
+    "tests/framework/test_layout.py::test_transpose": "transpose",
+    "tests/framework/test_layout.py::test_embedding": "embedding",
+    "tests/framework/test_matmul.py::test_matches_float64_reference": "GEMM tiles",
+    "tests/framework/test_matmul.py::test_lanes_load_variants": "GEMM per-lane loads",
+    "tests/framework/test_matmul.py::test_full_epilogue": "GEMM epilogue",
+    "tests/framework/test_matmul.py::test_int8": "int8 GEMM",
+    "tests/framework/test_attention.py::test_tiled_float32": "attention, keys per tile",
+    "tests/framework/test_attention.py::test_tiled_float16": "attention, float16",
+    "tests/framework/test_attention.py::test_decode_path": "attention, decode",
+    "tests/framework/graph/test_fusion_norm.py": "fused residual + norm (add_norm)",
+}
+
+# Device-free modules, or ones that take a second or two, for the fast tier.
+FAST: dict[str, str] = {
+    "tests/test_layers.py": "import layering, module sizes",
+    "tests/test_docs.py": "README's variables",
+    "tests/test_settings.py": "settings parsing",
+    "tests/test_tiers.py": "the tier tables name real tests",
+    "tests/test_numerics.py": "the shared numerical checks",
+    "tests/vk/test_errors.py": "VkResult to exceptions",
+    "tests/compiler/test_glslang.py": "the shader compiler",
+    "tests/compiler/test_push_layouts.py": "push layouts against SPIR-V",
+    "tests/compiler/test_spirv_val.py": "spirv-val on every kernel",
+    "tests/framework/graph/test_graph_ir.py": "graph IR",
+    "tests/framework/graph/test_graph_dims.py": "symbolic dims",
+    "tests/framework/graph/test_graph_shapes.py": "shape rules",
+    "tests/framework/graph/test_graph_memory.py": "memory planner",
+    "tests/framework/graph/test_graph_passes.py": "passes",
+    "tests/framework/graph/test_graph_reference.py": "float64 reference",
+    "tests/framework/graph/test_graph_layering.py": "graph stays device-free",
+    "tests/framework/graph/test_fusion_elementwise.py": "fusion rules",
+    "tests/framework/graph/test_execute_hazards.py": "executor barriers",
+    "tests/framework/graph/test_trace.py": "tracing",
+    "tests/framework/graph/test_trace_errors.py": "tracing errors",
+    "tests/framework/models/test_safetensors.py": "weights loader",
+    "tests/frontends/test_ir_math_ops.py": "frontend IR math",
+    "tests/framework/test_tensor.py": "upload and read back every dtype",
+    "tests/runtime/test_dispatch.py": "one dispatch end to end",
+    "tests/runtime/test_launch.py": "launch plans",
+}
+
+TRANSFERS: dict[str, str] = {
+    "tests/framework/test_tensor.py": "upload and read back, every dtype and shape",
+    "tests/framework/test_views.py": "views at offsets, slices, split and concat, DLPack",
+    "tests/runtime/test_device_only_memory.py": "the staging paths themselves",
+    "tests/runtime/test_memory.py": "which memory tensors live in, mapped or not",
+    "tests/runtime/test_lifetime.py": "staging and DLPack memory outliving tensors",
+    "tests/runtime/test_streams.py": "transfer streams, writes on a stream, read-back waits",
+    "tests/runtime/test_capture.py": "new inputs written into captured tensors",
+    "tests/runtime/test_capture_rules.py": "writes and reads refused inside a capture",
+    "tests/runtime/test_exhaustion.py": "staging memory under a memory limit",
+    "tests/runtime/test_eager_path.py": "eager ops with uploads between them",
+    "tests/runtime/test_threads.py": "uploads and read-backs from several threads",
+    "tests/framework/graph/test_execute_memory.py": "the arena read back through staging",
+    "tests/framework/graph/test_execute_buckets.py": "bucket inputs written, outputs read",
+    "tests/framework/graph/test_compile_e2e.py": "compiled functions end to end",
+    "tests/framework/execute/test_bound_inputs.py": "inputs bound to a compiled graph",
+    "tests/framework/execute/test_given_weights.py": "weights the caller holds, read in place",
+    "tests/framework/models/test_encoder.py": "the sentence encoder end to end",
+    "tests/framework/models/test_bert_graph.py": "the BERT graph end to end",
+    "tests/frontends/test_onnx_import.py": "ONNX models end to end",
+    "tests/frontends/test_onnx_derived.py": "ONNX models with masks end to end",
+    "tests/runtime/test_sync_validation.py": "barriers around staging copies, checked by the "
+                                             "layer's synchronization validation",
+    "tests/frontends/test_onnx_bert_block.py": "an ONNX BERT block end to end",
+    "tests/frontends/test_onnx_int8_minilm.py": "the int8 MiniLM export end to end",
+    "tests/distributed/test_data_parallel.py": "one batch split across contexts",
+}
+
+HARDENED: dict[str, str] = {
+    "tests/test_soak_short.py": "the soak, scaled down",
+    "tests/test_bad_inputs.py": "the bad-input corpus",
+    "tests/runtime/test_exhaustion.py": "memory, descriptor pools and queues run out",
+    "tests/runtime/test_threads.py": "concurrent recording and submission",
+    "tests/vk/test_faults.py": "every Vulkan call failing, lost devices",
+    "tests/runtime/test_suballoc.py::TestRangeAllocatorMachine": "sub-allocator fuzz",
+    "tests/framework/graph/test_fusion_dags.py": "fusion fuzz over random DAGs",
+    "tests/framework/graph/test_graph_memory.py::test_random_dags_never_overlap_live_values":
+        "memory-planner fuzz",
+    "tests/framework/graph/test_graph_passes.py::test_random_dags_every_pass_keeps_the_values":
+        "pass fuzz",
+    "tests/framework/graph/test_compile_e2e.py::test_random_elementwise_functions":
+        "compile fuzz",
+    "tests/framework/execute/test_lower_windows.py::"
+    "test_random_window_graphs_compile_and_match_the_reference": "lowering fuzz",
+    "tests/framework/test_matmul.py::test_shape_search": "GEMM shape fuzz",
+}
+
+TIERS: dict[str, dict[str, str]] = {"smoke": SMOKE, "fast": FAST, "transfers": TRANSFERS,
+                                    "hardened": HARDENED}
+
+MARKERS = {
+    "smoke": "a kernel family's central reference check (test-fast; device-only lane)",
+    "fast": "device-free or second-long unit tests (make test-fast)",
+    "transfers": "host<->device transfer paths (the device-only lane runs these)",
+    "hardened": "soak, fuzz, exhaustion, faults, bad inputs (make test-hardened)",
+}
+
+
+def markers_for(nodeid: str) -> list[str]:
+    """The tier markers of the test ``nodeid`` (``path::[Class::]name[params]``): those of
+    its module, its class and its function."""
+    parts = nodeid.split("[", 1)[0].split("::")
+    names = {"::".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    return [marker for marker, table in TIERS.items() if names & table.keys()]
