@@ -27,7 +27,8 @@ SHAPES = [(1,), (7,), (3, 5), (2, 3, 8), (33, 17)]
 
 def _inputs(rng: np.random.Generator, op: str, dtype: str, shape: tuple[int, ...]
             ) -> np.ndarray:
-    x = sample(rng, dtype, shape, scale=3.0)
+    # exp's inputs stay where float16 holds the result (e**11.1 overflows it).
+    x = sample(rng, dtype, shape, scale=1.5 if op == "exp" else 3.0)
     return np.abs(x) if op == "sqrt" else x  # the square root's domain
 
 

@@ -317,7 +317,7 @@ def test_numpy_spellings_and_the_registry_ops_as_methods(ctx, rng, dtype) -> Non
         "T": (t.T, h.T), "+t": (+t, h),
     }
     for name, (got, want) in cases.items():
-        assert rel_err(got.numpy(), want) < FROB[dtype] * 2, name
+        assert rel_error(got.numpy(), want) < FROB[dtype] * 2, name
     assert +t is t
     with pytest.raises(vkumd.VkumdTypeError, match="no power op"):
         _ = t ** 2
