@@ -11,6 +11,8 @@ import math
 import numbers
 from typing import Any
 
+import numpy as np
+
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.graph.registry import TensorType
@@ -42,15 +44,16 @@ def real(op: str, value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise VkumdTypeError(f"{op}: {what} must be a real number, not {value!r}")
     if not math.isfinite(float(value)):
-        raise VkumdValueError(f"{op}: {what} must be finite, got {value}")
+        raise VkumdValueError(f"{op}: {what}={value!r} is not finite")
     return float(value)
 
 
 def flag(op: str, value: Any, what: str) -> bool:
-    """``value`` as a bool, refusing anything else."""
-    if not isinstance(value, bool):
-        raise VkumdTypeError(f"{op}: {what} must be True or False, not {value!r}")
-    return value
+    """``value`` as a bool (numpy's included), refusing anything else (``1``, ``"yes"``)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise VkumdTypeError(f"{op}: {what} must be True or False, not {value!r} ({what} "
+                             "must be a bool)")
+    return bool(value)
 
 
 def at_least_1d(op: str, t: TensorType) -> None:
