@@ -59,10 +59,44 @@ REFUSED: dict[str, tuple[str, list[Spec], dict[str, Any]]] = {
     "attention out_layout": ("attention", [((1, 2, 4, 8), F32)] * 3, {"out_layout": "BHSD"}),
     "attention causal": ("attention", [((1, 2, 4, 8), F32)] * 3, {"causal": "yes"}),
     "attention scale": ("attention", [((1, 2, 4, 8), F32)] * 3, {"scale": float("nan")}),
+    "layer_norm int32": ("layer_norm", [((2, 3), "int32")], {}),
+    "layer_norm 0-d": ("layer_norm", [((), F32)], {}),
+    "layer_norm weight dtype": ("layer_norm", [((2, 3), F32), ((3,), "float16")], {}),
+    "layer_norm bias shape": ("layer_norm", [((2, 3), F32), None, ((2,), F32)], {}),
+    "layer_norm eps nan": ("layer_norm", [((2, 3), F32)], {"eps": float("nan")}),
+    "layer_norm eps inf": ("layer_norm", [((2, 3), F32)], {"eps": float("inf")}),
+    "layer_norm eps string": ("layer_norm", [((2, 3), F32)], {"eps": "1e-5"}),
+    "rms_norm eps negative": ("rms_norm", [((2, 3), F32)], {"eps": -1.0}),
+    "rms_norm weight shape": ("rms_norm", [((2, 3), F32), ((2,), F32)], {}),
+    "add_layer_norm residual dtype": ("add_layer_norm", [((2, 3), F32), ((2, 3), "float16")],
+                                      {}),
+    "add_layer_norm residual shape": ("add_layer_norm", [((2, 3), F32), ((3,), F32)], {}),
+    "softmax int32": ("softmax", [((2, 3), "int32")], {}),
+    "softmax mask dtype": ("softmax", [((2, 3), F32), ((2, 3), "float16")], {}),
+    "softmax mask grows x": ("softmax", [((2, 3), F32), ((4, 2, 3), F32)], {}),
+    "softmax mask mismatch": ("softmax", [((2, 3), F32), ((2, 4), F32)], {}),
+    "softmax scale string": ("softmax", [((2, 3), F32)], {"scale": "2"}),
+    "sum bfloat16 0-d": ("sum", [((), "bfloat16")], {}),
+    "sum keepdims int": ("sum", [((2, 3), F32)], {"keepdims": 1}),
+    "mean empty rows": ("mean", [((2, 0), F32)], {}),
+    "max int32": ("max", [((2, 3), "int32")], {}),
 }
 
-_EAGER_INPUTS = {"matmul": ("a", "b", "bias", "residual"),
-                 "attention": ("q", "k", "v", "key_lengths", "attn_mask")}
+# How each op's eager function takes the record's inputs, in the record's order.
+_EAGER: dict[str, Any] = {
+    "matmul": lambda i, at: ops.matmul(i[0], i[1], bias=i[2], residual=i[3], **at),
+    "attention": lambda i, at: ops.attention(i[0], i[1], i[2], key_lengths=i[3],
+                                             attn_mask=i[4], **at),
+    "layer_norm": lambda i, at: ops.layer_norm(i[0], i[1], i[2], **at),
+    "rms_norm": lambda i, at: ops.rms_norm(i[0], i[1], **at),
+    "add_layer_norm": lambda i, at: ops.add_layer_norm(i[0], i[1], i[2], i[3], **at),
+    "softmax": lambda i, at: ops.softmax(i[0], mask=i[1], **at),
+    "sum": lambda i, at: ops.sum(i[0], **at),
+    "mean": lambda i, at: ops.mean(i[0], **at),
+    "max": lambda i, at: ops.max(i[0], **at),
+}
+_ARITY = {"matmul": 4, "attention": 5, "layer_norm": 3, "rms_norm": 2, "add_layer_norm": 4,
+          "softmax": 2, "sum": 1, "mean": 1, "max": 1}
 
 
 def _graph_refusal(op: str, specs: list[Spec], attrs: dict[str, Any]) -> GraphError:
@@ -75,12 +109,9 @@ def _graph_refusal(op: str, specs: list[Spec], attrs: dict[str, Any]) -> GraphEr
 
 def _eager_refusal(ctx, op: str, specs: list[Spec], attrs: dict[str, Any]) -> Exception:
     tensors = [None if s is None else ctx.zeros(s[0], s[1]) for s in specs]
-    names = _EAGER_INPUTS[op]
-    n_positional = 2 if op == "matmul" else 3
-    kwargs = {name: t for name, t in zip(names[n_positional:], tensors[n_positional:],
-                                         strict=False) if t is not None}
+    tensors += [None] * (_ARITY[op] - len(tensors))
     with pytest.raises((VkumdTypeError, VkumdValueError)) as info:
-        getattr(ops, op)(*tensors[:n_positional], **kwargs, **attrs)
+        _EAGER[op](tensors, attrs)
     return info.value
 
 

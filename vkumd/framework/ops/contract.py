@@ -16,11 +16,12 @@ dict lookup. Only verdicts are stored; a call the rule refuses raises every time
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 from vkumd.framework.graph.registry import OPS, TensorType
 from vkumd.framework.graph.symbols import DimTable
+from vkumd.framework.ops.checks import check_context, check_tensor
 from vkumd.framework.tensor import Tensor
 
 Verdicts = dict[Hashable, Any]
@@ -70,3 +71,27 @@ def remember(memo: Verdicts, key: Hashable, verdict: Any) -> Any:
         memo.clear()
     memo[key] = verdict
     return verdict
+
+
+def signature(t: Tensor | None) -> tuple[tuple[int, ...], str] | None:
+    """An optional input's part of a memo key: its shape and dtype name, or None."""
+    return None if t is None else (t.shape, t.dtype.name)
+
+
+def live_inputs(op: str, x: Any, others: Iterable[tuple[Any, str]]) -> Tensor:
+    """``x`` and ``others`` (``(tensor, name)``, an optional one named ``"bias?"`` as in its
+    op's record, checked when present) as live tensors of one open context, before a rule
+    reads their shapes; returns ``x``.
+
+    Raises:
+        VkumdTypeError: one is not a vkumd Tensor.
+        ContextClosed: the context was closed.
+        VkumdValueError: one was released, or belongs to another context than ``x``.
+    """
+    x = check_tensor(op, x, "x")
+    for t, what in others:
+        if t is not None or not what.endswith("?"):
+            what = what.rstrip("?")
+            check_tensor(op, t, what)
+            check_context(op, x, t, what)
+    return x
