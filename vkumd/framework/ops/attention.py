@@ -65,8 +65,8 @@ from vkumd.compiler.kernels.limits import ATTENTION_HEAD_DIM_MULTIPLE, ATTENTION
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.graph.attention_layout import swap_heads_seq
-from vkumd.framework.ops.checks import check_context, check_storage, check_tensor, output
-from vkumd.framework.ops.contract import Verdicts, concrete_rule, recall, remember
+from vkumd.framework.ops.checks import check_storage, check_tensor, output
+from vkumd.framework.ops.contract import Verdicts, concrete_rule, live_with, recall, remember
 from vkumd.framework.tensor import Tensor
 
 __all__ = ["LAYOUTS", "PATHS", "attention", "attention_path", "choose_path"]
@@ -124,10 +124,7 @@ def _check(q: Any, k: Any, v: Any, key_lengths: Any = None, attn_mask: Any = Non
     if k.context is not q.context or v.context is not q.context:
         raise VkumdValueError("attention: q, k and v belong to different contexts")
     lengths = key_lengths if isinstance(key_lengths, Tensor) else None
-    for t, what in ((lengths, "key_lengths"), (attn_mask, "attn_mask")):
-        if t is not None:
-            check_tensor("attention", t, what)
-            check_context("attention", q, t, what)
+    live_with("attention", q, ((lengths, "key_lengths?"), (attn_mask, "attn_mask?")))
     key = (q.shape, q.dtype.name, k.shape, k.dtype.name, v.shape, v.dtype.name,
            None if lengths is None else (lengths.shape, lengths.dtype.name),
            None if attn_mask is None else (attn_mask.shape, attn_mask.dtype.name),

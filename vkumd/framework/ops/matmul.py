@@ -43,8 +43,8 @@ from vkumd.compiler.kernels.gemm_plan import GemmProblem, gemm_plan
 from vkumd.compiler.registry import effective_caps
 from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
-from vkumd.framework.ops.checks import check_context, check_pair, check_real, check_tensor, output
-from vkumd.framework.ops.contract import Verdicts, concrete_rule, recall, remember
+from vkumd.framework.ops.checks import check_pair, check_real, check_tensor, output
+from vkumd.framework.ops.contract import Verdicts, concrete_rule, live_with, recall, remember
 from vkumd.framework.tensor import Tensor
 
 _MAX_INDEX = 2**32 - 1  # element offsets travel as uint32
@@ -157,10 +157,7 @@ def matmul(a: Tensor, b: Tensor, *, bias: Tensor | None = None, activation: str 
         CapabilityMissing: 16-bit or 8-bit types on a device without that storage.
     """
     context = check_pair("matmul", a, b, "a", "b")
-    for t, what in ((bias, "bias"), (residual, "residual")):
-        if t is not None:
-            check_tensor("matmul", t, what)
-            check_context("matmul", a, t, what)
+    live_with("matmul", a, ((bias, "bias?"), (residual, "residual?")))
     caps = context.caps
     key = (id(caps), a.shape, a.dtype.name, b.shape, b.dtype.name,
            None if bias is None else (bias.shape, bias.dtype.name),
