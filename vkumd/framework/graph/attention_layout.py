@@ -27,8 +27,9 @@ from vkumd.errors import VkumdValueError
 from vkumd.framework.graph.fusion_rewrite import replace_group, sole_user
 from vkumd.framework.graph.ir import Graph, Node, Value, ValueKind
 
-# "bhsd" is [batch, heads, seq, head_dim], "bshd" [batch, seq, heads, head_dim].
 ATTENTION_LAYOUTS = ("bhsd", "bshd")
+LAYOUT_AXES = {"bhsd": "[batch, heads, seq, head_dim]", "bshd": "[batch, seq, heads, head_dim]"}
+"""What each layout's four axes are."""
 
 
 def swap_heads_seq(shape: tuple[Any, ...], layout: str) -> tuple[Any, ...]:
@@ -49,8 +50,9 @@ def attention_layouts(attrs: dict[str, Any]) -> tuple[str, str]:
     out_layout = layout if out_layout is None else out_layout
     for name, value in (("layout", layout), ("out_layout", out_layout)):
         if not isinstance(value, str) or value not in ATTENTION_LAYOUTS:
+            meanings = ", ".join(f"{k!r}: {v}" for k, v in LAYOUT_AXES.items())
             raise VkumdValueError(f"attention: unknown {name} {value!r}; choose one of "
-                                  f"{list(ATTENTION_LAYOUTS)}")
+                                  f"{list(ATTENTION_LAYOUTS)} ({meanings})")
     return layout, out_layout
 
 _FLIP = {"bhsd": "bshd", "bshd": "bhsd"}

@@ -11,6 +11,8 @@ import math
 import numbers
 from typing import Any
 
+import numpy as np
+
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.graph.registry import TensorType
@@ -23,8 +25,8 @@ Types = list[TensorType | None]
 def need_float(op: str, t: TensorType, what: str = "x") -> None:
     """Refuse a non-float ``t``."""
     if t.dtype.name not in FLOATS:
-        raise VkumdTypeError(f"{op}: {what} is {t.dtype.name}; {op} takes "
-                             f"{', '.join(FLOATS)}")
+        raise VkumdTypeError(f"{op}: {what} is {t.dtype.name}, which is not supported; {op} "
+                             f"takes {', '.join(FLOATS)} (cast() converts)")
 
 
 def same_dtype(op: str, *pairs: tuple[str, TensorType | None]) -> dtypes.DType:
@@ -37,26 +39,29 @@ def same_dtype(op: str, *pairs: tuple[str, TensorType | None]) -> dtypes.DType:
     return first
 
 
-def real(op: str, value: Any, what: str) -> float:
-    """``value`` as a finite float, refusing bools and non-numbers."""
+def real(op: str, value: Any, what: str, *, finite: bool = True) -> float:
+    """``value`` as a float, refusing bools and non-numbers (and inf and NaN, unless
+    ``finite`` is False)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise VkumdTypeError(f"{op}: {what} must be a real number, not {value!r}")
-    if not math.isfinite(float(value)):
-        raise VkumdValueError(f"{op}: {what} must be finite, got {value}")
+    if finite and not math.isfinite(float(value)):
+        raise VkumdValueError(f"{op}: {what}={value!r} is not finite")
     return float(value)
 
 
 def flag(op: str, value: Any, what: str) -> bool:
-    """``value`` as a bool, refusing anything else."""
-    if not isinstance(value, bool):
-        raise VkumdTypeError(f"{op}: {what} must be True or False, not {value!r}")
-    return value
+    """``value`` as a bool (numpy's included), refusing anything else (``1``, ``"yes"``)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise VkumdTypeError(f"{op}: {what} must be True or False, not {value!r} ({what} "
+                             "must be a bool)")
+    return bool(value)
 
 
 def at_least_1d(op: str, t: TensorType) -> None:
     """Refuse a 0-d ``t`` (the row ops work on the last axis)."""
     if t.ndim == 0:
-        raise VkumdValueError(f"{op}: x is 0-d; {op} works over the last dimension")
+        raise VkumdValueError(f"{op}: x is 0-d; {op} works over the last dimension, so x "
+                              "needs at least one (reshape it to [1])")
 
 
 def axis_of(op: str, axis: Any, ndim: int) -> int:
@@ -66,6 +71,13 @@ def axis_of(op: str, axis: Any, ndim: int) -> int:
     if not -ndim <= axis < ndim:
         raise VkumdValueError(f"{op}: axis {axis} is out of range for {ndim} dimensions")
     return axis % ndim
+
+
+def like_x(op: str, x: TensorType, t: TensorType, what: str) -> None:
+    """Refuse an operand ``t`` whose dtype is not ``x``'s."""
+    if t.dtype is not x.dtype:
+        raise VkumdTypeError(f"{op}: {what} is {t.dtype.name} but x is {x.dtype.name}; cast it "
+                             "to x's dtype")
 
 
 def only(ins: Types) -> TensorType:

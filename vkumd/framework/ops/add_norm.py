@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from vkumd.compiler.kernels.add_norm_plan import add_layer_norm_plan
 from vkumd.compiler.kernels.rows import ROW_CODES
-from vkumd.errors import VkumdValueError
-from vkumd.framework.ops.checks import (
-    check_float,
-    check_same,
-    output,
-)
-from vkumd.framework.ops.norm import check_norm_arguments
+from vkumd.framework.ops.checks import output
+from vkumd.framework.ops.norm import check_norm_call
 from vkumd.framework.tensor import Tensor
 
 __all__ = ["add_layer_norm"]
@@ -29,7 +24,7 @@ def add_layer_norm(x: Tensor, residual: Tensor, weight: Tensor | None = None,
         residual: x's shape and dtype.
         weight: optional scale, shape ``(x.shape[-1],)``, x's dtype.
         bias: optional shift, shape ``(x.shape[-1],)``, x's dtype.
-        eps: added to the variance (>= 0).
+        eps: added to the variance (finite, >= 0).
         out: optional output of x's shape and dtype (neither x nor residual).
 
     Returns:
@@ -39,15 +34,11 @@ def add_layer_norm(x: Tensor, residual: Tensor, weight: Tensor | None = None,
         VkumdTypeError: non-float x; residual, weight, bias or out of another dtype;
             non-numeric eps.
         VkumdValueError: 0-d x; a residual of another shape; weight or bias of the wrong
-            length; negative eps; out of the wrong shape or aliasing an input.
+            length; eps negative or not finite; out of the wrong shape or aliasing an input.
     """
     op = "add_layer_norm"
-    x = check_float(op, x)
-    residual = check_same(op, x, residual, "residual")
-    if residual.shape != x.shape:
-        raise VkumdValueError(f"{op}: residual has shape {residual.shape}; it must be x's "
-                              f"{x.shape}")
-    rows, cols, eps = check_norm_arguments(op, x, weight, bias, eps)
+    x, rows, cols, eps = check_norm_call(op, x, (residual, weight, bias),
+                                         ("residual", "weight?", "bias?"), eps)
     out = output(op, x.context, out, x.shape, x.dtype, (x, residual))
     if out.size == 0:
         return out

@@ -48,14 +48,12 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from vkumd.compiler.kernels import attention_plan as planner
-from vkumd.compiler.kernels.attention import ATTENTION_MAX_HEAD_DIM
 from vkumd.compiler.kernels.attention_plan import (
-    ATTENTION_CODES,
     FLAG_CAUSAL,
     FLAG_KEY_LENGTHS,
     FLAG_MASK,
@@ -63,99 +61,90 @@ from vkumd.compiler.kernels.attention_plan import (
     PATHS,
     AttentionProblem,
 )
+from vkumd.compiler.kernels.limits import ATTENTION_HEAD_DIM_MULTIPLE, ATTENTION_MAX_HEAD_DIM
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.graph.attention_layout import swap_heads_seq
-from vkumd.framework.ops.checks import (
-    check_bool,
-    check_real,
-    check_storage,
-    check_tensor,
-    output,
-)
+from vkumd.framework.ops.checks import check_storage, check_tensor, output
+from vkumd.framework.ops.contract import Verdicts, concrete_rule, live_with, recall, remember
 from vkumd.framework.tensor import Tensor
 
 __all__ = ["LAYOUTS", "PATHS", "attention", "attention_path", "choose_path"]
 
-_LAYOUT_NAMES = {"bhsd": "[batch, heads, seq, head_dim]", "bshd": "[batch, seq, heads, head_dim]"}
-
 
 # -- argument checks ------------------------------------------------------------------------
+# The shapes, dtypes and attributes are checked by the ``attention`` op record's rule
+# (vkumd.framework.opset.linalg), the one the graph applies; this module checks what the
+# graph op has no word for: contexts, ``out=``, key lengths given as a list, the kernels'
+# head_dim limit and the device's storage.
 
 
-def _check_tensor(t: Any, what: str) -> Tensor:
-    return check_tensor("attention", t, what)
+class _Verdict(NamedTuple):
+    """What the rule and the kernel limits made of one call signature."""
+
+    problem: AttentionProblem
+    scale: float  # the scale the kernel applies (the default filled in)
+    out_shape: tuple[int, ...]
 
 
-def _check_layout(layout: Any, what: str) -> str:
-    if not isinstance(layout, str) or layout not in LAYOUTS:
-        raise VkumdValueError(f"attention: unknown {what} {layout!r}; choose one of "
-                              f"{list(LAYOUTS)} ('bhsd': {_LAYOUT_NAMES['bhsd']}, 'bshd': "
-                              f"{_LAYOUT_NAMES['bshd']})")
-    return layout
+# Verdicts by the shapes and dtype names of q, k, v and of the key_lengths tensor and mask
+# (None where absent), causal and scale each with its type (True == 1 hash alike and the rule
+# takes only one of them), layout and out_layout.
+_VERDICTS: Verdicts = {}
 
 
-def _check_inputs(q: Any, k: Any, v: Any, layout: str = "bhsd",
-                  out_layout: str = "bhsd") -> AttentionProblem:
-    q, k, v = _check_tensor(q, "q"), _check_tensor(k, "k"), _check_tensor(v, "v")
+def _judge(q: Tensor, k: Tensor, v: Tensor, key_lengths: Tensor | None, mask: Tensor | None,
+           causal: Any, scale: Any, layout: Any, out_layout: Any) -> _Verdict:
+    """Check a call with the op's rule and the kernels' limits; raises as they do."""
+    (out,) = concrete_rule("attention", (q, k, v, key_lengths, mask),
+                           {"causal": causal, "scale": scale, "layout": layout,
+                            "out_layout": out_layout})
+    out_layout = layout if out_layout is None else out_layout
+    batch, q_heads, q_len, head_dim = swap_heads_seq(q.shape, layout)
+    _, kv_heads, k_len, _ = swap_heads_seq(k.shape, layout)
+    step = ATTENTION_HEAD_DIM_MULTIPLE
+    if head_dim % step or not step <= head_dim <= ATTENTION_MAX_HEAD_DIM:
+        raise VkumdValueError(f"attention: head_dim {head_dim} is not supported; it must be a "
+                              f"multiple of {step} from {step} to {ATTENTION_MAX_HEAD_DIM} "
+                              f"(e.g. 32, 64, 80, 96, 128); pad q, k and v with zeros to the "
+                              f"next multiple of {step} and pass scale=1/sqrt(original "
+                              "head_dim)")
+    problem = AttentionProblem(batch, q_heads, kv_heads, q_len, k_len, head_dim, q.dtype.name,
+                               layout, out_layout)
+    value = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+    return _Verdict(problem, value, out.shape)
+
+
+def _check(q: Any, k: Any, v: Any, key_lengths: Any = None, attn_mask: Any = None,
+           causal: Any = False, scale: Any = None, layout: Any = "bhsd",
+           out_layout: Any = None) -> _Verdict:
+    """Check an attention call's arguments but ``out=`` and the values of a key-lengths
+    list: the tensors are live and share a context, the rule and the kernels take them."""
+    q, k, v = (check_tensor("attention", t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
     if k.context is not q.context or v.context is not q.context:
         raise VkumdValueError("attention: q, k and v belong to different contexts")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.ndim != 4:
-            raise VkumdValueError(f"attention: {name} must be 4-D {_LAYOUT_NAMES[layout]} "
-                                  f"(layout={layout!r}), got shape {t.shape}")
-    if q.dtype.name not in ATTENTION_CODES:
-        raise VkumdTypeError(f"attention: q is {q.dtype.name}; attention takes float32 or "
-                             "float16 (cast with vkumd.ops.cast)")
-    if k.dtype is not q.dtype or v.dtype is not q.dtype:
-        raise VkumdTypeError(f"attention: q, k and v must share a dtype, got {q.dtype.name}, "
-                             f"{k.dtype.name} and {v.dtype.name}")
-    if k.shape != v.shape:
-        raise VkumdValueError(f"attention: k and v must have the same shape, got {k.shape} and "
-                              f"{v.shape}")
-    batch, q_heads, q_len, head_dim = swap_heads_seq(q.shape, layout)
-    k_batch, kv_heads, k_len, k_dim = swap_heads_seq(k.shape, layout)
-    if k_batch != batch:
-        raise VkumdValueError(f"attention: q has batch {batch} and k/v have {k_batch}")
-    if k_dim != head_dim:
-        raise VkumdValueError(f"attention: q has head_dim {head_dim} and k/v have {k_dim}; they "
-                              "must match")
-    if kv_heads < 1 or q_heads % kv_heads:
-        raise VkumdValueError(f"attention: {q_heads} query heads are not a multiple of "
-                              f"{kv_heads} key/value heads (grouped-query attention needs "
-                              "kv_heads to divide q_heads)")
-    if head_dim % 4 or not 4 <= head_dim <= ATTENTION_MAX_HEAD_DIM:
-        raise VkumdValueError(f"attention: head_dim {head_dim} is not supported; it must be a "
-                              f"multiple of 4 from 4 to {ATTENTION_MAX_HEAD_DIM} (e.g. 32, 64, "
-                              "80, 96, 128); pad q, k and v with zeros to the next multiple "
-                              "of 4 and pass scale=1/sqrt(original head_dim)")
-    check_storage("attention", q.dtype, q.context)
-    return AttentionProblem(batch, q_heads, kv_heads, q_len, k_len, head_dim, q.dtype.name,
-                            layout, out_layout)
-
-
-def _check_scale(scale: Any, head_dim: int) -> float:
-    if scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    return check_real("attention", scale, "scale", finite=True)
+    lengths = key_lengths if isinstance(key_lengths, Tensor) else None
+    live_with("attention", q, ((lengths, "key_lengths?"), (attn_mask, "attn_mask?")))
+    key = (q.shape, q.dtype.name, k.shape, k.dtype.name, v.shape, v.dtype.name,
+           None if lengths is None else (lengths.shape, lengths.dtype.name),
+           None if attn_mask is None else (attn_mask.shape, attn_mask.dtype.name),
+           causal, type(causal), scale, type(scale), layout, out_layout)
+    known = recall(_VERDICTS, key)
+    if known is None:
+        known = remember(_VERDICTS, key, _judge(q, k, v, lengths, attn_mask, causal, scale,
+                                                layout, out_layout))
+    if q.dtype.itemsize < 4:
+        check_storage("attention", q.dtype, q.context)
+    return known
 
 
 def _key_lengths_tensor(key_lengths: Any, p: AttentionProblem, ctx: Any) -> tuple[Tensor, bool]:
     """The int32 ``[batch]`` tensor to bind, and whether the op made it (and must release it).
 
     Lengths past ``k_len`` act as ``k_len``; negative ones as 0 (a tensor's values are not
-    read back to check them).
+    read back to check them; :func:`_check` has checked the tensor itself).
     """
     if isinstance(key_lengths, Tensor):
-        _check_tensor(key_lengths, "key_lengths")
-        if key_lengths.context is not ctx:
-            raise VkumdValueError("attention: key_lengths belongs to a different context")
-        if key_lengths.dtype is not dtypes.int32:
-            raise VkumdTypeError(f"attention: a key_lengths tensor must be int32, got "
-                                 f"{key_lengths.dtype.name}")
-        if key_lengths.shape != (p.batch,):
-            raise VkumdValueError(f"attention: key_lengths has shape {key_lengths.shape}; "
-                                  f"expected ({p.batch},), one length per batch entry")
         return key_lengths, False
     if isinstance(key_lengths, (str, bytes)) or not isinstance(key_lengths, Sequence):
         if not isinstance(key_lengths, np.ndarray):
@@ -177,19 +166,10 @@ def _key_lengths_tensor(key_lengths: Any, p: AttentionProblem, ctx: Any) -> tupl
 def _mask_strides(attn_mask: Any, p: AttentionProblem, ctx: Any
                   ) -> tuple[Tensor, tuple[int, ...], bool]:
     """The float32 mask to bind, its element strides over ``[b, h, i, j]`` (0 where
-    broadcast), and whether the op made it (a float16 mask is widened to float32 first)."""
-    _check_tensor(attn_mask, "attn_mask")
-    if attn_mask.context is not ctx:
-        raise VkumdValueError("attention: attn_mask belongs to a different context")
-    if attn_mask.dtype.name not in ATTENTION_CODES:
-        raise VkumdTypeError(f"attention: attn_mask must be float32 or float16 (additive), got "
-                             f"{attn_mask.dtype.name}; turn a boolean mask into 0 / -inf")
-    target = (p.batch, p.q_heads, p.q_len, p.k_len)
+    broadcast), and whether the op made it (a float16 mask is widened to float32 first).
+    :func:`_check` has checked that it broadcasts to the scores."""
     shape = attn_mask.shape
-    padded = (1,) * (4 - len(shape)) + shape if len(shape) <= 4 else None
-    if padded is None or any(s not in (1, t) for s, t in zip(padded, target, strict=True)):
-        raise VkumdValueError(f"attention: attn_mask of shape {shape} does not broadcast to "
-                              f"[batch, heads, q_len, k_len] = {list(target)}")
+    padded = (1,) * (4 - len(shape)) + shape
     strides = [0, 0, 0, 0]
     step = 1
     for d in range(3, -1, -1):
@@ -199,11 +179,6 @@ def _mask_strides(attn_mask: Any, p: AttentionProblem, ctx: Any
         return attn_mask, tuple(strides), False
     from vkumd.framework.ops.elementwise import cast
     return cast(attn_mask, "float32"), tuple(strides), True
-
-
-def _check_out(out: Any, p: AttentionProblem, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    shape = swap_heads_seq((p.batch, p.q_heads, p.q_len, p.head_dim), p.out_layout)
-    return output("attention", q.context, out, shape, q.dtype, (q, k, v))
 
 
 # -- the path -------------------------------------------------------------------------------
@@ -229,9 +204,8 @@ def choose_path(q: Tensor, k: Tensor, v: Tensor | None = None, *, layout: str = 
         VkumdTypeError, VkumdValueError: the operands are not valid attention inputs, or
             ``VKUMD_ATTENTION_COOPMAT_BLOCK`` is malformed or does not fit.
     """
-    layout = _check_layout(layout, "layout")
-    p = _check_inputs(q, k, k if v is None else v, layout, layout)
-    return planner.choose_path(q.context.caps, p)
+    verdict = _check(q, k, k if v is None else v, layout=layout, out_layout=layout)
+    return planner.choose_path(q.context.caps, verdict.problem)
 
 
 def attention_path(path: str, q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
@@ -259,13 +233,10 @@ def attention_path(path: str, q: Tensor, k: Tensor, v: Tensor, *, causal: bool =
     if path != "auto" and path not in PATHS:
         raise VkumdValueError(f"attention: unknown path {path!r}; choose 'auto' or one of "
                               f"{list(PATHS)}")
-    check_bool("attention", causal, "causal")
-    layout = _check_layout(layout, "layout")
-    out_layout = layout if out_layout is None else _check_layout(out_layout, "out_layout")
-    p = _check_inputs(q, k, v, layout, out_layout)
+    p, scale_value, out_shape = _check(q, k, v, key_lengths, attn_mask, causal, scale, layout,
+                                       out_layout)
     ctx = q.context
-    scale_value = _check_scale(scale, p.head_dim)
-    out = _check_out(out, p, q, k, v)
+    out = output("attention", ctx, out, out_shape, q.dtype, (q, k, v))
     if p.q_len == 0 or p.batch == 0 or p.q_heads == 0:
         return out
     if p.k_len == 0:

@@ -26,36 +26,32 @@ Kernel variants (``variant=`` forces one; by default
   :func:`~vkumd.compiler.kernels.gemm_plan.coopmat_plan`).
 
 Split-K for long K and few output tiles, and B packing, are the planner's too
-(:mod:`vkumd.compiler.kernels.gemm_plan`); this module checks the arguments and runs the plan.
+(:mod:`vkumd.compiler.kernels.gemm_plan`). The shapes, dtypes and attributes are checked by
+the ``matmul`` op record's rule (:mod:`vkumd.framework.opset.linalg`), the one the graph
+applies; this module checks what the graph op has no word for (``beta``, ``out=``,
+``variant``, contexts, the device's capabilities) and runs the plan.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from vkumd.compiler.kernels import ACTIVATIONS
-from vkumd.compiler.kernels.gemm_choice import GEMM_CODES, GemmShape
+from vkumd.compiler.kernels.gemm_choice import GemmShape
 from vkumd.compiler.kernels.gemm_plan import GemmProblem, gemm_plan
 from vkumd.compiler.registry import effective_caps
 from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
-from vkumd.framework.ops.checks import (
-    check_bool,
-    check_context,
-    check_real,
-    check_tensor,
-    output,
-)
+from vkumd.framework.ops.checks import check_pair, check_real, check_tensor, output
+from vkumd.framework.ops.contract import Verdicts, concrete_rule, live_with, recall, remember
 from vkumd.framework.tensor import Tensor
 
 _MAX_INDEX = 2**32 - 1  # element offsets travel as uint32
 
 
 def _check_dtype(context: Any, dt: dtypes.DType) -> None:
-    if dt.name not in GEMM_CODES:
-        raise VkumdTypeError(f"matmul: {dt.name} is not supported; matmul takes float32, "
-                             "float16, bfloat16 and int8 (-> int32)")
+    """Refuse a dtype (one the rule accepted) that ``context``'s device cannot run GEMM on."""
     have = effective_caps(context.caps)
     if dt.itemsize == 2 and "storage16" not in have:
         raise CapabilityMissing(f"matmul: {dt.name} needs 16-bit storage "
@@ -71,16 +67,53 @@ def _check_dtype(context: Any, dt: dtypes.DType) -> None:
 
 def _batch_strides(a_batch: tuple[int, ...], b_batch: tuple[int, ...]
                    ) -> tuple[tuple[int, ...], bool, bool]:
-    """The output's batch shape, and whether A and B repeat across it."""
+    """The output's batch shape, and whether A and B repeat across it (batch shapes the
+    rule accepted)."""
     if not b_batch or math.prod(b_batch) == 1 and len(b_batch) <= len(a_batch):
         return a_batch, False, True
     if not a_batch or math.prod(a_batch) == 1 and len(a_batch) <= len(b_batch):
         return b_batch, True, False
-    if a_batch != b_batch:
-        raise VkumdValueError(f"matmul: batch dimensions {a_batch} and {b_batch} differ; pass "
-                              "equal batch shapes, or a 2-D right-hand matrix shared by the "
-                              "batch")
     return a_batch, False, False
+
+
+class _Verdict(NamedTuple):
+    """What the rule and the device checks made of one call signature."""
+
+    caps: Any  # the device's caps, kept so a recycled id() cannot match
+    out_shape: tuple[int, ...]
+    out_dtype: dtypes.DType
+    m: int
+    n: int
+    k: int
+    count: int  # batch entries
+    a_repeats: bool
+    b_repeats: bool
+    r_repeats: bool
+    alpha: float
+    trans_a: bool
+    trans_b: bool
+
+
+# Verdicts by (id of the device caps, shapes and dtype names of a, b, bias and residual,
+# activation, then alpha, trans_a and trans_b each with its type, since True == 1 == 1.0
+# hash alike and the rule takes only some of them).
+_VERDICTS: Verdicts = {}
+
+
+def _judge(context: Any, a: Tensor, b: Tensor, bias: Tensor | None, residual: Tensor | None,
+           activation: Any, alpha: Any, trans_a: Any, trans_b: Any) -> _Verdict:
+    """Check a call with the op's rule and the device's capabilities; raises as they do."""
+    (out,) = concrete_rule("matmul", (a, b, bias, residual),
+                           {"activation": activation, "alpha": alpha, "trans_a": trans_a,
+                            "trans_b": trans_b})
+    _check_dtype(context, a.dtype)
+    trans_a, trans_b = bool(trans_a), bool(trans_b)
+    m, k = (a.shape[-1], a.shape[-2]) if trans_a else (a.shape[-2], a.shape[-1])
+    n = b.shape[-2] if trans_b else b.shape[-1]
+    batch, a_repeats, b_repeats = _batch_strides(a.shape[:-2], b.shape[:-2])
+    r_repeats = residual is not None and bool(batch) and residual.shape == (m, n)
+    return _Verdict(context.caps, out.shape, out.dtype, m, n, k, math.prod(batch), a_repeats,
+                    b_repeats, r_repeats, float(alpha), trans_a, trans_b)
 
 
 def matmul(a: Tensor, b: Tensor, *, bias: Tensor | None = None, activation: str | None = None,
@@ -123,64 +156,25 @@ def matmul(a: Tensor, b: Tensor, *, bias: Tensor | None = None, activation: str 
             input, tensors of different contexts.
         CapabilityMissing: 16-bit or 8-bit types on a device without that storage.
     """
-    check_tensor("matmul", a, "a")
-    check_tensor("matmul", b, "b")
-    context = a.context
-    check_context("matmul", a, b, "b")
-    if a.dtype is not b.dtype:
-        raise VkumdTypeError(f"matmul: a is {a.dtype.name} and b is {b.dtype.name}; cast one "
-                             "so both have the same dtype")
+    context = check_pair("matmul", a, b, "a", "b")
+    live_with("matmul", a, ((bias, "bias?"), (residual, "residual?")))
+    caps = context.caps
+    key = (id(caps), a.shape, a.dtype.name, b.shape, b.dtype.name,
+           None if bias is None else (bias.shape, bias.dtype.name),
+           None if residual is None else (residual.shape, residual.dtype.name),
+           activation, alpha, type(alpha), trans_a, type(trans_a), trans_b, type(trans_b))
+    known = recall(_VERDICTS, key)
+    if known is None or known.caps is not caps:
+        known = remember(_VERDICTS, key, _judge(context, a, b, bias, residual, activation,
+                                                alpha, trans_a, trans_b))
+    (_, out_shape, out_dtype, m, n, k, count, a_repeats, b_repeats, r_repeats, alpha,
+     trans_a, trans_b) = known
     dt = a.dtype
-    _check_dtype(context, dt)
-    if activation not in ACTIVATIONS:
-        known = ", ".join(repr(x) for x in ACTIVATIONS)
-        raise VkumdValueError(f"matmul: activation={activation!r} is unknown; use one of "
-                              f"{known}")
-    alpha = check_real("matmul", alpha, "alpha", finite=True)
+    # beta, the prior contents of out=, is the eager function's own: the graph op has none.
     beta = check_real("matmul", beta, "beta", finite=True)
-    check_bool("matmul", trans_a, "trans_a")
-    check_bool("matmul", trans_b, "trans_b")
-    if a.ndim < 2 or b.ndim < 2:
-        raise VkumdValueError(f"matmul: a and b need at least 2 dimensions, got shapes "
-                              f"{a.shape} and {b.shape}; reshape vectors to (1, K) or (K, 1)")
-    m, k = (a.shape[-1], a.shape[-2]) if trans_a else (a.shape[-2], a.shape[-1])
-    k2, n = (b.shape[-1], b.shape[-2]) if trans_b else (b.shape[-2], b.shape[-1])
-    if k != k2:
-        raise VkumdValueError(
-            f"matmul: inner dimensions differ: op(a) is {m}x{k} and op(b) is {k2}x{n} "
-            f"(a {a.shape}{' transposed' if trans_a else ''}, b {b.shape}"
-            f"{' transposed' if trans_b else ''})")
-    batch, a_repeats, b_repeats = _batch_strides(a.shape[:-2], b.shape[:-2])
-    out_shape = (*batch, m, n)
-    out_dtype = dtypes.int32 if dt is dtypes.int8 else dt
-
-    if dt is dtypes.int8 and (bias is not None or activation is not None
-                              or residual is not None or alpha != 1.0 or beta != 0.0):
-        raise VkumdValueError("matmul: int8 inputs give the exact int32 product only; bias, "
-                              "activation, residual, alpha and beta need float inputs")
-    if bias is not None:
-        check_tensor("matmul", bias, "bias")
-        if bias.dtype is not dt:
-            raise VkumdTypeError(f"matmul: bias is {bias.dtype.name}; it must be {dt.name} "
-                                 "like a and b")
-        if bias.shape != (n,):
-            raise VkumdValueError(f"matmul: bias has shape {bias.shape}; it must be ({n},), "
-                                  "one value per output column")
-        if bias.context is not context:
-            raise VkumdValueError("matmul: bias belongs to a different context")
-    r_repeats = False
-    if residual is not None:
-        check_tensor("matmul", residual, "residual")
-        if residual.dtype is not dt:
-            raise VkumdTypeError(f"matmul: residual is {residual.dtype.name}; it must be "
-                                 f"{dt.name} like a and b")
-        if residual.shape == (m, n) and batch:
-            r_repeats = True
-        elif residual.shape != out_shape:
-            raise VkumdValueError(f"matmul: residual has shape {residual.shape}; it must be "
-                                  f"the output's shape {out_shape} or ({m}, {n})")
-        if residual.context is not context:
-            raise VkumdValueError("matmul: residual belongs to a different context")
+    if beta != 0.0 and dt is dtypes.int8:
+        raise VkumdValueError("matmul: int8 inputs give the exact int32 product only; beta "
+                              "needs float inputs")
     if beta != 0.0 and out is None:
         raise VkumdValueError("matmul: beta scales the prior contents of out=, so beta != 0 "
                               "needs out=")
@@ -190,7 +184,6 @@ def matmul(a: Tensor, b: Tensor, *, bias: Tensor | None = None, activation: str 
             raise VkumdTypeError(f"matmul: out= is {out.dtype.name}; the result is "
                                  f"{out_dtype.name}")
         output("matmul", context, out, out_shape, out_dtype, (a, b, bias))
-    count = math.prod(batch)
     # Every batch entry starts m*k (or k*n) elements after the last: aligned when the first
     # is and the entry size keeps it so.
     aligned_a = a.address % 8 == 0 and (a_repeats or m * k * dt.itemsize % 8 == 0)

@@ -1,46 +1,69 @@
-"""Layer norm and RMS norm over the last dimension, with optional affine parameters."""
+"""Layer norm and RMS norm over the last dimension, with optional affine parameters.
+
+The arguments are checked by the ops' records' rule (:mod:`vkumd.framework.opset.rows`), the
+one the graph applies.
+"""
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 from vkumd.compiler.kernels.norm import norm_plan
 from vkumd.compiler.kernels.rows import ROW_CODES
-from vkumd.errors import VkumdValueError
-from vkumd.framework.ops.checks import (
-    check_float,
-    check_real,
-    check_same,
-    leading_rows,
-    output,
+from vkumd.framework.ops.checks import check_storage, output
+from vkumd.framework.ops.contract import (
+    Verdicts,
+    concrete_rule,
+    live_inputs,
+    recall,
+    remember,
+    signature,
 )
 from vkumd.framework.tensor import Tensor
 
+# (rows, cols, eps) by (op, x's shape and dtype name, each optional input's signature, eps
+# and its type): what the op's rule accepted.
+_VERDICTS: Verdicts = {}
 
-def check_norm_arguments(op: str, x: Tensor, weight: Tensor | None, bias: Tensor | None,
-                         eps: float) -> tuple[int, int, float]:
-    """``(rows, cols, eps)`` after the checks every normalisation shares.
+
+def check_norm_call(op: str, x: Any, others: tuple[Any, ...], names: tuple[str, ...],
+                    eps: Any) -> tuple[Tensor, int, int, float]:
+    """Check a normalisation's arguments with the op record's rule.
+
+    Args:
+        op: ``"layer_norm"``, ``"rms_norm"`` or ``"add_layer_norm"``.
+        x: the rows.
+        others: the op's other inputs in its record's order (None where absent).
+        names: their names, for the messages (``"weight?"``: optional).
+        eps: the eps attribute.
+
+    Returns:
+        ``(x, rows, cols, eps)``.
 
     Raises:
-        VkumdTypeError: weight or bias of another dtype; non-numeric eps.
-        VkumdValueError: 0-d x; weight or bias of the wrong length; negative eps.
+        VkumdTypeError: non-tensor or non-float x; another input of another dtype;
+            non-numeric eps.
+        VkumdValueError: 0-d x; an input of the wrong shape; eps negative or not finite;
+            tensors of different contexts.
+        CapabilityMissing: a 16-bit type on a device without 16-bit storage.
     """
-    rows, cols = leading_rows(op, x)
-    eps = check_real(op, eps, "eps")
-    if not eps >= 0.0:
-        raise VkumdValueError(f"{op}: eps={eps!r}; it must be >= 0 (it keeps 1/sqrt finite)")
-    for what, param in (("weight", weight), ("bias", bias)):
-        if param is None:
-            continue
-        check_same(op, x, param, what)
-        if param.shape != (cols,):
-            raise VkumdValueError(f"{op}: {what} has shape {param.shape}; it must be "
-                                  f"({cols},), the length of x's last dimension")
-    return rows, cols, eps
+    x = live_inputs(op, x, zip(others, names, strict=True))
+    key = (op, x.shape, x.dtype.name, *map(signature, others), eps, type(eps))
+    known = recall(_VERDICTS, key)
+    if known is None:
+        concrete_rule(op, (x, *others), {"eps": eps})
+        known = remember(_VERDICTS, key, (math.prod(x.shape[:-1]), x.shape[-1], float(eps)))
+    if x.dtype.itemsize < 4:
+        check_storage(op, x.dtype, x.context)
+    return (x, *known)
 
 
 def _norm(op: str, x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float,
           out: Tensor | None) -> Tensor:
-    x = check_float(op, x)
-    rows, cols, eps = check_norm_arguments(op, x, weight, bias, eps)
+    others, names = ((weight, bias), ("weight?", "bias?")) if op == "layer_norm" else \
+        ((weight,), ("weight?",))
+    x, rows, cols, eps = check_norm_call(op, x, others, names, eps)
     out = output(op, x.context, out, x.shape, x.dtype)
     if out.size == 0:
         return out
@@ -65,7 +88,7 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
         x: float32, float16 or bfloat16, at least 1-D.
         weight: optional scale, shape ``(x.shape[-1],)``, x's dtype.
         bias: optional shift, shape ``(x.shape[-1],)``, x's dtype.
-        eps: added to the variance (>= 0).
+        eps: added to the variance (finite, >= 0).
         out: optional output of x's shape and dtype.
 
     Returns:
@@ -73,8 +96,8 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
 
     Raises:
         VkumdTypeError: non-float x; weight, bias or out of another dtype; non-numeric eps.
-        VkumdValueError: 0-d x; weight or bias of the wrong length; negative eps; out of the
-            wrong shape.
+        VkumdValueError: 0-d x; weight or bias of the wrong length; eps negative or not
+            finite; out of the wrong shape.
     """
     return _norm("layer_norm", x, weight, bias, eps, out)
 
@@ -92,7 +115,7 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, *, eps: float = 1e-6,
     Args:
         x: float32, float16 or bfloat16, at least 1-D.
         weight: optional scale, shape ``(x.shape[-1],)``, x's dtype.
-        eps: added to the mean square (>= 0).
+        eps: added to the mean square (finite, >= 0).
         out: optional output of x's shape and dtype.
 
     Returns:
@@ -100,8 +123,8 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, *, eps: float = 1e-6,
 
     Raises:
         VkumdTypeError: non-float x; weight or out of another dtype; non-numeric eps.
-        VkumdValueError: 0-d x; weight of the wrong length; negative eps; out of the wrong
-            shape.
+        VkumdValueError: 0-d x; weight of the wrong length; eps negative or not finite; out of
+            the wrong shape.
     """
     return _norm("rms_norm", x, weight, None, eps, out)
 

@@ -1,27 +1,38 @@
 """Reductions over the last dimension: sum, mean and max.
 
 Accumulation is in float32 whatever the storage type; the result has the input's dtype and
-its shape without the last dimension (or with it as 1 when ``keepdims=True``).
+its shape without the last dimension (or with it as 1 when ``keepdims=True``). The
+arguments are checked by the ops' records' rule (:mod:`vkumd.framework.opset.rows`), the one
+the graph applies.
 """
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 from vkumd.compiler.kernels.reduce import reduce_plan
 from vkumd.compiler.kernels.rows import ROW_CODES
-from vkumd.errors import VkumdValueError
-from vkumd.framework.ops.checks import check_bool, check_float, leading_rows, output
+from vkumd.framework.ops.checks import check_storage, check_tensor, output
+from vkumd.framework.ops.contract import Verdicts, concrete_rule, recall, remember
 from vkumd.framework.ops.elementwise import fill
 from vkumd.framework.tensor import Tensor
 
+# (rows, cols, the result's shape) by (op, x's shape and dtype name, keepdims and its type):
+# calls the op's rule accepted.
+_VERDICTS: Verdicts = {}
 
-def _reduce(op: str, x: Tensor, keepdims: bool, out: Tensor | None) -> Tensor:
-    x = check_float(op, x)
-    rows, cols = leading_rows(op, x)
-    keepdims = check_bool(op, keepdims, "keepdims")
-    shape = x.shape[:-1] + ((1,) if keepdims else ())
-    if cols == 0 and rows > 0 and op != "sum":
-        raise VkumdValueError(f"{op}: x has shape {x.shape}; the {op} of an empty last "
-                              "dimension is undefined")
+
+def _reduce(op: str, x: Any, keepdims: Any, out: Tensor | None) -> Tensor:
+    x = check_tensor(op, x, "x")
+    key = (op, x.shape, x.dtype.name, keepdims, type(keepdims))
+    known = recall(_VERDICTS, key)
+    if known is None:
+        (result,) = concrete_rule(op, (x,), {"keepdims": keepdims})
+        known = remember(_VERDICTS, key, (math.prod(x.shape[:-1]), x.shape[-1], result.shape))
+    if x.dtype.itemsize < 4:
+        check_storage(op, x.dtype, x.context)
+    rows, cols, shape = known
     out = output(op, x.context, out, shape, x.dtype)
     if out.size == 0:
         return out

@@ -1,31 +1,32 @@
-"""Softmax over the last dimension, with an optional scale and additive mask."""
+"""Softmax over the last dimension, with an optional scale and additive mask.
+
+The arguments are checked by the ``softmax`` record's rule (:mod:`vkumd.framework.opset.rows`),
+the one the graph applies; this module adds the kernel's limit on a masked x's rank.
+"""
 
 from __future__ import annotations
 
-import numpy as np
+import math
+from typing import Any
 
 from vkumd.compiler.kernels.rows import ROW_CODES
 from vkumd.compiler.kernels.softmax import SOFTMAX_MAX_LEAD, softmax_plan
 from vkumd.errors import VkumdValueError
-from vkumd.framework.ops.checks import (
-    check_float,
-    check_real,
-    check_same,
-    leading_rows,
-    output,
+from vkumd.framework.ops.checks import check_storage, output
+from vkumd.framework.ops.contract import (
+    Verdicts,
+    concrete_rule,
+    live_inputs,
+    recall,
+    remember,
+    signature,
 )
 from vkumd.framework.tensor import Tensor
 
 
 def _mask_words(x: Tensor, mask: Tensor) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-    """``(mode, lead, mstride)`` for the kernel: how the mask's elements line up with x's."""
-    try:
-        broadcast = tuple(np.broadcast_shapes(mask.shape, x.shape))
-    except ValueError:
-        broadcast = None
-    if broadcast != x.shape:
-        raise VkumdValueError(f"softmax: a mask of shape {mask.shape} does not broadcast to x's "
-                              f"shape {x.shape}; it must broadcast without growing x")
+    """``(mode, lead, mstride)`` for the kernel: how the mask's elements line up with x's
+    (a mask the rule accepted: it broadcasts to x without growing it)."""
     if x.ndim - 1 > SOFTMAX_MAX_LEAD:
         raise VkumdValueError(f"softmax: with a mask, x may have at most {SOFTMAX_MAX_LEAD + 1} "
                               f"dimensions, not {x.ndim}; reshape the leading ones together")
@@ -37,6 +38,22 @@ def _mask_words(x: Tensor, mask: Tensor) -> tuple[int, tuple[int, ...], tuple[in
         step *= padded[d]
     mode = 2 if padded[-1] == 1 else 1
     return mode, x.shape[:-1], tuple(strides[:-1])
+
+
+Words = tuple[int, int, float, int, tuple[int, ...], tuple[int, ...]]
+"""``(rows, cols, scale, mode, lead, mstride)``: what the kernel is planned with."""
+
+# Words by (x's shape and dtype name, the mask's signature, scale and its type): calls the
+# op's rule and the kernel's limit accepted.
+_VERDICTS: Verdicts = {}
+
+
+def _judge(x: Tensor, mask: Tensor | None, scale: Any) -> Words:
+    """Check a call with the op's rule and the kernel's limit; raises as they do."""
+    concrete_rule("softmax", (x, mask), {"scale": scale})
+    mode, lead, mstride = (0, (), ()) if mask is None else _mask_words(x, mask)
+    factor = 1.0 if scale is None else float(scale)
+    return math.prod(x.shape[:-1]), x.shape[-1], factor, mode, lead, mstride
 
 
 def softmax(x: Tensor, *, scale: float | None = None, mask: Tensor | None = None,
@@ -70,13 +87,14 @@ def softmax(x: Tensor, *, scale: float | None = None, mask: Tensor | None = None
         VkumdValueError: 0-d ``x``; a mask that does not broadcast; out of the wrong shape.
     """
     op = "softmax"
-    x = check_float(op, x)
-    rows, cols = leading_rows(op, x)
-    factor = 1.0 if scale is None else check_real(op, scale, "scale")
-    mode, lead, mstride = 0, (), ()
-    if mask is not None:
-        mask = check_same(op, x, mask, "mask")
-        mode, lead, mstride = _mask_words(x, mask)
+    x = live_inputs(op, x, ((mask, "mask?"),))
+    key = (x.shape, x.dtype.name, signature(mask), scale, type(scale))
+    known = recall(_VERDICTS, key)
+    if known is None:
+        known = remember(_VERDICTS, key, _judge(x, mask, scale))
+    if x.dtype.itemsize < 4:
+        check_storage(op, x.dtype, x.context)
+    rows, cols, factor, mode, lead, mstride = known
     out = output(op, x.context, out, x.shape, x.dtype)
     if out.size == 0:
         return out

@@ -14,7 +14,7 @@ from vkumd.framework import dtypes, ops
 from vkumd.framework.graph.dims import format_shape
 from vkumd.framework.graph.fused_program import OP, check_program, step_of
 from vkumd.framework.graph.ir import Node
-from vkumd.framework.graph.operands import Types, only, same_dtype
+from vkumd.framework.graph.operands import Types, like_x, only
 from vkumd.framework.graph.registry import OPS, REQUIRED, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.opset.common import attrs_of
@@ -69,7 +69,7 @@ def _add_layer_norm_rule(ins: Types, attrs: dict[str, Any], dims: DimTable
                          ) -> list[TensorType]:
     x, residual = only(ins), ins[1]
     assert residual is not None  # a required input, checked by the registry
-    same_dtype("add_layer_norm", ("x", x), ("residual", residual))
+    like_x("add_layer_norm", x, residual, "residual")
     if not dims.same_shape(x.shape, residual.shape):
         raise VkumdValueError(f"add_layer_norm: residual has shape "
                               f"{format_shape(residual.shape)}; it must be x's "

@@ -14,7 +14,11 @@ from vkumd.compiler.kernels.limits import ATTENTION_DTYPES, GEMM_DTYPES
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes, ops
 from vkumd.framework.execute.arena import view
-from vkumd.framework.graph.attention_layout import attention_layouts, swap_heads_seq
+from vkumd.framework.graph.attention_layout import (
+    LAYOUT_AXES,
+    attention_layouts,
+    swap_heads_seq,
+)
 from vkumd.framework.graph.dims import Shape, divide_exact, format_shape, product
 from vkumd.framework.graph.ir import Node
 from vkumd.framework.graph.operands import Types, flag, real, same_dtype
@@ -46,28 +50,45 @@ def _matmul_batch(a: Shape, b: Shape, dims: DimTable) -> Shape:
     return a
 
 
+def _matmul_dtype(a: TensorType, b: TensorType, bias: TensorType | None,
+                  residual: TensorType | None) -> dtypes.DType:
+    """The operands' one dtype, refusing ones that differ or that GEMM does not take."""
+    dt = a.dtype
+    if b.dtype is not dt:
+        raise VkumdTypeError(f"matmul: operands must share a dtype, got a {dt.name}, b "
+                             f"{b.dtype.name}; cast one so both have the same dtype")
+    if dt.name not in MATMUL_DTYPES:
+        raise VkumdTypeError(f"matmul: {dt.name} is not supported; matmul takes "
+                             f"{', '.join(MATMUL_DTYPES)} (int8 products are int32)")
+    for name, t in (("bias", bias), ("residual", residual)):
+        if t is not None and t.dtype is not dt:
+            raise VkumdTypeError(f"matmul: {name} is {t.dtype.name}; it must be {dt.name} "
+                                 "like a and b")
+    return dt
+
+
 def _matmul_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
     a, b, bias, residual = ins
     assert a is not None and b is not None
-    dt = same_dtype("matmul", ("a", a), ("b", b), ("bias", bias), ("residual", residual))
-    if dt.name not in MATMUL_DTYPES:
-        raise VkumdTypeError(f"matmul: {dt.name} operands; matmul takes "
-                             f"{', '.join(MATMUL_DTYPES)}")
+    dt = _matmul_dtype(a, b, bias, residual)
     activations = epilogue_activations()
     if attrs["activation"] not in activations:
         raise VkumdValueError(f"matmul: activation={attrs['activation']!r} is unknown; use one "
                               f"of {', '.join(repr(x) for x in activations)}")
+    alpha = real("matmul", attrs["alpha"], "alpha")
     trans_a = flag("matmul", attrs["trans_a"], "trans_a")
     trans_b = flag("matmul", attrs["trans_b"], "trans_b")
-    alpha = real("matmul", attrs["alpha"], "alpha")
     if a.ndim < 2 or b.ndim < 2:
         raise VkumdValueError(f"matmul: a and b need at least 2 dimensions, got "
-                              f"{format_shape(a.shape)} and {format_shape(b.shape)}")
+                              f"{format_shape(a.shape)} and {format_shape(b.shape)}; reshape "
+                              "vectors to [1, K] or [K, 1]")
     m, k = (a.shape[-1], a.shape[-2]) if trans_a else (a.shape[-2], a.shape[-1])
     k2, n = (b.shape[-1], b.shape[-2]) if trans_b else (b.shape[-2], b.shape[-1])
     if not dims.same(k, k2):
         raise VkumdValueError(f"matmul: inner dimensions differ: op(a) is {m} x {k} and op(b) "
-                              f"is {k2} x {n} (trans_a={trans_a}, trans_b={trans_b})")
+                              f"is {k2} x {n} (a {format_shape(a.shape)}"
+                              f"{' transposed' if trans_a else ''}, b {format_shape(b.shape)}"
+                              f"{' transposed' if trans_b else ''})")
     out = (*_matmul_batch(a.shape[:-2], b.shape[:-2], dims), m, n)
     if dt is dtypes.int8:
         if (bias is not None or residual is not None or attrs["activation"] is not None
@@ -86,18 +107,59 @@ def _matmul_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tens
     return [TensorType(out, dt)]
 
 
+def _attention_heads(heads: Any, kv_heads: Any) -> None:
+    """Refuse query heads that are not a whole multiple of the key/value heads."""
+    hint = " (grouped-query attention needs kv_heads to divide q_heads)"
+    if isinstance(kv_heads, int) and isinstance(heads, int):
+        if kv_heads < 1 or heads % kv_heads:
+            raise VkumdValueError(f"attention: {heads} query heads are not a multiple of "
+                                  f"{kv_heads} key/value heads{hint}")
+    elif heads != kv_heads and divide_exact(heads, kv_heads) is None:
+        raise VkumdValueError(f"attention: {heads} query heads are not a known multiple of "
+                              f"{kv_heads} key/value heads{hint}")
+
+
+def _attention_optional(key_lengths: TensorType | None, mask: TensorType | None,
+                        scores: Shape, dims: DimTable) -> None:
+    """Check the key lengths (int32 ``[batch]``) and the mask (additive, broadcasting to the
+    ``[batch, heads, q_len, k_len]`` scores)."""
+    batch = scores[0]
+    if key_lengths is not None:
+        if key_lengths.dtype is not dtypes.int32:
+            raise VkumdTypeError(f"attention: key_lengths must be int32 [{batch}], got "
+                                 f"{key_lengths}")
+        if key_lengths.ndim != 1 or not dims.same(key_lengths.shape[0], batch):
+            raise VkumdValueError(f"attention: key_lengths has shape "
+                                  f"{format_shape(key_lengths.shape)}; expected [{batch}], "
+                                  "one length per batch entry")
+    if mask is None:
+        return
+    if mask.dtype.name not in ATTENTION_DTYPES:
+        raise VkumdTypeError(f"attention: attn_mask must be {' or '.join(ATTENTION_DTYPES)} "
+                             f"(additive), got {mask.dtype.name}; turn a boolean mask into "
+                             "0 / -inf")
+    try:
+        fits = dims.same_shape(dims.broadcast(mask.shape, scores), scores)
+    except VkumdValueError:
+        fits = False
+    if not fits:
+        raise VkumdValueError(f"attention: attn_mask of shape {format_shape(mask.shape)} does "
+                              "not broadcast to the scores' [batch, heads, q_len, k_len] = "
+                              f"{format_shape(scores)}")
+
+
 def _attention_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
     q, k, v, key_lengths, mask = ins
     assert q is not None and k is not None and v is not None
     layout, out_layout = attention_layouts(attrs)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim != 4:
-            raise VkumdValueError(f"attention: {name} must be 4-D (layout {layout!r}), got "
-                                  f"{format_shape(t.shape)}")
-    dt = same_dtype("attention", ("q", q), ("k", k), ("v", v))
-    if dt.name not in ATTENTION_DTYPES:
-        raise VkumdTypeError(f"attention: q is {dt.name}; attention takes "
-                             f"{', '.join(ATTENTION_DTYPES)}")
+            raise VkumdValueError(f"attention: {name} must be 4-D {LAYOUT_AXES[layout]} "
+                                  f"(layout={layout!r}), got {format_shape(t.shape)}")
+    if q.dtype.name not in ATTENTION_DTYPES:
+        raise VkumdTypeError(f"attention: q is {q.dtype.name}; attention takes "
+                             f"{' or '.join(ATTENTION_DTYPES)} (cast with vkumd.ops.cast)")
+    same_dtype("attention", ("q", q), ("k", k), ("v", v))
     flag("attention", attrs["causal"], "causal")
     if attrs["scale"] is not None:
         real("attention", attrs["scale"], "scale")
@@ -111,28 +173,8 @@ def _attention_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[T
     if not dims.same(k_shape[3], head_dim):
         raise VkumdValueError(f"attention: q has head_dim {head_dim} and k/v have "
                               f"{k_shape[3]}; they must match")
-    kv_heads = dims.resolve(k_shape[1])
-    heads = dims.resolve(q_heads)
-    if isinstance(kv_heads, int) and isinstance(heads, int):
-        if kv_heads < 1 or heads % kv_heads:
-            raise VkumdValueError(f"attention: {heads} query heads are not a multiple of "
-                                  f"{kv_heads} key/value heads")
-    elif heads != kv_heads and divide_exact(heads, kv_heads) is None:
-        raise VkumdValueError(f"attention: {heads} query heads are not a known multiple of "
-                              f"{kv_heads} key/value heads")
-    if key_lengths is not None and (key_lengths.dtype is not dtypes.int32
-                                    or key_lengths.ndim != 1
-                                    or not dims.same(key_lengths.shape[0], batch)):
-        raise VkumdValueError(f"attention: key_lengths must be int32 [{batch}], got "
-                              f"{key_lengths}")
-    if mask is not None:
-        if mask.dtype.name not in ATTENTION_DTYPES:
-            raise VkumdTypeError(f"attention: attn_mask is {mask.dtype.name}; it must be "
-                                 "float32 or float16")
-        scores = (batch, q_heads, q_len, k_shape[2])
-        if not dims.same_shape(dims.broadcast(mask.shape, scores), scores):
-            raise VkumdValueError(f"attention: attn_mask {format_shape(mask.shape)} does not "
-                                  f"broadcast to the scores' {format_shape(scores)}")
+    _attention_heads(dims.resolve(q_heads), dims.resolve(k_shape[1]))
+    _attention_optional(key_lengths, mask, (batch, q_heads, q_len, k_shape[2]), dims)
     return [TensorType(swap_heads_seq(q_shape, out_layout), q.dtype)]
 
 

@@ -3,22 +3,24 @@ mask), layer_norm, rms_norm, and the reductions sum, mean and max."""
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 import numpy as np
 
-from vkumd.errors import VkumdValueError
+from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import ops
-from vkumd.framework.graph.dims import format_shape
+from vkumd.framework.graph.dims import format_shape, product
 from vkumd.framework.graph.ir import Node
 from vkumd.framework.graph.operands import (
     Types,
     at_least_1d,
     flag,
+    like_x,
     need_float,
     only,
     real,
-    same_dtype,
 )
 from vkumd.framework.graph.reference import softmax_rows
 from vkumd.framework.graph.registry import TensorType, define
@@ -34,15 +36,19 @@ def _softmax_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Ten
     if attrs["axis"] not in (-1, x.ndim - 1):
         raise VkumdValueError(f"softmax: axis={attrs['axis']}; only the last axis (-1) is "
                               "supported, permute first")
-    if attrs["scale"] is not None:
-        real("softmax", attrs["scale"], "scale")
+    if attrs["scale"] is not None:  # an infinite or NaN scale follows IEEE arithmetic
+        real("softmax", attrs["scale"], "scale", finite=False)
     if mask is not None:
-        same_dtype("softmax", ("x", x), ("mask", mask))
-        grown = dims.broadcast(mask.shape, x.shape)
-        if not dims.same_shape(grown, x.shape):
+        like_x("softmax", x, mask, "mask")
+        why = ""
+        try:
+            fits = dims.same_shape(dims.broadcast(mask.shape, x.shape), x.shape)
+        except VkumdValueError as exc:
+            fits, why = False, f" ({exc})"
+        if not fits:
             raise VkumdValueError(f"softmax: a mask of shape {format_shape(mask.shape)} does "
-                                  f"not broadcast to x's shape {format_shape(x.shape)} "
-                                  "without growing it")
+                                  f"not broadcast to x's shape {format_shape(x.shape)}; it "
+                                  f"must broadcast without growing x{why}")
     return [x]
 
 
@@ -70,12 +76,15 @@ def norm_rule(op: str, ins: Types, eps: Any, dims: DimTable) -> list[TensorType]
     x = only(ins)
     need_float(op, x)
     at_least_1d(op, x)
-    if real(op, eps, "eps") < 0:
-        raise VkumdValueError(f"{op}: eps must be >= 0, got {eps}")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise VkumdTypeError(f"{op}: eps must be a real number, not {eps!r}")
+    if not 0.0 <= eps < math.inf:
+        raise VkumdValueError(f"{op}: eps must be >= 0 and finite (it keeps 1/sqrt finite), "
+                              f"got {eps!r}")
     for what, t in zip(("weight", "bias"), ins[1:], strict=False):
         if t is None:
             continue
-        same_dtype(op, ("x", x), (what, t))
+        like_x(op, x, t, what)
         if t.ndim != 1 or not dims.same(t.shape[0], x.shape[-1]):
             raise VkumdValueError(f"{op}: {what} has shape {format_shape(t.shape)}; it must "
                                   f"be [{x.shape[-1]}], one value per element of a row")
@@ -122,6 +131,10 @@ def _reduction(op: str, fn: Any) -> None:
         need_float(op, x)
         at_least_1d(op, x)
         keep = flag(op, attrs["keepdims"], "keepdims")
+        if (op != "sum" and dims.resolve(x.shape[-1]) == 0
+                and dims.resolve(product(x.shape[:-1])) != 0):
+            raise VkumdValueError(f"{op}: x has shape {format_shape(x.shape)}; the {op} of an "
+                                  "empty last dimension is undefined")
         return [TensorType(x.shape[:-1] + ((1,) if keep else ()), x.dtype)]
 
     def reference(a: list[Any], attrs: dict[str, Any], s: Any) -> list[np.ndarray]:
