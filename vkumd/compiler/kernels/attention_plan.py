@@ -41,16 +41,14 @@ from vkumd.compiler.kernels.attention import (
     default_coopmat_block,
     parse_coopmat_block,
 )
+from vkumd.compiler.kernels.limits import ATTENTION_LAYOUTS
 from vkumd.compiler.launch import Launch, Operand, check_grid, grid_for
 from vkumd.compiler.registry import WORKGROUP, effective_caps
 from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 from vkumd.vk.caps import DeviceCaps
 
 PATHS = ("tiled", "decode", "coopmat")
-# Operand layouts: "bhsd" is [batch, heads, seq, head_dim] (PyTorch's SDPA), "bshd" is
-# [batch, seq, heads, head_dim] (flash-attn's). The kernels take any (batch, head, seq)
-# element strides with head_dim contiguous; these are the two the op offers.
-LAYOUTS = ("bhsd", "bshd")
+LAYOUTS = ATTENTION_LAYOUTS
 # Queries at most this long (per key/value head, times the group) may take the decode path.
 DECODE_MAX_QUERIES = 8
 # A decode split covers at least this many keys; fewer would spend more on the combine step.

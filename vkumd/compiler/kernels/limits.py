@@ -38,6 +38,10 @@ PERMUTE_MAX_OUTER = 5
 # The fused attention kernels (attention.py): head_dim is a specialization constant, any
 # multiple of ATTENTION_HEAD_DIM_MULTIPLE from that multiple up to ATTENTION_MAX_HEAD_DIM.
 ATTENTION_DTYPES = ("float32", "float16")
+# Operand layouts: "bhsd" is [batch, heads, seq, head_dim] (PyTorch's SDPA), "bshd" is
+# [batch, seq, heads, head_dim] (flash-attn's). The kernels take any (batch, head, seq)
+# element strides with head_dim contiguous; these are the two the op offers.
+ATTENTION_LAYOUTS = ("bhsd", "bshd")
 ATTENTION_MAX_HEAD_DIM = 256
 ATTENTION_HEAD_DIM_MULTIPLE = 4
 

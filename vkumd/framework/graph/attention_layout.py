@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from vkumd.compiler.kernels.limits import ATTENTION_LAYOUTS
 from vkumd.errors import VkumdValueError
 from vkumd.framework.graph.fusion_rewrite import replace_group, sole_user
 from vkumd.framework.graph.ir import Graph, Node, Value, ValueKind
 
-ATTENTION_LAYOUTS = ("bhsd", "bshd")
 LAYOUT_AXES = {"bhsd": "[batch, heads, seq, head_dim]", "bshd": "[batch, seq, heads, head_dim]"}
 """What each layout's four axes are."""
 

@@ -105,21 +105,6 @@ def check_float(op: str, t: Any, what: str = "x") -> Tensor:
     return t
 
 
-def check_same(op: str, x: Tensor, other: Any, what: str) -> Tensor:
-    """``other`` as a live tensor of ``x``'s context and dtype.
-
-    Raises:
-        VkumdTypeError: not a tensor, or of another dtype.
-        VkumdValueError: released, or of another context.
-    """
-    other = check_tensor(op, other, what)
-    check_context(op, x, other, what)
-    if other.dtype is not x.dtype:
-        raise VkumdTypeError(f"{op}: {what} is {other.dtype.name} but x is {x.dtype.name}; "
-                             "cast it to x's dtype")
-    return other
-
-
 def check_context(op: str, x: Tensor, other: Tensor, what: str) -> None:
     """Refuse ``other`` when it belongs to another context than ``x``.
 
@@ -191,18 +176,6 @@ def output(op: str, context: Any, out: Any, shape: tuple[int, ...], dtype: dtype
                 raise VkumdValueError(f"{op}: out= is the same tensor as an input; the kernel "
                                       "would read what it overwrites. Use a new output")
     return out
-
-
-def leading_rows(op: str, x: Tensor) -> tuple[int, int]:
-    """``(rows, cols)`` of ``x`` seen as rows of its last dimension.
-
-    Raises:
-        VkumdValueError: ``x`` is 0-d.
-    """
-    if x.ndim == 0:
-        raise VkumdValueError(f"{op}: x is 0-d; it works over the last dimension, so x needs "
-                              "at least one (reshape it to (1,))")
-    return math.prod(x.shape[:-1]), x.shape[-1]
 
 
 def broadcast(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
