@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from vkumd.framework import dtypes
 from vkumd.framework.graph.dims import Dim
-from vkumd.framework.graph.methods import TensorMethods
+from vkumd.framework.graph.methods import (
+    TensorMethods,
+    install_op_methods,
+    no_attribute,
+    unary_methods,
+)
 from vkumd.framework.graph.trace_dims import SymbolicDim
 from vkumd.framework.graph.trace_errors import (
     DataDependentError,
@@ -70,6 +75,16 @@ class TracedTensor(TensorMethods):
     _ops = _Recorder()
     _value_error = TraceError
     _type_error = TraceError
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for names the class lacks: an op declared since the methods were
+        # installed becomes one now; anything else is refused with what a tensor offers.
+        if name in install_op_methods():
+            return getattr(self, name)
+        raise no_attribute(self, name)
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *unary_methods()})
 
     def __init__(self, value: Value, tracer: Tracer) -> None:
         self.value = value

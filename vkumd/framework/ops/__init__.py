@@ -51,3 +51,8 @@ _derived = [name for name, op in _OPS.items() if op.eager is not None and name n
 globals().update({name: _OPS[name].eager for name in _derived})
 __all__ += _derived
 _install_tracing(globals(), _derived)
+
+# Every tensor, eager or traced, has a method per one-input op of the registry.
+from vkumd.framework.graph.methods import install_op_methods as _install_methods  # noqa: E402
+
+_install_methods()
