@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 
 from vkumd.compiler.kernels.limits import ACTIVATIONS
-from vkumd.framework import ops
 from vkumd.framework.graph.operands import Types, need_float, only
 from vkumd.framework.graph.reference import ACTIVATIONS as REFERENCE_ACTIVATIONS
 from vkumd.framework.graph.reference import erf, quiet
 from vkumd.framework.graph.registry import Elementwise, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
+from vkumd.framework.ops import activation as ops
 from vkumd.framework.opset.common import one_step, unary, unary_eager
 
 

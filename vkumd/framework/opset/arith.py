@@ -17,12 +17,13 @@ import numpy as np
 from vkumd.compiler.kernels.elementwise import ELEMENTWISE_CODES
 from vkumd.compiler.kernels.limits import FUSED_OUTPUT_DTYPES
 from vkumd.errors import VkumdTypeError, VkumdValueError
-from vkumd.framework import dtypes, ops
+from vkumd.framework import dtypes
 from vkumd.framework.graph.ir import Node
 from vkumd.framework.graph.operands import Types, only, real, same_dtype
 from vkumd.framework.graph.reference import round_to
 from vkumd.framework.graph.registry import REQUIRED, Elementwise, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
+from vkumd.framework.ops import elementwise as ops
 from vkumd.framework.opset.common import attrs_of, binary, host_tensor, one_step
 from vkumd.framework.tensor import Tensor
 

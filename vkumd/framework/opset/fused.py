@@ -10,13 +10,15 @@ import numpy as np
 
 from vkumd.compiler.kernels.limits import FUSED_INPUT_DTYPES, FUSED_OUTPUT_DTYPES
 from vkumd.errors import VkumdTypeError, VkumdValueError
-from vkumd.framework import dtypes, ops
+from vkumd.framework import dtypes
 from vkumd.framework.graph.dims import format_shape
 from vkumd.framework.graph.fused_program import OP, check_program, step_of
 from vkumd.framework.graph.ir import Node
 from vkumd.framework.graph.operands import Types, like_x, only
 from vkumd.framework.graph.registry import OPS, REQUIRED, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
+from vkumd.framework.ops.add_norm import add_layer_norm
+from vkumd.framework.ops.fused import fused_elementwise
 from vkumd.framework.opset.common import attrs_of
 from vkumd.framework.opset.rows import layer_norm_reference, norm_rule
 from vkumd.framework.tensor import Tensor
@@ -56,13 +58,13 @@ def _fused_reference(args: list[Any], attrs: dict[str, Any], shapes: Any) -> lis
 
 def _fused_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     at = attrs_of(node)
-    ops.fused_elementwise(ins, at["program"], dtype=at["dtype"], out=outs[0])
+    fused_elementwise(ins, at["program"], dtype=at["dtype"], out=outs[0])
 
 
 # Not in place: the memory planner matches byte sizes only, and a float32 [N] input of a
 # float16 [2, N] result has the result's size but is read at other offsets than written.
 define(OP, ("xs*",), {"program": REQUIRED, "dtype": REQUIRED}, rule=_fused_rule,
-       reference=_fused_reference, lower=_fused_lower, eager=ops.fused_elementwise)
+       reference=_fused_reference, lower=_fused_lower, eager=fused_elementwise)
 
 
 def _add_layer_norm_rule(ins: Types, attrs: dict[str, Any], dims: DimTable
@@ -79,10 +81,10 @@ def _add_layer_norm_rule(ins: Types, attrs: dict[str, Any], dims: DimTable
 
 def _add_layer_norm_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     x, residual, weight, bias = ins
-    ops.add_layer_norm(x, residual, weight, bias, eps=attrs_of(node)["eps"], out=outs[0])
+    add_layer_norm(x, residual, weight, bias, eps=attrs_of(node)["eps"], out=outs[0])
 
 
 define("add_layer_norm", ("x", "residual", "weight?", "bias?"), {"eps": 1e-5},
        rule=_add_layer_norm_rule,
        reference=lambda a, attrs, s: layer_norm_reference([a[0] + a[1], a[2], a[3]], attrs, s),
-       lower=_add_layer_norm_lower, eager=ops.add_layer_norm)
+       lower=_add_layer_norm_lower, eager=add_layer_norm)

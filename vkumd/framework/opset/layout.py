@@ -8,12 +8,14 @@ from typing import Any
 import numpy as np
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
-from vkumd.framework import dtypes, ops
+from vkumd.framework import dtypes
 from vkumd.framework.graph.dims import Dim, Shape, as_dim, divide_exact, format_shape, product
 from vkumd.framework.graph.ir import Node
 from vkumd.framework.graph.operands import FLOATS, Types, axis_of
 from vkumd.framework.graph.registry import REQUIRED, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
+from vkumd.framework.ops import layout as ops
+from vkumd.framework.ops.shape import reshape
 from vkumd.framework.opset.common import attrs_of, binary
 from vkumd.framework.tensor import Tensor
 
@@ -104,7 +106,7 @@ def _reshape_host(ctx: Any, xs: list[Any], attrs: dict[str, Any], shapes: Any) -
 
 define("reshape", ("x",), {"shape": REQUIRED}, inplace=True, rule=_reshape_rule,
        reference=lambda a, attrs, s: [np.reshape(a[0], s[0])], view=True,
-       host=_reshape_host, eager=ops.reshape)
+       host=_reshape_host, eager=reshape)
 
 
 def _embedding_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from vkumd.compiler.kernels.limits import ATTENTION_DTYPES, GEMM_DTYPES
 from vkumd.errors import VkumdTypeError, VkumdValueError
-from vkumd.framework import dtypes, ops
+from vkumd.framework import dtypes
 from vkumd.framework.execute.arena import view
 from vkumd.framework.graph.attention_layout import (
     LAYOUT_AXES,
@@ -25,6 +25,8 @@ from vkumd.framework.graph.operands import Types, flag, real, same_dtype
 from vkumd.framework.graph.reference import ACTIVATIONS, softmax_rows
 from vkumd.framework.graph.registry import OPS, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
+from vkumd.framework.ops.attention import attention
+from vkumd.framework.ops.matmul import matmul
 from vkumd.framework.opset.common import attrs_of
 from vkumd.framework.tensor import Tensor
 
@@ -211,14 +213,14 @@ def _matmul_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
         out = view(out, (out.size // out.shape[-1], out.shape[-1]))
         if residual is not None:
             residual = view(residual, out.shape)
-    ops.matmul(a, b, bias=bias, activation=at["activation"], residual=residual,
+    matmul(a, b, bias=bias, activation=at["activation"], residual=residual,
                alpha=at["alpha"], trans_a=at["trans_a"], trans_b=at["trans_b"], out=out)
 
 
 define("matmul", ("a", "b", "bias?", "residual?"),
        {"trans_a": False, "trans_b": False, "activation": None, "alpha": 1.0},
        inplace=("residual",), rule=_matmul_rule, reference=_matmul_reference,
-       lower=_matmul_lower, eager=ops.matmul)
+       lower=_matmul_lower, eager=matmul)
 
 
 def _attention_reference(args: list[Any], attrs: dict[str, Any], shapes: Any
@@ -250,7 +252,7 @@ def _attention_reference(args: list[Any], attrs: dict[str, Any], shapes: Any
 def _attention_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     q, k, v, key_lengths, mask = ins
     at = attrs_of(node)
-    ops.attention(q, k, v, causal=at["causal"], key_lengths=key_lengths, attn_mask=mask,
+    attention(q, k, v, causal=at["causal"], key_lengths=key_lengths, attn_mask=mask,
                   scale=at["scale"], out=outs[0], layout=at["layout"],
                   out_layout=at["out_layout"])
 
@@ -258,4 +260,4 @@ def _attention_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
 define("attention", ("q", "k", "v", "key_lengths?", "attn_mask?"),
        {"causal": False, "scale": None, "layout": "bhsd", "out_layout": None},
        rule=_attention_rule, reference=_attention_reference, lower=_attention_lower,
-       eager=ops.attention)
+       eager=attention)

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
-from vkumd.framework import ops
 from vkumd.framework.graph.dims import format_shape, product
 from vkumd.framework.graph.ir import Node
 from vkumd.framework.graph.operands import (
@@ -25,6 +24,9 @@ from vkumd.framework.graph.operands import (
 from vkumd.framework.graph.reference import softmax_rows
 from vkumd.framework.graph.registry import TensorType, define
 from vkumd.framework.graph.symbols import DimTable
+from vkumd.framework.ops import reduce
+from vkumd.framework.ops.norm import layer_norm, rms_norm
+from vkumd.framework.ops.softmax import softmax
 from vkumd.framework.opset.common import attrs_of
 from vkumd.framework.tensor import Tensor
 
@@ -63,11 +65,11 @@ def _softmax_reference(args: list[Any], attrs: dict[str, Any], s: Any) -> list[n
 
 def _softmax_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     # The rule admits only the last axis, which is what the kernel normalises.
-    ops.softmax(ins[0], scale=attrs_of(node)["scale"], mask=ins[1], out=outs[0])
+    softmax(ins[0], scale=attrs_of(node)["scale"], mask=ins[1], out=outs[0])
 
 
 define("softmax", ("x", "mask?"), {"scale": None, "axis": -1}, rule=_softmax_rule,
-       reference=_softmax_reference, lower=_softmax_lower, eager=ops.softmax)
+       reference=_softmax_reference, lower=_softmax_lower, eager=softmax)
 
 
 def norm_rule(op: str, ins: Types, eps: Any, dims: DimTable) -> list[TensorType]:
@@ -102,12 +104,12 @@ def layer_norm_reference(args: list[Any], attrs: dict[str, Any], s: Any) -> list
 
 
 def _layer_norm_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
-    ops.layer_norm(ins[0], ins[1], ins[2], eps=attrs_of(node)["eps"], out=outs[0])
+    layer_norm(ins[0], ins[1], ins[2], eps=attrs_of(node)["eps"], out=outs[0])
 
 
 define("layer_norm", ("x", "weight?", "bias?"), {"eps": 1e-5},
        rule=lambda ins, attrs, dims: norm_rule("layer_norm", ins, attrs["eps"], dims),
-       reference=layer_norm_reference, lower=_layer_norm_lower, eager=ops.layer_norm)
+       reference=layer_norm_reference, lower=_layer_norm_lower, eager=layer_norm)
 
 
 def _rms_norm_reference(args: list[Any], attrs: dict[str, Any], s: Any) -> list[np.ndarray]:
@@ -117,12 +119,12 @@ def _rms_norm_reference(args: list[Any], attrs: dict[str, Any], s: Any) -> list[
 
 
 def _rms_norm_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
-    ops.rms_norm(ins[0], ins[1], eps=attrs_of(node)["eps"], out=outs[0])
+    rms_norm(ins[0], ins[1], eps=attrs_of(node)["eps"], out=outs[0])
 
 
 define("rms_norm", ("x", "weight?"), {"eps": 1e-6},
        rule=lambda ins, attrs, dims: norm_rule("rms_norm", ins, attrs["eps"], dims),
-       reference=_rms_norm_reference, lower=_rms_norm_lower, eager=ops.rms_norm)
+       reference=_rms_norm_reference, lower=_rms_norm_lower, eager=rms_norm)
 
 
 def _reduction(op: str, fn: Any) -> None:
@@ -140,7 +142,7 @@ def _reduction(op: str, fn: Any) -> None:
     def reference(a: list[Any], attrs: dict[str, Any], s: Any) -> list[np.ndarray]:
         return [np.asarray(fn(a[0], axis=-1, keepdims=attrs["keepdims"]), np.float64)]
 
-    eager = getattr(ops, op)
+    eager = getattr(reduce, op)
 
     def lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
         eager(ins[0], keepdims=attrs_of(node)["keepdims"], out=outs[0])

@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
-from vkumd.framework import ops
 from vkumd.framework.graph.dims import Dim, as_dim, format_shape
 from vkumd.framework.graph.ir import Node
 from vkumd.framework.graph.operands import Types, axis_of, same_dtype
 from vkumd.framework.graph.registry import REQUIRED, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
+from vkumd.framework.ops import slicing as ops
 from vkumd.framework.opset.common import attrs_of, host_tensor
 from vkumd.framework.tensor import Tensor
 
