@@ -17,6 +17,8 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     fused,
     layout,
     linalg,
-    rows,
+    norms,
+    reductions,
+    softmax,
     windows,
 )

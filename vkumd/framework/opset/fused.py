@@ -41,9 +41,8 @@ from vkumd.framework.ops.checks import (
     check_tensor,
     output,
 )
-from vkumd.framework.ops.norm import check_norm_call
 from vkumd.framework.opset.common import attrs_of
-from vkumd.framework.opset.rows import layer_norm_reference, norm_rule
+from vkumd.framework.opset.norms import check_norm_call, layer_norm_reference, norm_rule
 from vkumd.framework.tensor import Tensor, normalize_shape
 
 
