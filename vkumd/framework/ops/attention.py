@@ -177,7 +177,7 @@ def _mask_strides(attn_mask: Any, p: AttentionProblem, ctx: Any
         step *= padded[d]
     if attn_mask.dtype is dtypes.float32:
         return attn_mask, tuple(strides), False
-    from vkumd.framework.ops.elementwise import cast
+    from vkumd.framework.opset.unary import cast
     return cast(attn_mask, "float32"), tuple(strides), True
 
 
@@ -240,7 +240,7 @@ def attention_path(path: str, q: Tensor, k: Tensor, v: Tensor, *, causal: bool =
     if p.q_len == 0 or p.batch == 0 or p.q_heads == 0:
         return out
     if p.k_len == 0:
-        from vkumd.framework.ops.elementwise import fill
+        from vkumd.framework.opset.unary import fill
         return fill(out, 0.0)  # no key at all: every row is fully masked
 
     made: list[Tensor] = []

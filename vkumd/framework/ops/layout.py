@@ -15,7 +15,7 @@ from vkumd.compiler.kernels.permute import permute_plan
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.ops.checks import check_context, check_dtype, check_tensor, output
-from vkumd.framework.ops.elementwise import fill
+from vkumd.framework.opset.unary import fill
 from vkumd.framework.tensor import Tensor
 
 

@@ -14,11 +14,13 @@ Importing this package declares them all; ``vkumd.framework.ops`` does so on imp
 from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     activation,
     arith,
+    compare,
     fused,
     layout,
     linalg,
     norms,
     reductions,
     softmax,
+    unary,
     windows,
 )

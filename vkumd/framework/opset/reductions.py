@@ -28,8 +28,8 @@ from vkumd.framework.graph.registry import TensorType, define
 from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_storage, check_tensor, output
 from vkumd.framework.ops.contract import Verdicts, concrete_rule, recall, remember
-from vkumd.framework.ops.elementwise import fill
 from vkumd.framework.opset.common import attrs_of
+from vkumd.framework.opset.unary import fill
 from vkumd.framework.tensor import Tensor
 
 # (rows, cols, the result's shape) by (op, x's shape and dtype name, keepdims and its type):
