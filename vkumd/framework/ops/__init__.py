@@ -6,9 +6,9 @@
 from vkumd.framework import opset as _opset  # noqa: F401
 from vkumd.framework.graph.registry import OPS as _OPS
 from vkumd.framework.ops.shape import flatten, squeeze, unsqueeze
-from vkumd.framework.ops.slicing import split
 from vkumd.framework.ops.tracing_dispatch import install as _install_tracing
 from vkumd.framework.opset.unary import copy, fill
+from vkumd.framework.opset.windows import split
 
 # split's record takes the sizes as an attribute and has no eager function: ops.split also
 # takes a piece length (torch.split), so it is listed here.
