@@ -42,7 +42,7 @@ import ceiling  # first: it cleans OpenBLAS's environment before numpy loads
 import numpy as np
 
 import vkumd
-from vkumd.framework.ops.attention import attention_path
+from vkumd.framework.opset.attention import attention_path
 
 median_seconds = ceiling.median_time
 
@@ -131,7 +131,7 @@ def _rel(result: np.ndarray, expected: np.ndarray) -> float:
 def measure(ctx: vkumd.Context, host: tuple[np.ndarray, ...], tensors: tuple[vkumd.Tensor, ...],
             out: vkumd.Tensor, causal: bool, args: argparse.Namespace) -> dict:
     """One table row: times, ratios, peak memory and errors for one sequence length."""
-    from vkumd.framework.ops.attention import choose_path
+    from vkumd.framework.opset.attention import choose_path
 
     q, k, v = host
     tq, tk, tv = tensors

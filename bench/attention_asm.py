@@ -26,7 +26,7 @@ import asm_mix
 
 _CHILD = r"""
 import numpy as np, sys, vkumd
-from vkumd.framework.ops.attention import attention_path
+from vkumd.framework.opset.attention import attention_path
 seq, heads, dim = (int(x) for x in sys.argv[1:4])
 dtype, path = sys.argv[4], sys.argv[5]
 with vkumd.Context(validation=False) as ctx:

@@ -27,7 +27,7 @@
 
 layout(local_size_x_id = 0) in;
 
-#define CHUNK 4096u  // units of a row one workgroup copies (vkumd.framework.ops.layout)
+#define CHUNK 4096u  // units of a row one workgroup copies (vkumd.framework.opset.layout)
 
 layout(std430, binding = 0) readonly buffer Src { UNIT src[]; };
 layout(std430, binding = 1) writeonly buffer Out { UNIT result[]; };

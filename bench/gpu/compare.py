@@ -284,7 +284,7 @@ def gemm_case(ctx: vkumd.Context, peer: Any, m: int, n: int, k: int, dtype: str,
 def attention_case(ctx: vkumd.Context, peer: Any, batch: int, heads: int, seq: int, dim: int,
                    causal: bool, label: str, block: str | None = None) -> dict:
     """One attention shape: ``vkumd.ops.attention`` against the peer (SDPA on CUDA)."""
-    from vkumd.framework.ops.attention import choose_path
+    from vkumd.framework.opset.attention import choose_path
 
     flop = 4.0 * batch * heads * seq * seq * dim * (0.5 if causal else 1.0)
     row: dict[str, Any] = {"case": label, "batch": batch, "heads": heads, "seq": seq,

@@ -24,7 +24,7 @@ from vkumd.compiler.kernels.attention import (
     default_coopmat_block,
     parse_coopmat_block,
 )
-from vkumd.framework.ops.attention import attention_path, choose_path
+from vkumd.framework.opset.attention import attention_path, choose_path
 from vkumd.testing.numerics import rel_error
 from vkumd.vk.caps import CoopMatShape
 

@@ -20,7 +20,7 @@ from test_attention import NP, TOL, reference, rel_error
 import vkumd
 from vkumd.compiler.kernels.attention import ATTENTION_PUSH
 from vkumd.compiler.kernels.attention_plan import LAYOUTS, AttentionProblem, attention_plan
-from vkumd.framework.ops.attention import attention, attention_path, choose_path
+from vkumd.framework.opset.attention import attention, attention_path, choose_path
 
 COMBOS = list(itertools.product(LAYOUTS, LAYOUTS))
 COMBO_IDS = [f"{a}-{b}" for a, b in COMBOS]

@@ -9,7 +9,7 @@ import pytest
 import vkumd
 from vkumd.errors import VkumdValueError
 from vkumd.framework import ops
-from vkumd.framework.ops import elementwise
+from vkumd.framework.opset import arith
 from vkumd.testing.numerics import poisoned, rel_error
 
 
@@ -41,8 +41,8 @@ def test_an_entry_of_other_caps_is_not_used(monkeypatch) -> None:
         a = rng.standard_normal(300).astype(np.float32)
         ta = ctx.tensor(a)
         key = (id(ctx.caps), "add", "float32", (300,), (300,))
-        wrong = elementwise._plan_binary("mul", "mul", ta, ta, ctx.caps)[2]
-        monkeypatch.setitem(elementwise._BINARY_PLANS, key, (object(), (300,), wrong))
+        wrong = arith._plan_binary("mul", "mul", ta, ta, ctx.caps)[2]
+        monkeypatch.setitem(arith._BINARY_PLANS, key, (object(), (300,), wrong))
         out = poisoned(ctx, 300)
         ops.add(ta, ta, out=out)
         assert rel_error(out.numpy(), 2 * a.astype(np.float64)) < 1e-6

@@ -20,7 +20,7 @@ from vkumd.compiler.registry import KERNELS
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import ops
 from vkumd.framework.graph import GraphBuilder, evaluate
-from vkumd.framework.ops.fused import glsl_steps
+from vkumd.framework.opset.fused import glsl_steps
 from vkumd.testing.numerics import poisoned, rel_error, stored
 
 FLOATS = ["float32", "float16", "bfloat16"]

@@ -22,7 +22,7 @@ from vkumd.compiler.kernels.elementwise_vector import vector_layout
 from vkumd.compiler.kernels.fused_elementwise import FUSED_INPUT_CODES, FUSED_OUTPUT_CODES
 from vkumd.compiler.kernels.fused_elementwise_plan import fused_elementwise_plan
 from vkumd.framework.execute.arena import view
-from vkumd.framework.ops.fused import glsl_steps
+from vkumd.framework.opset.fused import glsl_steps
 
 PROGRAM = (("mul", 0, 1), ("add", 2, ("const", 0.25)), ("silu", 3), ("gelu_tanh", 4),
            ("sub", 5, 1), ("gelu", 6), ("sigmoid", 7), ("div", 8, ("const", 3.0)))

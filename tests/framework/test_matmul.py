@@ -44,7 +44,7 @@ from vkumd.compiler.kernels.gemm_choice import (
 from vkumd.compiler.registry import effective_caps
 from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
-from vkumd.framework.ops.matmul import _check_dtype
+from vkumd.framework.opset.matmul import _check_dtype
 from vkumd.testing.numerics import poisoned, rel_error
 from vkumd.testing.numerics import stored_tensor as stored
 from vkumd.vk.caps import CoopMatShape, DeviceCaps

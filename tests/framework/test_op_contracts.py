@@ -14,8 +14,8 @@ from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.graph import GraphBuilder, GraphError, GraphTypeError
 
 # The modules, not the functions of the same name that vkumd.framework.ops exports.
-matmul_module = importlib.import_module("vkumd.framework.ops.matmul")
-attention_module = importlib.import_module("vkumd.framework.ops.attention")
+matmul_module = importlib.import_module("vkumd.framework.opset.matmul")
+attention_module = importlib.import_module("vkumd.framework.opset.attention")
 
 F32 = "float32"
 Spec = tuple[tuple[int, ...], str] | None

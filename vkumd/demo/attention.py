@@ -22,7 +22,7 @@ def run(ctx: vkumd.Context, rng: np.random.Generator) -> int:
     Returns:
         1 if the fused result (or the unfused one) disagrees with numpy, else 0.
     """
-    from vkumd.framework.ops.attention import choose_path
+    from vkumd.framework.opset.attention import choose_path
 
     batch, heads, kv_heads, seq, dim = 1, 8, 2, 512, 64
     q = rng.standard_normal((batch, heads, seq, dim), dtype=np.float32)

@@ -15,7 +15,7 @@ from vkumd.errors import (
     VkumdValueError,
 )
 from vkumd.framework import dtypes
-from vkumd.framework.ops import elementwise
+from vkumd.framework.opset import unary
 from vkumd.framework.tensor import Tensor, as_array, normalize_shape
 from vkumd.runtime.context import RuntimeContext
 
@@ -82,7 +82,7 @@ class Context(RuntimeContext):
             return self._new_tensor(dims, dt, zero=True)
         result = self._new_tensor(dims, dt, zero=False)
         try:
-            return elementwise.fill(result, 0)
+            return unary.fill(result, 0)
         except (VkumdTypeError, CapabilityMissing) as exc:
             result.release()
             raise CaptureError(f"ctx.zeros(dtype={dt.name}) inside ctx.capture(): its zero fill "

@@ -1,6 +1,6 @@
 """Planning fused attention: which path, which block, how many key splits, and the launches.
 
-Three paths compute the same function (see :mod:`vkumd.framework.ops.attention` for the op's
+Three paths compute the same function (see :mod:`vkumd.framework.opset.attention` for the op's
 conventions): ``"tiled"`` (``attention_tiled`` with one subgroup per workgroup, what CPU
 drivers run fastest), ``"coopmat"`` (``attention_coopmat``, float16 on GPUs with cooperative
 matrices, its block chosen from the device's subgroup size and shared memory or forced by

@@ -5,7 +5,7 @@ Variants differ in the main loop (``PATH``: ``lanes`` for CPU drivers such as la
 type (``DTYPE``) and the tile sizes (specialization constants for the lanes and shared paths;
 defines for the cooperative-matrix path, whose matrix types and arrays must be literal in the
 SPIR-V the validation layer checks). The functions here build each variant for a device;
-``vkumd.framework.ops.matmul`` chooses among them by shape and device.
+``vkumd.framework.opset.matmul`` chooses among them by shape and device.
 """
 
 from __future__ import annotations

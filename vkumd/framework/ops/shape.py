@@ -1,4 +1,5 @@
-"""New shapes over the same memory: reshape, flatten, squeeze and unsqueeze.
+"""New shapes over the same memory: flatten, squeeze and unsqueeze (reshape, a graph op, is
+:mod:`vkumd.framework.opset.layout`'s).
 
 Every vkumd tensor is contiguous and row-major, so each of these is a view: a new
 :class:`~vkumd.framework.tensor.Tensor` over the same allocation (no launch, no copy).
@@ -10,7 +11,6 @@ every tensor over it has been released.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,50 +33,6 @@ def dim_index(op: str, dim: Any, ndim: int, what: str = "dim") -> int:
         raise VkumdValueError(f"{op}: {what}={dim} is out of range for a {ndim}-d tensor "
                               f"(use {-max(ndim, 1)} to {max(ndim, 1) - 1})")
     return int(dim) % max(ndim, 1)
-
-
-def _target(op: str, x: Tensor, shape: Any) -> tuple[int, ...]:
-    """``shape`` with its one ``-1`` worked out from ``x``'s element count."""
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-        shape = (shape,)
-    if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
-        raise VkumdTypeError(f"{op}: shape must be a sequence of ints, not {shape!r}")
-    for d in shape:
-        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)):
-            raise VkumdTypeError(f"{op}: shape {tuple(shape)!r} must hold ints")
-    dims = [int(d) for d in shape]
-    if dims.count(-1) > 1 or any(d < -1 for d in dims):
-        raise VkumdValueError(f"{op}: shape {tuple(dims)} may hold one -1 and no other "
-                              "negative size")
-    known = math.prod(d for d in dims if d != -1)
-    if -1 in dims:
-        if known == 0 or x.size % known:
-            raise VkumdValueError(f"{op}: cannot infer the -1 of shape {tuple(dims)} for a "
-                                  f"tensor of shape {x.shape} ({x.size} elements)")
-        dims[dims.index(-1)] = x.size // known
-    elif known != x.size:
-        raise VkumdValueError(f"{op}: a tensor of shape {x.shape} has {x.size} elements; "
-                              f"shape {tuple(dims)} holds {known}. Give a shape with "
-                              f"{x.size} elements (one -1 is inferred)")
-    return tuple(dims)
-
-
-def reshape(x: Tensor, shape: Sequence[int] | int) -> Tensor:
-    """``x`` seen with another shape of the same element count: a view, never a copy.
-
-    Args:
-        x: any tensor.
-        shape: the new shape; one entry may be ``-1``, inferred from the others.
-
-    Returns:
-        A tensor sharing ``x``'s memory.
-
-    Raises:
-        VkumdTypeError: ``x`` not a tensor, or ``shape`` not ints.
-        VkumdValueError: the element counts differ, or ``-1`` cannot be inferred.
-    """
-    x = check_tensor("reshape", x, "x")
-    return x.alias(_target("reshape", x, shape))
 
 
 def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
@@ -133,4 +89,4 @@ def unsqueeze(x: Tensor, dim: int) -> Tensor:
     return x.alias(x.shape[:d] + (1,) + x.shape[d:])
 
 
-__all__ = ["flatten", "reshape", "squeeze", "unsqueeze"]
+__all__ = ["flatten", "squeeze", "unsqueeze"]

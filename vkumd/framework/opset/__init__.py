@@ -14,9 +14,14 @@ Importing this package declares them all; ``vkumd.framework.ops`` does so on imp
 from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     activation,
     arith,
+    attention,
+    compare,
     fused,
     layout,
-    linalg,
-    rows,
+    matmul,
+    norms,
+    reductions,
+    softmax,
+    unary,
     windows,
 )

@@ -14,14 +14,17 @@ from typing import Any
 
 import numpy as np
 
+from vkumd.compiler.kernels.activation import activation_plan
 from vkumd.compiler.kernels.limits import ACTIVATIONS
-from vkumd.framework import ops
+from vkumd.compiler.kernels.rows import ROW_CODES
 from vkumd.framework.graph.operands import Types, need_float, only
 from vkumd.framework.graph.reference import ACTIVATIONS as REFERENCE_ACTIVATIONS
 from vkumd.framework.graph.reference import erf, quiet
 from vkumd.framework.graph.registry import Elementwise, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
+from vkumd.framework.ops.checks import check_float, output
 from vkumd.framework.opset.common import one_step, unary, unary_eager
+from vkumd.framework.tensor import Tensor
 
 
 def _float_rule(op: str) -> Callable[[Types, dict[str, Any], DimTable], list[TensorType]]:
@@ -37,16 +40,68 @@ def _reference(fn: Callable[[np.ndarray], np.ndarray]) -> Any:
     return lambda a, attrs, s: [quiet(fn, a[0])]
 
 
-def _activation(op: str, glsl: str) -> None:
+def _run(op: str, x: Tensor, out: Tensor | None) -> Tensor:
+    x = check_float(op, x)
+    out = output(op, x.context, out, x.shape, x.dtype)
+    if out.size == 0:
+        return out
+    plan = activation_plan(x.context.caps, ACTIVATIONS[op], ROW_CODES[x.dtype.name], x.size)
+    x.context.run(plan, (x, out))
+    return out
+
+
+def relu(x: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """``max(x, 0)`` elementwise.
+
+    Args:
+        x: float32, float16 or bfloat16 tensor of any shape.
+        out: optional output of x's shape and dtype.
+
+    Returns:
+        The result, x's shape and dtype.
+
+    Raises:
+        VkumdTypeError: x not a float tensor, or out of another dtype.
+        VkumdValueError: out of another shape.
+    """
+    return _run("relu", x, out)
+
+
+def gelu(x: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """``x * Phi(x)`` with the exact normal CDF (through erf, absolute error < 2e-7).
+
+    Args and errors as :func:`relu`.
+    """
+    return _run("gelu", x, out)
+
+
+def gelu_tanh(x: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``, the tanh approximation of GELU.
+
+    Args and errors as :func:`relu`.
+    """
+    return _run("gelu_tanh", x, out)
+
+
+def silu(x: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """``x * sigmoid(x)`` (also called swish).
+
+    Args and errors as :func:`relu`.
+    """
+    return _run("silu", x, out)
+
+
+def _activation(eager: Callable[..., Tensor], glsl: str) -> None:
+    op = eager.__name__
     define(op, ("x",), rule=_float_rule(op), reference=_reference(REFERENCE_ACTIVATIONS[op]),
            inplace=True, elementwise=Elementwise(1, glsl), epilogue=op in ACTIVATIONS,
-           lower=unary(getattr(ops, op)), eager=getattr(ops, op))
+           lower=unary(eager), eager=eager)
 
 
-_activation("relu", "max({a}, 0.0)")
-_activation("gelu", "vkumd_gelu({a})")
-_activation("gelu_tanh", "vkumd_gelu_tanh({a})")
-_activation("silu", "vkumd_silu({a})")
+_activation(relu, "max({a}, 0.0)")
+_activation(gelu, "vkumd_gelu({a})")
+_activation(gelu_tanh, "vkumd_gelu_tanh({a})")
+_activation(silu, "vkumd_silu({a})")
 
 
 def _math(op: str, fn: Callable[[np.ndarray], np.ndarray], glsl: str, doc: str) -> None:

@@ -1,71 +1,217 @@
-"""Elementwise arithmetic, comparisons and selection: add, sub, mul, div, eq, ne, lt, le, gt,
-ge, where, scale and cast.
+"""Elementwise arithmetic: add, sub, mul and div (records and eager functions).
 
-Binary ops broadcast (numpy rules) over operands of one dtype. Comparisons give uint8 1/0
-in a graph (vkumd stores no bool; the eager ``vkumd.ops`` comparisons give 1/0 in the
-operands' dtype, which multiplies straight into arithmetic). Each op also joins generated
-elementwise kernels as a program step (:attr:`OpDef.elementwise`).
+The binary ops take a Python (or numpy) real number for either operand, as ``torch.add``
+does; it is converted to the tensor's dtype as :func:`fill` converts (an int32 tensor takes
+only integral numbers: vkumd never changes a dtype silently). The cheapest exact launch
+is chosen: ``mul`` by a number is one :func:`scale`, and so is ``div`` of a float tensor by
+a power of two (its reciprocal is exact); everything else fills a 0-d tensor with the
+number (one small launch) and broadcasts it.
+
+Binary ops broadcast (numpy rules) over operands of one dtype; each also joins generated
+elementwise kernels as a program step (:attr:`OpDef.elementwise`). Element types and
+rounding as :mod:`vkumd.framework.opset.unary` describes.
 """
 
 from __future__ import annotations
 
-import operator
+import math
+import numbers
 from typing import Any
 
 import numpy as np
 
-from vkumd.compiler.kernels.elementwise import ELEMENTWISE_CODES
-from vkumd.compiler.kernels.limits import FUSED_OUTPUT_DTYPES
+from vkumd.compiler.kernels.elementwise import (
+    ELEMENTWISE_CODES,
+)
+from vkumd.compiler.kernels.elementwise_plan import binary_plan, fill_plan
 from vkumd.errors import VkumdTypeError, VkumdValueError
-from vkumd.framework import dtypes, ops
+from vkumd.framework import dtypes
 from vkumd.framework.graph.ir import Node
-from vkumd.framework.graph.operands import Types, only, real, same_dtype
-from vkumd.framework.graph.reference import round_to
-from vkumd.framework.graph.registry import REQUIRED, Elementwise, TensorType, define
+from vkumd.framework.graph.operands import Types, only, same_dtype
+from vkumd.framework.graph.registry import Elementwise, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
-from vkumd.framework.opset.common import attrs_of, binary, host_tensor, one_step
+from vkumd.framework.ops.checks import (
+    check_dtype,
+    check_pair,
+    check_tensor,
+    output,
+)
+from vkumd.framework.opset.common import attrs_of, binary
+from vkumd.framework.opset.unary import (
+    broadcast_shape,
+    kernel_dtypes,
+    scalar_bits,
+    scale,
+)
 from vkumd.framework.tensor import Tensor
 
-CAST_TARGETS = ("float32", "float16", "bfloat16", "int32")
+_ROUNDING = {None: "div", "floor": "div_floor", "trunc": "div_trunc"}
+# Powers of two whose reciprocal is a normal number in float32, float16 and bfloat16: dividing
+# by one is exactly a multiplication by its reciprocal.
+_EXACT_RECIPROCAL = (2.0**-14, 2.0**14)
 ROUNDINGS = (None, "floor", "trunc")
-INTEGER_CONDITIONS = ("uint8", "int8", "int32")
 
 
-def _binary(op: str, ins: Types, dims: DimTable) -> TensorType:
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def _scalar_tensor(op: str, value: Any, like: Tensor, what: str) -> Tensor:
+    """A 0-d tensor of ``like``'s dtype and context holding ``value`` (one fill launch)."""
+    bits = scalar_bits(op, value, like.dtype, what)  # refuses a bad number before allocating
+    filled = like.context.empty((), like.dtype)
+    filled.context.run(fill_plan(like.context.caps, 8 * like.dtype.itemsize, 1, bits),
+                       (filled,))
+    return filled
+
+
+def _with_number(op: str, a: Any, b: Any, out: Tensor | None, kernel_op: str) -> Tensor:
+    """A binary op with a real number on one side (see the module notes)."""
+    if _is_number(a) and _is_number(b):
+        raise VkumdTypeError(f"{op}: both operands are numbers; at least one must be a vkumd "
+                             "Tensor (compute plain numbers in Python)")
+    number_first = _is_number(a)
+    t, value = (b, a) if number_first else (a, b)
+    what = "the first operand" if number_first else "the second operand"
+    check_tensor(op, t, "the second operand" if number_first else "the first operand")
+    check_dtype(op, t, "the tensor operand", ELEMENTWISE_CODES)
+    if kernel_op == "mul":
+        return scale(t, value, out=out)
+    if (kernel_op == "div" and not number_first and t.dtype is not dtypes.int32
+            and math.isfinite(value) and value != 0
+            and math.frexp(abs(value))[0] == 0.5
+            and _EXACT_RECIPROCAL[0] <= abs(value) <= _EXACT_RECIPROCAL[1]):
+        return scale(t, 1.0 / value, out=out)
+    filled = _scalar_tensor(op, value, t, what)
+    try:
+        pair = (filled, t) if number_first else (t, filled)
+        return run_binary(op, *pair, out, kernel_op)
+    finally:
+        filled.release()  # its memory returns to the pool once the launch has run
+
+
+def run_binary(op: str, a: Any, b: Any, out: Tensor | None, kernel_op: str) -> Tensor:
+    # Two tensors is the common case; checking for numbers first costs an ABC lookup each.
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)) and (_is_number(a)
+                                                                  or _is_number(b)):
+        return _with_number(op, a, b, out, kernel_op)
+    context = check_pair(op, a, b)
+    dtype = a.dtype
+    if dtype is not b.dtype:
+        raise VkumdTypeError(f"{op}: dtypes differ ({dtype.name} and {b.dtype.name}); "
+                             "cast one first")
+    caps = context.caps
+    key = (id(caps), kernel_op, dtype.name, a.shape, b.shape)
+    known = _BINARY_PLANS.get(key)
+    if known is None or known[0] is not caps:
+        known = _plan_binary(op, kernel_op, a, b, caps)
+        if len(_BINARY_PLANS) >= _KNOWN_PLANS:
+            _BINARY_PLANS.clear()
+        _BINARY_PLANS[key] = known
+    _, out_shape, plan = known
+    # A live, non-empty out= of the right shape and dtype (the common case) is what
+    # output() would accept, checked without its call; anything else goes through it.
+    if not (isinstance(out, Tensor) and out.context is context and out.binding is not None
+            and out.shape == out_shape and out.dtype is dtype):
+        out = output(op, context, out, out_shape, dtype)
+        if out.size == 0:
+            return out
+    context.run(plan, (a, b, out))
+    return out
+
+
+# What the dtype check, the broadcast and the planner made of a binary op's operands, by
+# (id of the device caps, kernel op, dtype name, shapes): one dict lookup instead of three
+# calls, the planner's cache key and the caps' Python-level hash (about 0.6 us a call). The
+# caps object is kept in the value, so a recycled id cannot match.
+_BINARY_PLANS: dict[tuple[Any, ...], tuple[Any, tuple[int, ...], Any]] = {}
+_KNOWN_PLANS = 4096
+
+
+def _plan_binary(op: str, kernel_op: str, a: Tensor, b: Tensor, caps: Any
+                 ) -> tuple[Any, tuple[int, ...], Any]:
+    """Check and plan ``a OP b``: ``(caps, out_shape, plan)``; raises as the checks do."""
+    check_dtype(op, a, "the first operand", ELEMENTWISE_CODES)
+    out_shape = broadcast_shape(op, a.shape, b.shape)
+    if 0 in out_shape:  # nothing to launch
+        return caps, out_shape, None
+    plan = binary_plan(caps, kernel_op, ELEMENTWISE_CODES[a.dtype.name], a.shape, b.shape,
+                       out_shape)
+    return caps, out_shape, plan
+
+
+Operand = Tensor | float | int
+
+
+def add(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
+    """``a + b`` with numpy broadcasting; both operands have the same dtype, or one is a
+    real number (converted to the other's dtype)."""
+    return run_binary("add", a, b, out, "add")
+
+
+def sub(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
+    """``a - b`` with numpy broadcasting; either may be a real number."""
+    return run_binary("sub", a, b, out, "sub")
+
+
+def mul(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
+    """``a * b`` with numpy broadcasting; either may be a real number (then one scale)."""
+    return run_binary("mul", a, b, out, "mul")
+
+
+def div(a: Operand, b: Operand, *, rounding: str | None = None,
+        out: Tensor | None = None) -> Tensor:
+    """``a / b`` with numpy broadcasting, rounded as ``rounding`` says (as ``torch.div``).
+
+    Args:
+        rounding: ``None`` for true division (floats only); ``"floor"`` rounds the quotient
+            down (numpy's ``floor_divide`` for int32); ``"trunc"`` rounds it toward zero
+            (C's integer division). int32 needs one of the two. For floats the float32
+            quotient is rounded.
+
+    int32 division by zero gives 0 (as numpy's ``floor_divide``), and ``INT32_MIN / -1``
+    wraps to ``INT32_MIN``.
+
+    Raises:
+        VkumdTypeError: int32 operands without ``rounding``.
+        VkumdValueError: an unknown ``rounding``.
+    """
+    if rounding not in _ROUNDING:
+        raise VkumdValueError(f"div: rounding={rounding!r}; use None, 'floor' or 'trunc'")
+    tensor = a if isinstance(a, Tensor) else b
+    if rounding is None and isinstance(tensor, Tensor) and tensor.dtype is dtypes.int32:
+        raise VkumdTypeError("div: int32 true division would need a float result; cast to "
+                             "float32 first, or pass rounding='floor' (numpy's //) or "
+                             "rounding='trunc'")
+    return run_binary("div", a, b, out, _ROUNDING[rounding])
+
+
+def binary_type(op: str, ins: Types, dims: DimTable) -> TensorType:
     a, b = only(ins), ins[1]
     assert b is not None  # a required input, checked by the registry
     dt = same_dtype(op, ("a", a), ("b", b))
     return TensorType(dims.broadcast(a.shape, b.shape), dt)
 
 
-def _kernel_dtypes(node: Node) -> str | None:
-    """Why the elementwise kernels cannot run ``node`` (an operand type they do not take)."""
-    first = node.inputs[0]
-    if first is not None and first.dtype.name not in ELEMENTWISE_CODES:
-        return (f"{node.op} has no device kernel for {first.dtype.name} (its kernels take "
-                f"{', '.join(ELEMENTWISE_CODES)})")
-    return None
-
-
 def _arith(op: str, eager: Any, reference: Any, glsl: str) -> None:
     def rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-        return [_binary(op, ins, dims)]
+        return [binary_type(op, ins, dims)]
 
     define(op, ("a", "b"), rule=rule, reference=reference, inplace=True,
-           elementwise=Elementwise(2, glsl), lower=binary(eager), refuse=_kernel_dtypes,
+           elementwise=Elementwise(2, glsl), lower=binary(eager), refuse=kernel_dtypes,
            eager=eager)
 
 
-_arith("add", ops.add, lambda a, attrs, s: [a[0] + a[1]], "({a} + {b})")
-_arith("sub", ops.sub, lambda a, attrs, s: [a[0] - a[1]], "({a} - {b})")
-_arith("mul", ops.mul, lambda a, attrs, s: [a[0] * a[1]], "({a} * {b})")
+_arith("add", add, lambda a, attrs, s: [a[0] + a[1]], "({a} + {b})")
+_arith("sub", sub, lambda a, attrs, s: [a[0] - a[1]], "({a} - {b})")
+_arith("mul", mul, lambda a, attrs, s: [a[0] * a[1]], "({a} * {b})")
 
 
 def _div_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
     rounding = attrs["rounding"]
     if rounding not in ROUNDINGS:
         raise VkumdValueError(f"div: rounding={rounding!r}; use None, 'floor' or 'trunc'")
-    out = _binary("div", ins, dims)
+    out = binary_type("div", ins, dims)
     if rounding is None and out.dtype is dtypes.int32:
         raise VkumdTypeError("div: int32 true division would need a float result; cast to "
                              "float32 first, or set rounding='floor' or 'trunc'")
@@ -85,108 +231,11 @@ def _div_reference(args: list[Any], attrs: dict[str, Any], shapes: Any) -> list[
 
 
 def _div_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
-    ops.div(ins[0], ins[1], rounding=attrs_of(node)["rounding"], out=outs[0])
+    div(ins[0], ins[1], rounding=attrs_of(node)["rounding"], out=outs[0])
 
 
 define("div", ("a", "b"), {"rounding": None}, rule=_div_rule, reference=_div_reference,
-       inplace=True, lower=_div_lower, refuse=_kernel_dtypes, eager=ops.div,
+       inplace=True, lower=_div_lower, refuse=kernel_dtypes, eager=div,
        elementwise=Elementwise(2, "({a} / {b})", params=("rounding",),
                                glsl_params={"floor": "floor({a} / {b})",
                                             "trunc": "trunc({a} / {b})"}))
-
-
-_COMPARE = {"eq": (np.equal, operator.eq, "=="), "ne": (np.not_equal, operator.ne, "!="),
-            "lt": (np.less, operator.lt, "<"), "le": (np.less_equal, operator.le, "<="),
-            "gt": (np.greater, operator.gt, ">"), "ge": (np.greater_equal, operator.ge, ">=")}
-
-
-def _comparison(op: str) -> None:
-    numpy_fn, host_fn, symbol = _COMPARE[op]
-
-    def rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-        return [TensorType(_binary(op, ins, dims).shape, dtypes.uint8)]
-
-    def reference(a: list[Any], attrs: dict[str, Any], s: Any) -> list[np.ndarray]:
-        return [numpy_fn(a[0], a[1]).astype(np.float64)]
-
-    def host(ctx: Any, xs: list[Any], attrs: dict[str, Any], shapes: Any) -> Tensor:
-        result = host_fn(xs[0].numpy(), xs[1].numpy())
-        return host_tensor(ctx, dtypes.uint8, result.astype(np.uint8))
-
-    # The lowering stores the uint8 mask straight from the elementwise kernel, which compares
-    # every type it takes exactly (int32 too, where a float32 comparison would not be).
-    define(op, ("a", "b"), rule=rule, reference=reference, lower=binary(getattr(ops, op)),
-           refuse=_kernel_dtypes, host=host, eager=getattr(ops, op),
-           elementwise=Elementwise(2, f"({{a}} {symbol} {{b}} ? 1.0 : 0.0)"))
-
-
-for _name in _COMPARE:
-    _comparison(_name)
-
-
-def _where_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-    cond, a, b = ins
-    assert cond is not None and a is not None and b is not None
-    if cond.dtype.name not in INTEGER_CONDITIONS:
-        raise VkumdTypeError(f"where: cond is {cond.dtype.name}; it must be one of "
-                             f"{', '.join(INTEGER_CONDITIONS)} (nonzero selects a)")
-    dt = same_dtype("where", ("a", a), ("b", b))
-    return [TensorType(dims.broadcast(cond.shape, a.shape, b.shape), dt)]
-
-
-def _where_floats(node: Node) -> str | None:
-    # The generated select stores floats; a select of integers moves them on the host.
-    result = node.outputs[0].dtype.name
-    if result not in FUSED_OUTPUT_DTYPES:
-        return (f"where has no device kernel for {result} (the generated select stores "
-                f"{', '.join(FUSED_OUTPUT_DTYPES)})")
-    return None
-
-
-def _where_host(ctx: Any, xs: list[Any], attrs: dict[str, Any], shapes: Any) -> Tensor:
-    cond, a, b = (x.numpy() for x in xs)
-    return host_tensor(ctx, xs[1].dtype, np.where(cond != 0, a, b))
-
-
-define("where", ("cond", "a", "b"), inplace=True, rule=_where_rule,
-       reference=lambda a, attrs, s: [np.where(a[0] != 0, a[1], a[2]).astype(np.float64)],
-       lower=one_step, refuse=_where_floats, host=_where_host,
-       elementwise=Elementwise(3, "({a} != 0.0 ? {b} : {c})", any_type=(0,)))
-
-
-def _scale_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-    real("scale", attrs["alpha"], "alpha")
-    return [only(ins)]
-
-
-def _scale_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
-    ops.scale(ins[0], attrs_of(node)["alpha"], out=outs[0])
-
-
-define("scale", ("x",), {"alpha": 1.0}, inplace=True, rule=_scale_rule,
-       reference=lambda a, attrs, s: [a[0] * float(attrs["alpha"])],
-       lower=_scale_lower, refuse=_kernel_dtypes, eager=ops.scale,
-       elementwise=Elementwise(1, rewrite=lambda refs, at: (
-           "mul", refs[0], ("const", float(at["alpha"])))))
-
-
-def _cast_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-    target = attrs["dtype"]
-    name = target.name if isinstance(target, dtypes.DType) else target
-    if name not in CAST_TARGETS:
-        raise VkumdTypeError(f"cast: dtype={target!r}; cast converts to "
-                             f"{', '.join(CAST_TARGETS)}")
-    return [TensorType(only(ins).shape, dtypes.dtype(name))]
-
-
-def _cast_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
-    ops.cast(ins[0], attrs_of(node)["dtype"], out=outs[0])
-
-
-define("cast", ("x",), {"dtype": REQUIRED}, inplace=True, rule=_cast_rule,
-       reference=lambda a, attrs, s: [round_to(a[0], dtypes.dtype(attrs["dtype"]))],
-       lower=_cast_lower, refuse=_kernel_dtypes, eager=ops.cast,
-       elementwise=Elementwise(1, "{a}", params=("dtype",), glsl_params={
-           "float32": "{a}",
-           "float16": "unpackHalf2x16(packHalf2x16(vec2({a}, 0.0))).x",
-           "bfloat16": "bf16_to_float(float_to_bf16({a}))"}))

@@ -13,7 +13,6 @@ from vkumd.framework.graph.fused_program import step
 from vkumd.framework.graph.ir import Node
 from vkumd.framework.graph.registry import OPS
 from vkumd.framework.ops.checks import check_float, output
-from vkumd.framework.ops.fused import fused_elementwise
 from vkumd.framework.tensor import Tensor
 
 Lowering = Callable[[Node, list[Any], list[Tensor]], None]
@@ -41,11 +40,18 @@ def unary(fn: Callable[..., Tensor]) -> Lowering:
     return lower
 
 
+def _generated(inputs: list[Any], program: tuple, *, dtype: dtypes.DType,
+               out: Tensor) -> Tensor:
+    # The fused family's eager function, found through its record: that family imports this
+    # module, so this module cannot import it.
+    return OPS["fused_elementwise"].eager(inputs, program, dtype=dtype, out=out)
+
+
 def one_step(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     """Lower an elementwise node as a one-step generated kernel (what elementwise fusion
     makes of it inside a chain)."""
     program = (step(node.op, list(range(len(ins))), node.attrs),)
-    fused_elementwise(ins, program, dtype=node.outputs[0].dtype, out=outs[0])
+    _generated(ins, program, dtype=node.outputs[0].dtype, out=outs[0])
 
 
 def host_tensor(ctx: Any, like: dtypes.DType, array: np.ndarray) -> Tensor:
@@ -64,7 +70,7 @@ def unary_eager(op: str, doc: str) -> Callable[..., Tensor]:
     def eager(x: Tensor, *, out: Tensor | None = None) -> Tensor:
         x = check_float(op, x)
         out = output(op, x.context, out, x.shape, x.dtype)
-        return fused_elementwise([x], ((op, 0),), dtype=x.dtype, out=out)
+        return _generated([x], ((op, 0),), dtype=x.dtype, out=out)
 
     eager.__name__ = eager.__qualname__ = op
     eager.__module__ = "vkumd.ops"

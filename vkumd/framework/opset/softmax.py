@@ -1,17 +1,30 @@
-"""Softmax over the last dimension, with an optional scale and additive mask.
-
-The arguments are checked by the ``softmax`` record's rule (:mod:`vkumd.framework.opset.rows`),
-the one the graph applies; this module adds the kernel's limit on a masked x's rank.
-"""
+"""Softmax over the last dimension, with an optional scale and an additive mask: the
+``softmax`` record and its eager function, which checks its arguments with the record's rule
+(the one the graph applies) and adds the kernel's limit on a masked x's rank."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+import numpy as np
+
 from vkumd.compiler.kernels.rows import ROW_CODES
 from vkumd.compiler.kernels.softmax import SOFTMAX_MAX_LEAD, softmax_plan
 from vkumd.errors import VkumdValueError
+from vkumd.framework.graph.dims import format_shape
+from vkumd.framework.graph.ir import Node
+from vkumd.framework.graph.operands import (
+    Types,
+    at_least_1d,
+    like_x,
+    need_float,
+    only,
+    real,
+)
+from vkumd.framework.graph.reference import softmax_rows
+from vkumd.framework.graph.registry import TensorType, define
+from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_storage, output
 from vkumd.framework.ops.contract import (
     Verdicts,
@@ -21,6 +34,7 @@ from vkumd.framework.ops.contract import (
     remember,
     signature,
 )
+from vkumd.framework.opset.common import attrs_of
 from vkumd.framework.tensor import Tensor
 
 
@@ -104,4 +118,42 @@ def softmax(x: Tensor, *, scale: float | None = None, mask: Tensor | None = None
     return out
 
 
-__all__ = ["softmax"]
+def _softmax_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
+    x, mask = only(ins), ins[1]
+    need_float("softmax", x)
+    at_least_1d("softmax", x)
+    if attrs["axis"] not in (-1, x.ndim - 1):
+        raise VkumdValueError(f"softmax: axis={attrs['axis']}; only the last axis (-1) is "
+                              "supported, permute first")
+    if attrs["scale"] is not None:  # an infinite or NaN scale follows IEEE arithmetic
+        real("softmax", attrs["scale"], "scale", finite=False)
+    if mask is not None:
+        like_x("softmax", x, mask, "mask")
+        why = ""
+        try:
+            fits = dims.same_shape(dims.broadcast(mask.shape, x.shape), x.shape)
+        except VkumdValueError as exc:
+            fits, why = False, f" ({exc})"
+        if not fits:
+            raise VkumdValueError(f"softmax: a mask of shape {format_shape(mask.shape)} does "
+                                  f"not broadcast to x's shape {format_shape(x.shape)}; it "
+                                  f"must broadcast without growing x{why}")
+    return [x]
+
+
+def _softmax_reference(args: list[Any], attrs: dict[str, Any], s: Any) -> list[np.ndarray]:
+    x, mask = args
+    scale = 1.0 if attrs["scale"] is None else float(attrs["scale"])
+    z = x * scale
+    if mask is not None:
+        z = z + mask
+    return [softmax_rows(z)]
+
+
+def _softmax_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    # The rule admits only the last axis, which is what the kernel normalises.
+    softmax(ins[0], scale=attrs_of(node)["scale"], mask=ins[1], out=outs[0])
+
+
+define("softmax", ("x", "mask?"), {"scale": None, "axis": -1}, rule=_softmax_rule,
+       reference=_softmax_reference, lower=_softmax_lower, eager=softmax)

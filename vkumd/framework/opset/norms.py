@@ -1,16 +1,29 @@
-"""Layer norm and RMS norm over the last dimension, with optional affine parameters.
-
-The arguments are checked by the ops' records' rule (:mod:`vkumd.framework.opset.rows`), the
-one the graph applies.
-"""
+"""Layer norm and RMS norm over the last dimension, with optional affine parameters: the
+``layer_norm`` and ``rms_norm`` records and their eager functions, which check their
+arguments with the records' rule (the one the graph applies; ``add_layer_norm`` shares it)."""
 
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
+
+import numpy as np
 
 from vkumd.compiler.kernels.norm import norm_plan
 from vkumd.compiler.kernels.rows import ROW_CODES
+from vkumd.errors import VkumdTypeError, VkumdValueError
+from vkumd.framework.graph.dims import format_shape
+from vkumd.framework.graph.ir import Node
+from vkumd.framework.graph.operands import (
+    Types,
+    at_least_1d,
+    like_x,
+    need_float,
+    only,
+)
+from vkumd.framework.graph.registry import TensorType, define
+from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_storage, output
 from vkumd.framework.ops.contract import (
     Verdicts,
@@ -20,6 +33,7 @@ from vkumd.framework.ops.contract import (
     remember,
     signature,
 )
+from vkumd.framework.opset.common import attrs_of
 from vkumd.framework.tensor import Tensor
 
 # (rows, cols, eps) by (op, x's shape and dtype name, each optional input's signature, eps
@@ -129,4 +143,56 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, *, eps: float = 1e-6,
     return _norm("rms_norm", x, weight, None, eps, out)
 
 
-__all__ = ["layer_norm", "rms_norm"]
+def norm_rule(op: str, ins: Types, eps: Any, dims: DimTable) -> list[TensorType]:
+    """The rule of a norm over ``(x, weight?, bias?)``: x float, at least 1-D, eps >= 0,
+    weight and bias x's dtype and one value per element of a row."""
+    x = only(ins)
+    need_float(op, x)
+    at_least_1d(op, x)
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise VkumdTypeError(f"{op}: eps must be a real number, not {eps!r}")
+    if not 0.0 <= eps < math.inf:
+        raise VkumdValueError(f"{op}: eps must be >= 0 and finite (it keeps 1/sqrt finite), "
+                              f"got {eps!r}")
+    for what, t in zip(("weight", "bias"), ins[1:], strict=False):
+        if t is None:
+            continue
+        like_x(op, x, t, what)
+        if t.ndim != 1 or not dims.same(t.shape[0], x.shape[-1]):
+            raise VkumdValueError(f"{op}: {what} has shape {format_shape(t.shape)}; it must "
+                                  f"be [{x.shape[-1]}], one value per element of a row")
+    return [x]
+
+
+def layer_norm_reference(args: list[Any], attrs: dict[str, Any], s: Any) -> list[np.ndarray]:
+    """``layer_norm(x, weight?, bias?)`` in float64 (the biased variance)."""
+    x, w, b = args
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    y = (x - mean) / np.sqrt(var + float(attrs["eps"]))
+    y = y * w if w is not None else y
+    return [y + b if b is not None else y]
+
+
+def _layer_norm_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    layer_norm(ins[0], ins[1], ins[2], eps=attrs_of(node)["eps"], out=outs[0])
+
+
+define("layer_norm", ("x", "weight?", "bias?"), {"eps": 1e-5},
+       rule=lambda ins, attrs, dims: norm_rule("layer_norm", ins, attrs["eps"], dims),
+       reference=layer_norm_reference, lower=_layer_norm_lower, eager=layer_norm)
+
+
+def _rms_norm_reference(args: list[Any], attrs: dict[str, Any], s: Any) -> list[np.ndarray]:
+    x, w = args
+    y = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + float(attrs["eps"]))
+    return [y * w if w is not None else y]
+
+
+def _rms_norm_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    rms_norm(ins[0], ins[1], eps=attrs_of(node)["eps"], out=outs[0])
+
+
+define("rms_norm", ("x", "weight?"), {"eps": 1e-6},
+       rule=lambda ins, attrs, dims: norm_rule("rms_norm", ins, attrs["eps"], dims),
+       reference=_rms_norm_reference, lower=_rms_norm_lower, eager=rms_norm)

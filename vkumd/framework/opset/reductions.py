@@ -1,9 +1,8 @@
 """Reductions over the last dimension: sum, mean and max.
 
 Accumulation is in float32 whatever the storage type; the result has the input's dtype and
-its shape without the last dimension (or with it as 1 when ``keepdims=True``). The
-arguments are checked by the ops' records' rule (:mod:`vkumd.framework.opset.rows`), the one
-the graph applies.
+its shape without the last dimension (or with it as 1 when ``keepdims=True``). The eager
+functions check their arguments with the records' rule, the one the graph applies.
 """
 
 from __future__ import annotations
@@ -11,11 +10,26 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from vkumd.compiler.kernels.reduce import reduce_plan
 from vkumd.compiler.kernels.rows import ROW_CODES
+from vkumd.errors import VkumdValueError
+from vkumd.framework.graph.dims import format_shape, product
+from vkumd.framework.graph.ir import Node
+from vkumd.framework.graph.operands import (
+    Types,
+    at_least_1d,
+    flag,
+    need_float,
+    only,
+)
+from vkumd.framework.graph.registry import TensorType, define
+from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_storage, check_tensor, output
 from vkumd.framework.ops.contract import Verdicts, concrete_rule, recall, remember
-from vkumd.framework.ops.elementwise import fill
+from vkumd.framework.opset.common import attrs_of
+from vkumd.framework.opset.unary import fill
 from vkumd.framework.tensor import Tensor
 
 # (rows, cols, the result's shape) by (op, x's shape and dtype name, keepdims and its type):
@@ -77,4 +91,29 @@ def max(x: Tensor, *, keepdims: bool = False, out: Tensor | None = None) -> Tens
     return _reduce("max", x, keepdims, out)
 
 
-__all__ = ["max", "mean", "sum"]
+def _reduction(eager: Any, fn: Any) -> None:
+    op = eager.__name__
+
+    def rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
+        x = only(ins)
+        need_float(op, x)
+        at_least_1d(op, x)
+        keep = flag(op, attrs["keepdims"], "keepdims")
+        if (op != "sum" and dims.resolve(x.shape[-1]) == 0
+                and dims.resolve(product(x.shape[:-1])) != 0):
+            raise VkumdValueError(f"{op}: x has shape {format_shape(x.shape)}; the {op} of an "
+                                  "empty last dimension is undefined")
+        return [TensorType(x.shape[:-1] + ((1,) if keep else ()), x.dtype)]
+
+    def reference(a: list[Any], attrs: dict[str, Any], s: Any) -> list[np.ndarray]:
+        return [np.asarray(fn(a[0], axis=-1, keepdims=attrs["keepdims"]), np.float64)]
+
+    def lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+        eager(ins[0], keepdims=attrs_of(node)["keepdims"], out=outs[0])
+
+    define(op, ("x",), {"keepdims": False}, rule=rule, reference=reference, lower=lower,
+           eager=eager)
+
+
+for _eager, _fn in ((sum, np.sum), (mean, np.mean), (max, np.max)):
+    _reduction(_eager, _fn)

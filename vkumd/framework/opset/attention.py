@@ -1,4 +1,5 @@
-"""Fused scaled-dot-product attention, flash style: ``softmax(Q K^T * scale + mask) V``.
+"""Fused scaled-dot-product attention, flash style: ``softmax(Q K^T * scale + mask) V``: the
+``attention`` record (rule, float64 reference, lowering) and its eager function.
 
 The scores never reach global memory: each workgroup keeps a tile of query rows and streams
 tiles of keys and values through an online softmax (running maximum and sum, accumulator
@@ -61,12 +62,28 @@ from vkumd.compiler.kernels.attention_plan import (
     PATHS,
     AttentionProblem,
 )
-from vkumd.compiler.kernels.limits import ATTENTION_HEAD_DIM_MULTIPLE, ATTENTION_MAX_HEAD_DIM
+from vkumd.compiler.kernels.limits import (
+    ATTENTION_DTYPES,
+    ATTENTION_HEAD_DIM_MULTIPLE,
+    ATTENTION_MAX_HEAD_DIM,
+)
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
-from vkumd.framework.graph.attention_layout import swap_heads_seq
+from vkumd.framework.graph.attention_layout import (
+    LAYOUT_AXES,
+    attention_layouts,
+    swap_heads_seq,
+)
+from vkumd.framework.graph.dims import Shape, divide_exact, format_shape
+from vkumd.framework.graph.ir import Node
+from vkumd.framework.graph.operands import Types, flag, real, same_dtype
+from vkumd.framework.graph.reference import softmax_rows
+from vkumd.framework.graph.registry import TensorType, define
+from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_storage, check_tensor, output
 from vkumd.framework.ops.contract import Verdicts, concrete_rule, live_with, recall, remember
+from vkumd.framework.opset.common import attrs_of
+from vkumd.framework.opset.unary import cast, fill
 from vkumd.framework.tensor import Tensor
 
 __all__ = ["LAYOUTS", "PATHS", "attention", "attention_path", "choose_path"]
@@ -74,7 +91,7 @@ __all__ = ["LAYOUTS", "PATHS", "attention", "attention_path", "choose_path"]
 
 # -- argument checks ------------------------------------------------------------------------
 # The shapes, dtypes and attributes are checked by the ``attention`` op record's rule
-# (vkumd.framework.opset.linalg), the one the graph applies; this module checks what the
+# (declared below), the one the graph applies; the eager function also checks what the
 # graph op has no word for: contexts, ``out=``, key lengths given as a list, the kernels'
 # head_dim limit and the device's storage.
 
@@ -177,7 +194,6 @@ def _mask_strides(attn_mask: Any, p: AttentionProblem, ctx: Any
         step *= padded[d]
     if attn_mask.dtype is dtypes.float32:
         return attn_mask, tuple(strides), False
-    from vkumd.framework.ops.elementwise import cast
     return cast(attn_mask, "float32"), tuple(strides), True
 
 
@@ -240,7 +256,6 @@ def attention_path(path: str, q: Tensor, k: Tensor, v: Tensor, *, causal: bool =
     if p.q_len == 0 or p.batch == 0 or p.q_heads == 0:
         return out
     if p.k_len == 0:
-        from vkumd.framework.ops.elementwise import fill
         return fill(out, 0.0)  # no key at all: every row is fully masked
 
     made: list[Tensor] = []
@@ -316,3 +331,114 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, key_leng
     return attention_path("auto", q, k, v, causal=causal, key_lengths=key_lengths,
                           attn_mask=attn_mask, scale=scale, out=out, layout=layout,
                           out_layout=out_layout)
+
+
+def _attention_heads(heads: Any, kv_heads: Any) -> None:
+    """Refuse query heads that are not a whole multiple of the key/value heads."""
+    hint = " (grouped-query attention needs kv_heads to divide q_heads)"
+    if isinstance(kv_heads, int) and isinstance(heads, int):
+        if kv_heads < 1 or heads % kv_heads:
+            raise VkumdValueError(f"attention: {heads} query heads are not a multiple of "
+                                  f"{kv_heads} key/value heads{hint}")
+    elif heads != kv_heads and divide_exact(heads, kv_heads) is None:
+        raise VkumdValueError(f"attention: {heads} query heads are not a known multiple of "
+                              f"{kv_heads} key/value heads{hint}")
+
+
+def _attention_optional(key_lengths: TensorType | None, mask: TensorType | None,
+                        scores: Shape, dims: DimTable) -> None:
+    """Check the key lengths (int32 ``[batch]``) and the mask (additive, broadcasting to the
+    ``[batch, heads, q_len, k_len]`` scores)."""
+    batch = scores[0]
+    if key_lengths is not None:
+        if key_lengths.dtype is not dtypes.int32:
+            raise VkumdTypeError(f"attention: key_lengths must be int32 [{batch}], got "
+                                 f"{key_lengths}")
+        if key_lengths.ndim != 1 or not dims.same(key_lengths.shape[0], batch):
+            raise VkumdValueError(f"attention: key_lengths has shape "
+                                  f"{format_shape(key_lengths.shape)}; expected [{batch}], "
+                                  "one length per batch entry")
+    if mask is None:
+        return
+    if mask.dtype.name not in ATTENTION_DTYPES:
+        raise VkumdTypeError(f"attention: attn_mask must be {' or '.join(ATTENTION_DTYPES)} "
+                             f"(additive), got {mask.dtype.name}; turn a boolean mask into "
+                             "0 / -inf")
+    try:
+        fits = dims.same_shape(dims.broadcast(mask.shape, scores), scores)
+    except VkumdValueError:
+        fits = False
+    if not fits:
+        raise VkumdValueError(f"attention: attn_mask of shape {format_shape(mask.shape)} does "
+                              "not broadcast to the scores' [batch, heads, q_len, k_len] = "
+                              f"{format_shape(scores)}")
+
+
+def _attention_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
+    q, k, v, key_lengths, mask = ins
+    assert q is not None and k is not None and v is not None
+    layout, out_layout = attention_layouts(attrs)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.ndim != 4:
+            raise VkumdValueError(f"attention: {name} must be 4-D {LAYOUT_AXES[layout]} "
+                                  f"(layout={layout!r}), got {format_shape(t.shape)}")
+    if q.dtype.name not in ATTENTION_DTYPES:
+        raise VkumdTypeError(f"attention: q is {q.dtype.name}; attention takes "
+                             f"{' or '.join(ATTENTION_DTYPES)} (cast with vkumd.ops.cast)")
+    same_dtype("attention", ("q", q), ("k", k), ("v", v))
+    flag("attention", attrs["causal"], "causal")
+    if attrs["scale"] is not None:
+        real("attention", attrs["scale"], "scale")
+    if not dims.same_shape(k.shape, v.shape):
+        raise VkumdValueError(f"attention: k and v must have the same shape, got "
+                              f"{format_shape(k.shape)} and {format_shape(v.shape)}")
+    q_shape, k_shape = swap_heads_seq(q.shape, layout), swap_heads_seq(k.shape, layout)
+    batch, q_heads, q_len, head_dim = q_shape
+    if not dims.same(k.shape[0], batch):
+        raise VkumdValueError(f"attention: q has batch {batch} and k/v have {k.shape[0]}")
+    if not dims.same(k_shape[3], head_dim):
+        raise VkumdValueError(f"attention: q has head_dim {head_dim} and k/v have "
+                              f"{k_shape[3]}; they must match")
+    _attention_heads(dims.resolve(q_heads), dims.resolve(k_shape[1]))
+    _attention_optional(key_lengths, mask, (batch, q_heads, q_len, k_shape[2]), dims)
+    return [TensorType(swap_heads_seq(q_shape, out_layout), q.dtype)]
+
+
+def _attention_reference(args: list[Any], attrs: dict[str, Any], shapes: Any
+                         ) -> list[np.ndarray]:
+    q, k, v, lengths, mask = args
+    layout, out_layout = attention_layouts(attrs)
+    if layout == "bshd":
+        q, k, v = (np.swapaxes(x, 1, 2) for x in (q, k, v))
+    _, heads, q_len, dim = q.shape
+    group = heads // k.shape[1]
+    k = np.repeat(k, group, axis=1)
+    v = np.repeat(v, group, axis=1)
+    scale = 1.0 / math.sqrt(dim) if attrs["scale"] is None else float(attrs["scale"])
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+    k_len = k.shape[2]
+    cols = np.arange(k_len)
+    if attrs["causal"]:
+        rows = np.arange(q_len)[:, None]
+        scores = np.where(cols[None, :] > rows + (k_len - q_len), -np.inf, scores)
+    if lengths is not None:
+        limit = np.clip(lengths, 0, k_len)[:, None, None, None]
+        scores = np.where(cols[None, None, None, :] >= limit, -np.inf, scores)
+    if mask is not None:
+        scores = scores + mask
+    out = np.matmul(softmax_rows(scores), v)
+    return [np.ascontiguousarray(np.swapaxes(out, 1, 2)) if out_layout == "bshd" else out]
+
+
+def _attention_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    q, k, v, key_lengths, mask = ins
+    at = attrs_of(node)
+    attention(q, k, v, causal=at["causal"], key_lengths=key_lengths, attn_mask=mask,
+                  scale=at["scale"], out=outs[0], layout=at["layout"],
+                  out_layout=at["out_layout"])
+
+
+define("attention", ("q", "k", "v", "key_lengths?", "attn_mask?"),
+       {"causal": False, "scale": None, "layout": "bhsd", "out_layout": None},
+       rule=_attention_rule, reference=_attention_reference, lower=_attention_lower,
+       eager=attention)
