@@ -196,11 +196,6 @@ def define(name: str, inputs: Sequence[str], attrs: Mapping[str, Any] | None = N
     return op
 
 
-def ops_where(predicate: Callable[[OpDef], bool]) -> list[str]:
-    """The names of the ops whose record satisfies ``predicate``, sorted."""
-    return sorted(name for name, op in OPS.items() if predicate(op))
-
-
 def op_info(op: str, where: str | None = None) -> OpDef:
     """The registry entry of ``op``.
 
