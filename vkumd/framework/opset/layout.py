@@ -23,7 +23,7 @@ from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.graph.dims import Dim, Shape, as_dim, divide_exact, format_shape, product
 from vkumd.framework.graph.ir import Node
-from vkumd.framework.graph.operands import FLOATS, Types, axis_of
+from vkumd.framework.graph.operands import FLOATS, Types, axis_of, only
 from vkumd.framework.graph.registry import REQUIRED, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_context, check_dtype, check_tensor, output
@@ -209,15 +209,13 @@ def _permutation(op: str, order: Any, ndim: int) -> list[int]:
 
 
 def _permute_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-    x = ins[0]
-    assert x is not None
+    x = only(ins)
     order = _permutation("permute", attrs["dims"], x.ndim)
     return [TensorType(tuple(x.shape[d] for d in order), x.dtype)]
 
 
 def _transpose_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-    x = ins[0]
-    assert x is not None
+    x = only(ins)
     if x.ndim == 0:
         raise VkumdValueError("transpose: x is 0-d and has no dimensions to swap")
     i = axis_of("transpose", attrs["dim0"], x.ndim)
@@ -273,8 +271,7 @@ def reshape_target(x: Shape, target: Any, dims: DimTable) -> Shape:
 
 
 def _reshape_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-    x = ins[0]
-    assert x is not None
+    x = only(ins)
     return [TensorType(reshape_target(x.shape, attrs["shape"], dims), x.dtype)]
 
 

@@ -29,7 +29,7 @@ from vkumd.compiler.kernels.elementwise_plan import window_copy_plan
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.graph.dims import Dim, as_dim, format_shape
 from vkumd.framework.graph.ir import Node
-from vkumd.framework.graph.operands import Types, axis_of, same_dtype
+from vkumd.framework.graph.operands import Types, axis_of, only, same_dtype
 from vkumd.framework.graph.registry import REQUIRED, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_context, check_dtype, check_tensor, output
@@ -233,8 +233,7 @@ define("concat", ("xs*",), {"axis": REQUIRED}, rule=_concat_rule,
 
 
 def _split_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-    x = ins[0]
-    assert x is not None
+    x = only(ins)
     axis = axis_of("split", attrs["axis"], x.ndim)
     sizes = attrs["sizes"]
     if not isinstance(sizes, (tuple, list)) or not sizes:
@@ -281,8 +280,7 @@ define("split", ("x",), {"axis": REQUIRED, "sizes": REQUIRED}, rule=_split_rule,
 
 
 def _slice_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-    x = ins[0]
-    assert x is not None
+    x = only(ins)
     axis = axis_of("slice", attrs["axis"], x.ndim)
     start, stop, step = attrs["start"], attrs["stop"], attrs["step"]
     start = 0 if start is None else start
