@@ -62,7 +62,10 @@ def dags(draw: st.DrawFn) -> tuple[Graph, dict[str, np.ndarray]]:
         elif op == "maximum":
             value = b.where(b.gt(a, c), a, c)
         elif op == "select":
-            value = b.where(b.lt(a, c), b.mul(a, 0.25), c)
+            # Both branches agree where a == c: a comparison of values equal up to rounding
+            # (gelu(x) < x for large x) may go either way on the device and in float64, and
+            # a branch that jumps there would be judged as the kernel's error.
+            value = b.where(b.lt(a, c), b.add(b.mul(a, 0.25), b.mul(c, 0.75)), c)
         else:
             value = getattr(b, op)(a, c)
         pool.append(value)
