@@ -110,6 +110,8 @@ TRANSFERS: dict[str, str] = {
     "tests/framework/graph/test_compile_e2e.py": "compiled functions end to end",
     "tests/framework/execute/test_bound_inputs.py": "inputs bound to a compiled graph",
     "tests/framework/execute/test_given_weights.py": "weights the caller holds, read in place",
+    "tests/framework/execute/test_threads_compiled.py": "compiled calls from threads, each "
+                                                        "result read back",
     "tests/framework/models/test_encoder.py": "the sentence encoder end to end",
     "tests/framework/models/test_bert_graph.py": "the BERT graph end to end",
     "tests/frontends/test_onnx_import.py": "ONNX models end to end",
@@ -126,6 +128,8 @@ HARDENED: dict[str, str] = {
     "tests/test_bad_inputs.py": "the bad-input corpus",
     "tests/runtime/test_exhaustion.py": "memory, descriptor pools and queues run out",
     "tests/runtime/test_threads.py": "concurrent recording and submission",
+    "tests/framework/execute/test_threads_compiled.py": "one compiled function called from "
+                                                        "threads, buckets evicted",
     "tests/vk/test_faults.py": "every Vulkan call failing, lost devices",
     "tests/runtime/test_suballoc.py::TestRangeAllocatorMachine": "sub-allocator fuzz",
     "tests/framework/graph/test_fusion_dags.py": "fusion fuzz over random DAGs",

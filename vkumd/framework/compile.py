@@ -20,6 +20,7 @@ with a warning in the log, and :meth:`CompiledFunction.run_eager` always uses th
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -45,6 +46,18 @@ def compiled_graph_class() -> type:
 class CompiledFunction:
     """A traced, optimised function; call it as the original (positionally or by name).
 
+    Results are views of memory the compiled function owns: a thread's next call that falls
+    in the same shape bucket overwrites them (``vkumd.ops.copy`` keeps one).
+
+    Thread model: one compiled function may be called from any number of threads at once,
+    each on its own current stream or all on the default stream. Each calling thread gets
+    its own per-bucket memory and recordings, so every call returns that caller's results;
+    a short lock covers only the bookkeeping (finding the bucket, recording it the first
+    time), not writing the inputs or submitting. Eviction (the executor keeps a bounded
+    number of buckets over all threads) never frees a bucket while a call is using it.
+    Results handed to another thread stay valid until the producing thread calls again
+    with shapes in the same bucket.
+
     Attributes:
         graph: the optimised graph.
         traced_graph: the graph as traced, before the passes.
@@ -61,6 +74,7 @@ class CompiledFunction:
         self._buckets = buckets
         self._constants: dict[int, Tensor] = {}
         self._compiled: Any = None
+        self._lock = threading.Lock()  # makes the context and the executor once
         self.executor = "compiled"
         try:
             check_recordable(graph)
@@ -90,13 +104,16 @@ class CompiledFunction:
         return bound
 
     def _context(self, bound: Mapping[str, Any]) -> Any:
-        if self._ctx is None:
-            self._ctx = next((t.context for t in bound.values() if isinstance(t, Tensor)),
-                             None)
-        if self._ctx is None:
-            from vkumd.framework.context import Context
+        if self._ctx is not None:
+            return self._ctx
+        with self._lock:
+            if self._ctx is None:
+                self._ctx = next((t.context for t in bound.values()
+                                  if isinstance(t, Tensor)), None)
+            if self._ctx is None:
+                from vkumd.framework.context import Context
 
-            self._ctx = Context()
+                self._ctx = Context()
         return self._ctx
 
     def _tensors(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Tensor]:
@@ -134,10 +151,14 @@ class CompiledFunction:
         if self.executor == "eager":
             return self.run_eager(*args, **kwargs)
         inputs = self._tensors(args, kwargs)
-        if self._compiled is None:
-            cls = compiled_graph_class()
-            self._compiled = cls(self.graph, self._ctx, buckets=self._buckets)
-        result = self._compiled(**inputs)
+        compiled = self._compiled
+        if compiled is None:
+            with self._lock:
+                if self._compiled is None:
+                    cls = compiled_graph_class()
+                    self._compiled = cls(self.graph, self._ctx, buckets=self._buckets)
+                compiled = self._compiled
+        result = compiled(**inputs)
         if isinstance(result, Mapping):
             result = list(result.values())
         return self._structure(list(result) if isinstance(result, (list, tuple)) else [result])

@@ -94,6 +94,8 @@ class Bucket:
         inputs: the bucket-shaped tensor per input name.
         owned: the bucket-shaped tensor per output value id (what nodes write outputs to).
         returned: per graph output that is an input or weight, the tensor it is copied to.
+        users: calls inside now (the compiled graph counts them under its lock).
+        retired: evicted; the last user releases it.
     """
 
     def __init__(self, context: Any, graph: Graph, plan_graph: Graph,
@@ -111,6 +113,8 @@ class Bucket:
         self.replays = 0
         self.recorded = 0
         self.evicted = 0
+        self.users = 0
+        self.retired = False
         self._kept = {n.id for n in plan_graph.nodes}
         self._recordings: OrderedDict[tuple, Recording] = OrderedDict()
         self.arena = Arena(context, self.plan.arena_bytes)

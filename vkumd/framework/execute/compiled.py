@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -62,11 +63,20 @@ class CompiledGraph(Handle):
     an exact-shape run's bit for bit, while calls of many sizes share one bucket's memory.
 
     Returned tensors are views of the bucket's own output memory: the next call of the same
-    bucket overwrites them (copy with ``ops.copy`` to keep one). They stay valid after the
-    compiled graph is released.
+    bucket from the same thread overwrites them (copy with ``ops.copy`` to keep one). They
+    stay valid after the compiled graph is released.
+
+    Threads: any number may call one compiled graph at once, each on its current stream.
+    Each thread gets buckets of its own (memory, recordings, recently passed inputs), so
+    concurrent calls never share an input tensor, arena, output or command buffer, and a
+    call's results are overwritten only by that thread's next call of the bucket. A short
+    lock guards the bookkeeping (finding or making the bucket and the recording); writing
+    the inputs and submitting run outside it. ``max_recordings`` bounds the buckets of all
+    threads together (give ``threads x shapes`` to avoid recording again); a bucket evicted
+    while its thread is inside a call is freed as that call ends, never under it.
 
     Inputs are copied into the bucket's input tensors, except a vkumd tensor passed for the
-    same input in one of the last few calls: that one is read where it is, through a
+    same input in one of the thread's last few calls: that one is read where it is, through a
     recording over it (made once, then replayed while the same tensor keeps coming, and
     kept like a size-recording; it pins the tensor's memory until it is evicted). So a
     caller that refills the same input tensors pays no copy, and one that brings a new
@@ -77,8 +87,8 @@ class CompiledGraph(Handle):
         ctx: a :class:`vkumd.Context`.
         buckets: per symbol, a list of bucket sizes or None for exact sizes; symbols not
             named get powers of two.
-        max_recordings: buckets kept allocated at once; the least recently used is released
-            (its memory and recordings) when another is needed.
+        max_recordings: buckets kept allocated at once, over every calling thread; the least
+            recently used is released (its memory and recordings) when another is needed.
         sizes_per_bucket: size-recordings (command buffers) each bucket keeps; the least
             recently used is released when a call brings other true sizes. At most
             ``max_recordings * sizes_per_bucket`` recordings are held in all.
@@ -115,7 +125,11 @@ class CompiledGraph(Handle):
         """Buckets released to make room for another."""
         self.calls = 0
         self._recorded_gone = 0  # size-recordings of buckets released
-        self._recent: dict[str, list[Tensor]] = {}  # per input, the latest bindable tensors
+        # Guards the buckets, their recordings, eviction and the counters; never held while
+        # inputs are written or work is submitted.
+        self._lock = threading.Lock()
+        # Per thread, per input, the latest bindable tensors (dropped with the thread).
+        self._local = threading.local()
         self._input_dtypes = {v.name: v.dtype for v in graph.inputs}
         self.weights: dict[int, Tensor] = {}
         """A device tensor per weight value id."""
@@ -161,25 +175,36 @@ class CompiledGraph(Handle):
                 raise VkumdTypeError(f"input {name!r} is a {type(value).__name__}; pass a "
                                      "numpy array or a vkumd Tensor")
             shapes[name] = tuple(shape)
-        recording = self._recording(shapes, self._repeated(inputs))
-        for v in self.graph.inputs:
-            recording.write_input(v.name, inputs[v.name])
-        recording.bucket.replay(recording)
-        self.calls += 1
+        bucket, recording = self._checkout(shapes, self._repeated(inputs), call=True)
+        try:
+            for v in self.graph.inputs:
+                recording.write_input(v.name, inputs[v.name])
+            bucket.replay(recording)
+        except BaseException:
+            with self._lock:
+                self.calls -= 1
+            raise
+        finally:
+            self._checkin(bucket)
         return list(recording.outputs)
 
     def _repeated(self, inputs: dict[str, Any]) -> dict[str, Tensor]:
         """The inputs to read in place: plain vkumd tensors of this context and the input's
-        dtype that one of the last :data:`RECENT_INPUTS` calls passed for the same name
+        dtype that one of this thread's last :data:`RECENT_INPUTS` calls passed for the name
         (views, such as an earlier call's results or :meth:`input_tensors`, are never
         bound: they are this graph's own memory)."""
         dtypes_of = self._input_dtypes
-        bound = {}
+        bound: dict[str, Tensor] = {}
+        recent_of: dict[str, list[Tensor]] | None = None
         for name, t in inputs.items():
             if not (type(t) is Tensor and t.context is self.context and t.binding is not None
                     and t.dtype is dtypes_of.get(name)):
                 continue
-            recent = self._recent.setdefault(name, [])
+            if recent_of is None:
+                recent_of = getattr(self._local, "recent", None)
+                if recent_of is None:
+                    recent_of = self._local.recent = {}
+            recent = recent_of.setdefault(name, [])
             if any(r is t for r in recent):
                 bound[name] = t
                 recent.remove(t)
@@ -195,28 +220,61 @@ class CompiledGraph(Handle):
         Raises:
             VkumdValueError: as :meth:`__call__` for shapes it does not take.
         """
-        return dict(self._recording({k: tuple(v) for k, v in shapes.items()}).inputs)
+        bucket, recording = self._checkout({k: tuple(v) for k, v in shapes.items()})
+        self._checkin(bucket)
+        return dict(recording.inputs)
 
     def _check_open(self) -> None:
         if self.released:
             raise VkumdValueError("this CompiledGraph was released; compile the graph again")
 
-    def _recording(self, shapes: dict[str, tuple[int, ...]],
-                   bound: dict[str, Tensor] | None = None) -> Recording:
-        self._check_open()
+    def _checkout(self, shapes: dict[str, tuple[int, ...]],
+                  bound: dict[str, Tensor] | None = None,
+                  call: bool = False) -> tuple[Bucket, Recording]:
+        """This thread's bucket for ``shapes`` and its recording, marked in use until
+        :meth:`_checkin` (so eviction cannot free it under the call); ``call`` counts a
+        call."""
         true_env = bind_symbols(self.graph, shapes)
-        return self._bucket(self.policy.apply(true_env)).recording(true_env, bound)
+        env = self.policy.apply(true_env)
+        with self._lock:
+            self._check_open()  # here too: another thread may have released the graph
+            bucket = self._bucket(env)
+            recording = bucket.recording(true_env, bound)
+            # Only the bucket's own thread changes ``users``, and only evictions read it,
+            # under this lock: see _checkin.
+            bucket.users += 1
+            self.calls += call
+        return bucket, recording
+
+    def _checkin(self, bucket: Bucket) -> None:
+        """End a use of ``bucket``; free it if it was evicted meanwhile.
+
+        Without the lock: ``users`` drops before ``retired`` is read, and an eviction sets
+        ``retired`` before it reads ``users``, so at least one side sees the other and frees
+        the bucket (twice is harmless: both free it under the lock).
+        """
+        bucket.users -= 1
+        if bucket.retired:
+            with self._lock:
+                if not bucket.users:
+                    bucket.release()
+
+    def _retire(self, bucket: Bucket) -> None:
+        """Free ``bucket`` now, or as the call using it ends (under the lock)."""
+        self._recorded_gone += bucket.recorded
+        bucket.retired = True
+        if not bucket.users:
+            bucket.release()
 
     def _bucket(self, env: dict[str, int]) -> Bucket:
-        key = tuple(sorted(env.items()))
+        # Keyed by thread too: a thread's results live in its own bucket until its next call.
+        key = (tuple(sorted(env.items())), threading.get_ident())
         found = self._buckets.get(key)
         if found is not None:
             self._buckets.move_to_end(key)
             return found
         while len(self._buckets) >= self.max_recordings:
-            _, old = self._buckets.popitem(last=False)
-            self._recorded_gone += old.recorded
-            old.release()
+            self._retire(self._buckets.popitem(last=False)[1])
             self.evicted += 1
         made = Bucket(self.context, self.graph, self._plan_graph, self.weights, env,
                       self.sizes_per_bucket)
@@ -226,12 +284,15 @@ class CompiledGraph(Handle):
 
     # -- reporting -------------------------------------------------------------------------
     def buckets(self) -> list[BucketStats]:
-        """Statistics of the buckets held now, least recently used first."""
-        return [b.stats() for b in self._buckets.values()]
+        """Statistics of the buckets held now (every thread's), least recently used first."""
+        with self._lock:
+            return [b.stats() for b in self._buckets.values()]
 
     def bucket_memory(self) -> Iterator[Bucket]:
-        """The buckets held now, least recently used first (for tests and tools)."""
-        return iter(list(self._buckets.values()))
+        """The buckets held now (every thread's), least recently used first (for tests and
+        tools)."""
+        with self._lock:
+            return iter(list(self._buckets.values()))
 
     def summary(self) -> str:
         """A text table: per bucket, its size-recordings, the nodes, kernels launched and
@@ -258,11 +319,13 @@ class CompiledGraph(Handle):
 
     # -- lifetime --------------------------------------------------------------------------
     def _release(self) -> None:
-        for bucket in self._buckets.values():
-            self._recorded_gone += bucket.recorded
-            bucket.release()
-        self._buckets.clear()
-        self._recent.clear()
+        # A call already inside keeps its bucket (and the weights its recording pins) until
+        # it ends; later calls are refused.
+        with self._lock:
+            for bucket in self._buckets.values():
+                self._retire(bucket)
+            self._buckets.clear()
+        self._local = threading.local()
         for t in self._owned:
             t.release()
         self._owned.clear()
