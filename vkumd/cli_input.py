@@ -10,6 +10,7 @@ lines. A line is UTF-8 of at most ``max_line_bytes`` bytes, not counting its new
 from __future__ import annotations
 
 import os
+import select
 import stat
 import sys
 import time
@@ -21,6 +22,7 @@ from typing import BinaryIO, TextIO
 from vkumd.errors import VkumdValueError
 
 MAX_LINE_BYTES = 1 << 20
+_PIECE = 1 << 16
 STDIN = "-"
 
 
@@ -86,6 +88,8 @@ def open_input(path: Path) -> tuple[BinaryIO, int | None]:
         VkumdValueError: no such file, a directory, or unreadable.
     """
     if str(path) == STDIN:
+        if sys.stdin is None:
+            raise VkumdValueError("embed --file -: stdin is closed; give a file")
         return sys.stdin.buffer, None
     try:
         mode = os.stat(path).st_mode
@@ -102,32 +106,64 @@ def open_input(path: Path) -> tuple[BinaryIO, int | None]:
 class LineReader:
     """The lines of a binary stream, decoded and bounded one at a time.
 
+    Reads the stream's file descriptor in 64 KiB pieces into its own buffer, so it holds at
+    most one line past ``max_line_bytes`` plus one piece, and can tell (:meth:`ready`)
+    whether the next line is there already or would wait for the writer.
+
     Args:
-        stream: where the lines come from (read with ``readline``, so at most
-            ``max_line_bytes + 2`` bytes are held at once).
+        stream: where the lines come from (anything with a ``fileno``).
         name: the file as the user named it, for messages.
         max_line_bytes: the longest line accepted, newline not counted.
     """
 
     def __init__(self, stream: BinaryIO, name: str, max_line_bytes: int) -> None:
-        self.stream = stream
+        self.fd = stream.fileno()
         self.name = name
         self.max_line_bytes = max_line_bytes
         self.lines = 0
         self.bytes_read = 0
+        self._buf = bytearray()
+        self._pos = 0  # where the next line starts in _buf
+        self._scan = 0  # _buf[_pos:_scan] holds no newline
+        self._eof = False
 
-    def __iter__(self) -> Iterator[Sentence]:
-        limit = self.max_line_bytes
+    def ready(self) -> bool:
+        """Whether the next line (or the end) can be had without waiting for more input."""
+        if self._eof or self._buf.find(b"\n", self._scan) >= 0:
+            return True
+        return bool(select.select([self.fd], [], [], 0)[0])
+
+    def _raw_line(self) -> bytes:
+        """The next line with its newline; over the limit, what was read of it; b"" at the
+        end."""
+        buf = self._buf
         while True:
-            # Two bytes past the limit: a line of exactly `limit` bytes with its \r\n fits.
+            end = buf.find(b"\n", self._scan)
+            if end >= 0:
+                raw = bytes(buf[self._pos:end + 1])
+                self._pos = self._scan = end + 1
+                return raw
+            self._scan = len(buf)
+            # Past limit + 1 with no newline, the line cannot fit even if a \r\n follows.
+            if len(buf) - self._pos > self.max_line_bytes + 1 or self._eof:
+                raw = bytes(buf[self._pos:])
+                self._pos = self._scan = len(buf)
+                return raw
+            del buf[:self._pos]  # compact only before a read: once per piece, not per line
+            self._scan -= self._pos
+            self._pos = 0
             try:
-                raw = self.stream.readline(limit + 2)
+                piece = os.read(self.fd, _PIECE)
             except OSError as exc:
                 raise VkumdValueError(f"embed --file {self.name}: reading line "
                                       f"{self.lines + 1} failed ({exc.strerror or exc})"
                                       ) from None
-            if not raw:
-                return
+            self._eof = not piece
+            buf += piece
+
+    def __iter__(self) -> Iterator[Sentence]:
+        limit = self.max_line_bytes
+        while raw := self._raw_line():
             self.bytes_read += len(raw)
             self.lines += 1
             content = raw

@@ -89,28 +89,26 @@ def test_many_chunks_stream_to_the_same_rows(tmp_path: Path, encoder, capsys) ->
 
 @needs_model
 def test_rows_come_out_while_input_still_arrives() -> None:
-    """stdin (``--file -``) is embedded a chunk at a time: the first chunk's rows are on stdout
-    before the input ends."""
-    from vkumd.cli_embed import CHUNK_BATCHES
-
-    proc = subprocess.Popen([sys.executable, "-m", "vkumd.cli", "embed", "--batch-size", "1",
-                             "--file", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    """stdin (``--file -``) is embedded as lines arrive: the rows of the lines written so far
+    are on stdout while the writer still holds the pipe open."""
+    proc = subprocess.Popen([sys.executable, "-m", "vkumd.cli", "embed", "--file", "-"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=ROOT, preexec_fn=_limit_memory)
     try:
         assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(b"".join(b"line %d\n" % i for i in range(CHUNK_BATCHES)))
+        proc.stdin.write(b"line 0\nline 1\nline 2\n")
         proc.stdin.flush()
         got = b""
         deadline = time.monotonic() + 180
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
-            while got.count(b"\n") < CHUNK_BATCHES and time.monotonic() < deadline:
+            while got.count(b"\n") < 3 and time.monotonic() < deadline:
                 if sel.select(timeout=1):
-                    chunk = os.read(proc.stdout.fileno(), 65536)
-                    assert chunk, proc.stderr.read() if proc.stderr else ""
-                    got += chunk
+                    piece = os.read(proc.stdout.fileno(), 65536)
+                    assert piece, proc.stderr.read() if proc.stderr else ""
+                    got += piece
         lines = got.decode().splitlines()
-        assert [line.split()[0] for line in lines] == [str(i) for i in range(CHUNK_BATCHES)]
+        assert [line.split()[0] for line in lines] == ["0", "1", "2"]
         assert proc.poll() is None  # still waiting for more input
         proc.stdin.write(b"the end")
         proc.stdin.close()
@@ -119,6 +117,25 @@ def test_rows_come_out_while_input_still_arrives() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_reader_knows_when_the_next_line_would_wait() -> None:
+    from vkumd.cli_input import LineReader
+
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end, "rb", buffering=0) as stream:
+        reader = LineReader(stream, "pipe", 100)
+        lines = iter(reader)
+        os.write(write_end, b"one\ntwo\r\nthr")
+        assert reader.ready()
+        assert [next(lines).text, next(lines).text] == ["one", "two"]
+        assert not reader.ready()  # "thr" has no newline yet and the writer is open
+        os.write(write_end, b"ee\n\xe2\x80\xa8\f")
+        assert reader.ready()
+        assert next(lines).text == "three"
+        os.close(write_end)
+        assert [s.text for s in lines] == ["\u2028\f"]
+        assert reader.ready() and (reader.lines, reader.bytes_read) == (4, 19)
 
 
 def test_dev_zero_is_a_line_length_error() -> None:
