@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 
@@ -151,6 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     except VkumdError as exc:
         print(f"vkumd: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("vkumd: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader of stdout went away (`vkumd embed ... | head`): not an error to report.
+        # Pointing stdout at /dev/null keeps the interpreter's final flush from raising too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":
