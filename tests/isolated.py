@@ -45,7 +45,7 @@ class Outcome:
 
 
 def run_isolated(setup: str, body: str, *, timeout: float = 60,
-                 address_space_gib: float = 8) -> Outcome:
+                 address_space_gib: float = 8, env: dict[str, str] | None = None) -> Outcome:
     """Run ``setup`` then ``body`` in a fresh Python, killed past ``timeout`` seconds or
     ``address_space_gib`` of address space.
 
@@ -54,6 +54,7 @@ def run_isolated(setup: str, body: str, *, timeout: float = 60,
         body: the code under test (it prints what the test checks).
         timeout: seconds before the child is killed (the test then fails, it does not hang).
         address_space_gib: ``RLIMIT_AS`` of the child: an allocation past it fails there.
+        env: variables to set in the child (on top of this process's environment).
 
     Returns:
         The :class:`Outcome`; a timeout fails the calling test with the child's output.
@@ -66,10 +67,10 @@ def run_isolated(setup: str, body: str, *, timeout: float = 60,
     def bound() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    child_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=timeout, preexec_fn=bound, env=env, cwd=ROOT)
+                              timeout=timeout, preexec_fn=bound, env=child_env, cwd=ROOT)
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"the child ran past {timeout} s (a hang); its output:\n"
                              f"{exc.stdout}\n{exc.stderr}") from None

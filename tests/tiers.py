@@ -125,6 +125,7 @@ HARDENED: dict[str, str] = {
     "tests/test_soak_short.py": "the soak, scaled down",
     "tests/test_bad_inputs.py": "the bad-input corpus",
     "tests/framework/models/test_hostile_model_files.py": "hostile model directories",
+    "tests/frontends/test_hostile_files.py": "hostile ONNX files",
     "tests/runtime/test_exhaustion.py": "memory, descriptor pools and queues run out",
     "tests/runtime/test_threads.py": "concurrent recording and submission",
     "tests/vk/test_faults.py": "every Vulkan call failing, lost devices",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vkumd.errors import VkumdValueError
+from vkumd.framework.models.errors import ModelFileError
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,18 @@ class UnsupportedModelError(VkumdValueError):
         lines = "\n".join(f"  - {r}" for r in refusals)
         super().__init__(f"{model}: {len(refusals)} node(s) cannot be imported (operators "
                          f"{', '.join(ops)}):\n{lines}")
+
+
+class OnnxFileError(ModelFileError):
+    """An ONNX model cannot be read: not a regular file, not a model protobuf, a tensor whose
+    declared size disagrees with its data, external data outside the model's directory. The
+    message names the file (or the graph) and the tensor or field."""
+
+
+class MalformedGraphError(OnnxFileError):
+    """An ONNX graph is not well formed: two nodes write one name, a node writes a graph input
+    or initializer, a declared output has no producer, a node reads a name nothing defines,
+    or the nodes form a cycle. The message names the node and the name."""
 
 
 class Unsupported(Exception):
