@@ -66,6 +66,43 @@ def test_a_tiny_file_cannot_fold_into_gigabytes(tmp_path: Path) -> None:
     assert done.growth_mib < 128, f"peak RSS grew by {done.growth_mib:.0f} MiB"
 
 
+def _generator(op: str, inputs: dict[str, np.ndarray]) -> bytes:
+    inits = [numpy_helper.from_array(v, k) for k, v in inputs.items()]
+    node = helper.make_node(op, list(inputs), ["y"], name="gen")
+    graph = helper.make_graph([node], "g", [], [_F("y", T.FLOAT, None)], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]
+                             ).SerializeToString()
+
+
+def test_every_small_op_that_makes_a_big_constant_is_refused() -> None:
+    i64 = np.int64
+    models = {
+        "Range": _generator("Range", {"a": np.array(0, i64), "b": np.array(10**9, i64),
+                                      "c": np.array(1, i64)}),
+        "Tile": _generator("Tile", {"x": np.ones((1, 4), np.float32),
+                                    "r": np.array([10**8, 1], i64)}),
+        "Expand": _generator("Expand", {"x": np.ones((1,), np.float32),
+                                        "s": np.array([16000, 16000], i64)}),
+        "OneHot": _generator("OneHot", {"i": np.zeros(1000, i64), "d": np.array(10**6, i64),
+                                        "v": np.array([0, 1], np.float32)}),
+    }
+    done = run_isolated(
+        "import vkumd.onnx\nfrom vkumd.errors import VkumdError",
+        f"""
+        for op, data in {models!r}.items():
+            try:
+                vkumd.onnx.import_model(data)
+                print(op, "imported")
+            except VkumdError as exc:
+                print(op, "refused:", str(exc).replace("\\n", " "))
+        """, timeout=120, address_space_gib=8)
+    assert done.returncode == 0, done.stderr
+    for op in models:
+        line = next(x for x in done.stdout.splitlines() if x.startswith(op))
+        assert f"{op} node 'gen'" in line and "more than the fold limit" in line, line
+    assert done.growth_mib < 128, f"peak RSS grew by {done.growth_mib:.0f} MiB"
+
+
 def test_a_big_result_from_an_op_with_a_kernel_stays_device_work() -> None:
     # [4000, 1] + [1, 4000] of known values: 64 MB folded; at a 1 MiB limit it must be an add
     # node on two small weights instead.
