@@ -339,5 +339,7 @@ def test_negative_input_dims_are_refused() -> None:
 
 
 def test_model_file_errors_share_the_loaders_base() -> None:
+    assert vkumd.onnx.OnnxFileError is OnnxFileError
+    assert vkumd.onnx.MalformedGraphError is MalformedGraphError
     assert issubclass(OnnxFileError, ModelFileError)
     assert issubclass(MalformedGraphError, OnnxFileError)
