@@ -34,8 +34,9 @@ from vkumd.framework.untrusted import open_regular, pread_exact, read_regular
 MAX_MODEL_BYTES = 2**31
 _MAX_RANK = 64
 _MAX_DIM = 2**62
-_PACKED_4BIT = {onnx.TensorProto.INT4, onnx.TensorProto.UINT4,
-                getattr(onnx.TensorProto, "FLOAT4E2M1", -1)}
+# Sub-byte types: elements per byte (and per int32_data entry).
+_PACKED = {getattr(onnx.TensorProto, name, -1): per for name, per in (
+    ("INT4", 2), ("UINT4", 2), ("FLOAT4E2M1", 2), ("INT2", 4), ("UINT2", 4))}
 _COMPLEX = {onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128}
 
 
@@ -122,8 +123,8 @@ def _check_tensor(tensor: onnx.TensorProto, owner: str, where: str) -> None:
     count = math.prod(dims)
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         return  # checked against its file by _load_external
-    if tensor.data_type in _PACKED_4BIT:
-        need_bytes = need_items = (count + 1) // 2
+    if tensor.data_type in _PACKED:
+        need_bytes = need_items = -(-count // _PACKED[tensor.data_type])
     else:
         need_bytes = count * element.itemsize
         need_items = 2 * count if tensor.data_type in _COMPLEX else count
@@ -161,7 +162,7 @@ def _load_external(tensor: onnx.TensorProto, owner: str, where: str, base: Path 
                             f"or length {info.get('length')!r} is not an integer") from None
     element = _element(tensor, owner, where)
     count = math.prod(tensor.dims)
-    need = ((count + 1) // 2 if tensor.data_type in _PACKED_4BIT
+    need = (-(-count // _PACKED[tensor.data_type]) if tensor.data_type in _PACKED
             else count * element.itemsize)
     fd, size = open_regular(target, OnnxFileError)
     try:

@@ -289,6 +289,10 @@ def _convert(st: State, node: onnx.NodeProto, refusals: list[Refusal], poisoned:
     finally:
         st.device_only = False
     if results is _REFUSED:
+        if oversize is not None:  # say why the host did not compute it instead
+            last = refusals[-1]
+            refusals[-1] = Refusal(last.name, last.op_type, f"{last.reason}; and it is not "
+                                   f"folded on the host: {oversize}", last.needs)
         return
     for name, result in zip(node.output, results, strict=False):
         if name and result is not None:
