@@ -103,6 +103,32 @@ def test_every_small_op_that_makes_a_big_constant_is_refused() -> None:
     assert done.growth_mib < 128, f"peak RSS grew by {done.growth_mib:.0f} MiB"
 
 
+def test_a_value_computed_from_the_sizes_is_bounded_too() -> None:
+    # ConstantOfShape of [seq, 10**7]: a Derived value, probed at import at seq of ~100
+    # (4 GB), then computed per call. It must be refused before it is allocated.
+    shape_tail = numpy_helper.from_array(np.array([10**7], np.int64), "tail")
+    nodes = [helper.make_node("Shape", ["x"], ["s"], start=1, end=2),
+             helper.make_node("Concat", ["s", "tail"], ["dims"], axis=0),
+             helper.make_node("ConstantOfShape", ["dims"], ["c"], name="mask"),
+             helper.make_node("ReduceSum", ["c"], ["r"], keepdims=0),
+             helper.make_node("Add", ["x", "r"], ["y"])]
+    model = _model(nodes, inputs=[_F("x", T.FLOAT, ["batch", "seq"])],
+                   initializers=[shape_tail])
+    done = run_isolated(
+        "import vkumd.onnx\nfrom vkumd.errors import VkumdError",
+        f"""
+        try:
+            vkumd.onnx.import_model({model.SerializeToString()!r})
+            print("imported")
+        except VkumdError as exc:
+            print("refused:", str(exc).replace("\\n", " "))
+        """, timeout=120, address_space_gib=8)
+    assert done.returncode == 0, done.stderr
+    assert "refused:" in done.stdout and "ConstantOfShape node 'mask'" in done.stdout
+    assert "more than the fold limit" in done.stdout, done.stdout
+    assert done.growth_mib < 128, f"peak RSS grew by {done.growth_mib:.0f} MiB"
+
+
 def test_a_big_result_from_an_op_with_a_kernel_stays_device_work() -> None:
     # [4000, 1] + [1, 4000] of known values: 64 MB folded; at a 1 MiB limit it must be an add
     # node on two small weights instead.

@@ -19,8 +19,10 @@ import numpy as np
 import onnx
 from onnx.reference import ReferenceEvaluator
 
-from vkumd.framework.frontends.onnx.errors import Unsupported
+from vkumd.framework.frontends.onnx.errors import TooBig, Unsupported
+from vkumd.framework.frontends.onnx.sizes import over_limit, result_bytes
 from vkumd.framework.graph import Dim, sym
+from vkumd.settings import fold_limit
 
 Bindings = Mapping[str, int]
 # Two sets of sizes: odd primes far from the small sizes models hard-code (1, 2, 3, 64...),
@@ -48,12 +50,17 @@ class Derived:
 
 
 def node_fn(node: onnx.NodeProto) -> Callable[[list[np.ndarray]], np.ndarray]:
-    """The node's first output as a function of its inputs (ONNX's reference evaluator)."""
+    """The node's first output as a function of its inputs (ONNX's reference evaluator),
+    refusing (:class:`Unsupported`) a result past :func:`~vkumd.settings.fold_limit` bytes
+    before computing it: the sizes, at a probe or a call, may make it arbitrarily large."""
     evaluator = ReferenceEvaluator(node)
     names = list(node.input)
 
     def run(arrays: list[np.ndarray]) -> np.ndarray:
         feeds = {n: a for n, a in zip(names, arrays, strict=True) if n}
+        size, limit = result_bytes(node, feeds, None), fold_limit()
+        if size is not None and size > limit:
+            raise TooBig(over_limit(size, limit))
         return np.asarray(evaluator.run(None, feeds)[0])
 
     return run
@@ -83,6 +90,8 @@ def evaluate(name: str, env: Mapping[str, object], bindings: Bindings,
     args = [evaluate(n, env, bindings, cache) if n else np.empty(0) for n in bound.inputs]
     try:
         out = bound.fn(args)
+    except TooBig as exc:
+        raise TooBig(f"{bound.what} at the sizes {dict(bindings)}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 -- onnx.reference raises anything
         raise Unsupported(f"{bound.what} cannot be computed from the sizes "
                           f"{dict(bindings)}: {exc}") from exc

@@ -73,5 +73,9 @@ class NeedsConstant(Unsupported):
         self.name = name
 
 
+class TooBig(Unsupported):
+    """A result would pass the fold limit (``VKUMD_FOLD_LIMIT``) if computed on the host."""
+
+
 class OnHost(Unsupported):
     """Raised by a converter that takes Derived inputs: compute this node on the host."""

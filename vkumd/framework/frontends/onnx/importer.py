@@ -26,6 +26,7 @@ from vkumd.framework.frontends.onnx.errors import (
     OnHost,
     OnnxFileError,
     Refusal,
+    TooBig,
     Unsupported,
     UnsupportedModelError,
 )
@@ -317,7 +318,7 @@ def _run_converter(st: State, node: onnx.NodeProto, spec: Any, static: bool, bou
             try:
                 results = [_on_host(st, node)]
             except Unsupported as host_exc:
-                exc = host_exc if isinstance(exc, OnHost) else exc
+                exc = host_exc if isinstance(exc, OnHost) or isinstance(host_exc, TooBig) else exc
             else:
                 exc = None
         if exc is not None:
