@@ -44,4 +44,4 @@ def check_fold(shape: tuple[int, ...], dtype: np.dtype) -> None:
     limit = fold_limit()
     if size > limit:
         raise TooBig(f"a constant of shape {list(shape)}: {over_limit(size, limit)} "
-                          "(vkumd has no device op that creates it)")
+                     "(vkumd has no device op that creates it)")

@@ -38,9 +38,10 @@ from vkumd.framework.graph import Dim, Graph, GraphBuilder, sym
 
 Dynamic = Mapping[str, Mapping[int, str]]
 _IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
+# What _run_converter returns for a node it refused (and recorded).
+_REFUSED = object()
 # What a malformed node or graph makes onnx's helpers, numpy or a converter raise; each
 # becomes a refusal (or an OnnxFileError) that names the node, not a bare traceback.
-_REFUSED = object()
 _MALFORMED = (TypeError, ValueError, KeyError, IndexError, OverflowError, AttributeError,
               ZeroDivisionError, RecursionError)
 
