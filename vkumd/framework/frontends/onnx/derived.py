@@ -12,6 +12,7 @@ axis after the symbol whose sizes it followed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -40,6 +41,9 @@ class Derived:
         what: the node it came from, for error messages.
         shape: its shape, ints and symbols (set by :func:`probe_shape`).
         dtype: its numpy dtype at the probes.
+        size_of: its bytes from the inputs' values, asked before ``fn`` runs while its shape
+            is not known yet (at the probes); None when nothing can tell.
+        probed: whether ``shape`` and ``dtype`` are set (then they give the size).
     """
 
     fn: Callable[[list[np.ndarray]], np.ndarray]
@@ -47,23 +51,38 @@ class Derived:
     what: str
     shape: tuple[int | Dim, ...] = ()
     dtype: np.dtype = field(default_factory=lambda: np.dtype(np.int64))
+    size_of: Callable[[list[np.ndarray]], int | None] | None = None
+    probed: bool = False
+
+    def nbytes(self, bindings: Bindings, args: list[np.ndarray]) -> int | None:
+        """Its bytes at ``bindings`` (computed from ``args``), known before it is computed."""
+        if self.probed:
+            dims = [d.bind(bindings) if isinstance(d, Dim) else d for d in self.shape]
+            return math.prod(dims) * self.dtype.itemsize
+        return self.size_of(args) if self.size_of is not None else None
 
 
 def node_fn(node: onnx.NodeProto) -> Callable[[list[np.ndarray]], np.ndarray]:
-    """The node's first output as a function of its inputs (ONNX's reference evaluator),
-    refusing (:class:`Unsupported`) a result past :func:`~vkumd.settings.fold_limit` bytes
-    before computing it: the sizes, at a probe or a call, may make it arbitrarily large."""
+    """The node's first output as a function of its inputs (ONNX's reference evaluator)."""
     evaluator = ReferenceEvaluator(node)
     names = list(node.input)
 
     def run(arrays: list[np.ndarray]) -> np.ndarray:
         feeds = {n: a for n, a in zip(names, arrays, strict=True) if n}
-        size, limit = result_bytes(node, feeds, None), fold_limit()
-        if size is not None and size > limit:
-            raise TooBig(over_limit(size, limit))
         return np.asarray(evaluator.run(None, feeds)[0])
 
     return run
+
+
+def node_size(node: onnx.NodeProto) -> Callable[[list[np.ndarray]], int | None]:
+    """The bytes of the node's results as a function of its inputs, from ONNX's shape
+    inference (None when it cannot tell): asked before :func:`node_fn` runs at the probes."""
+    names = list(node.input)
+
+    def size(arrays: list[np.ndarray]) -> int | None:
+        return result_bytes(node, dict(zip(names, arrays, strict=True)), None)
+
+    return size
 
 
 def concrete(array: np.ndarray, bindings: Bindings) -> np.ndarray:
@@ -79,7 +98,8 @@ def evaluate(name: str, env: Mapping[str, object], bindings: Bindings,
     """The value of ``name`` at ``bindings`` (``cache`` holds what is computed already).
 
     Raises:
-        Unsupported: the computation fails at these sizes.
+        Unsupported: the computation fails at these sizes; :class:`TooBig` when its result
+            would pass the fold limit (``VKUMD_FOLD_LIMIT``), before it is computed.
     """
     if name in cache:
         return cache[name]
@@ -88,10 +108,12 @@ def evaluate(name: str, env: Mapping[str, object], bindings: Bindings,
         return concrete(bound, bindings)
     assert isinstance(bound, Derived)
     args = [evaluate(n, env, bindings, cache) if n else np.empty(0) for n in bound.inputs]
+    size, limit = bound.nbytes(bindings, args), fold_limit()
+    if size is not None and size > limit:
+        # The sizes, at a probe or a call, may make the value arbitrarily large.
+        raise TooBig(f"{bound.what} at the sizes {dict(bindings)}: {over_limit(size, limit)}")
     try:
         out = bound.fn(args)
-    except TooBig as exc:
-        raise TooBig(f"{bound.what} at the sizes {dict(bindings)}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 -- onnx.reference raises anything
         raise Unsupported(f"{bound.what} cannot be computed from the sizes "
                           f"{dict(bindings)}: {exc}") from exc
@@ -153,4 +175,4 @@ def probe_shape(name: str, env: Mapping[str, object]) -> None:
             raise Unsupported(f"{derived.what}: an axis of {x} at sizes {first} and {y} at "
                               f"{second} is not one symbol (only plain symbols are supported)")
         shape.append(sym(named[0]))
-    derived.shape, derived.dtype = tuple(shape), a.dtype
+    derived.shape, derived.dtype, derived.probed = tuple(shape), a.dtype, True

@@ -345,7 +345,7 @@ def _on_host(st: State, node: onnx.NodeProto) -> np.ndarray | Derived:
     except Exception as exc:  # noqa: BLE001 -- onnx.reference refuses a node as it likes
         raise Unsupported(f"ONNX's reference implementation cannot run it "
                           f"({type(exc).__name__}: {str(exc)[:200]})") from exc
-    derived = Derived(fn, list(node.input), what)
+    derived = Derived(fn, list(node.input), what, size_of=derived_mod.node_size(node))
     st.bind(node.output[0], derived)
     try:
         if not derived_mod.symbols_of(node.output[0], st.env):
