@@ -129,6 +129,27 @@ def test_a_value_computed_from_the_sizes_is_bounded_too() -> None:
     assert done.growth_mib < 128, f"peak RSS grew by {done.growth_mib:.0f} MiB"
 
 
+def test_a_value_computed_from_the_sizes_is_bounded_on_each_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # [seq, 1000] float32 zeros: 404 KB at the import probes, 4 MB at seq=1000.
+    monkeypatch.setenv("VKUMD_FOLD_LIMIT", "1MiB")
+    tail = numpy_helper.from_array(np.array([1000], np.int64), "tail")
+    nodes = [helper.make_node("Shape", ["x"], ["s"], start=1, end=2),
+             helper.make_node("Concat", ["s", "tail"], ["dims"], axis=0),
+             helper.make_node("ConstantOfShape", ["dims"], ["c"], name="mask"),
+             helper.make_node("ReduceSum", ["c", "axis"], ["r"], keepdims=0),
+             helper.make_node("Add", ["x", "r"], ["y"])]
+    axis = numpy_helper.from_array(np.array([1], np.int64), "axis")
+    model = vkumd.onnx.load(_model(nodes, inputs=[_F("x", T.FLOAT, ["batch", "seq"])],
+                                   initializers=[tail, axis]))
+    x = np.ones((2, 8), np.float32)
+    np.testing.assert_array_equal(model.evaluate(x=x)["y"], x)
+    with pytest.raises(VkumdError, match=r"ConstantOfShape node 'mask' at the sizes "
+                       r"\{.*'seq': 1000.*\}: its result would take 4000000 bytes"):
+        model.evaluate(x=np.ones((2, 1000), np.float32))
+    np.testing.assert_array_equal(model.evaluate(x=x)["y"], x)  # still usable
+
+
 def test_a_big_result_from_an_op_with_a_kernel_stays_device_work() -> None:
     # [4000, 1] + [1, 4000] of known values: 64 MB folded; at a 1 MiB limit it must be an add
     # node on two small weights instead.
