@@ -126,6 +126,8 @@ TRANSFERS: dict[str, str] = {
 HARDENED: dict[str, str] = {
     "tests/test_soak_short.py": "the soak, scaled down",
     "tests/test_bad_inputs.py": "the bad-input corpus",
+    "tests/framework/models/test_hostile_model_files.py": "hostile model directories",
+    "tests/frontends/test_hostile_files.py": "hostile ONNX files",
     "tests/runtime/test_exhaustion.py": "memory, descriptor pools and queues run out",
     "tests/runtime/test_threads.py": "concurrent recording and submission",
     "tests/framework/execute/test_threads_compiled.py": "one compiled function called from "

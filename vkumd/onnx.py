@@ -9,11 +9,14 @@ Example::
 """
 
 from vkumd.framework.frontends.onnx import (
+    MalformedGraphError,
     NoDeviceKernel,
+    OnnxFileError,
     OnnxModel,
     UnsupportedModelError,
     import_model,
     load,
 )
 
-__all__ = ["NoDeviceKernel", "OnnxModel", "UnsupportedModelError", "import_model", "load"]
+__all__ = ["MalformedGraphError", "NoDeviceKernel", "OnnxFileError", "OnnxModel",
+           "UnsupportedModelError", "import_model", "load"]

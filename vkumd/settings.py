@@ -60,6 +60,9 @@ VARIABLES: dict[str, str] = {
     "VKUMD_LOG": "Logging level of the `vkumd` logger (`debug`, `info`, `warning`).",
     "VKUMD_DISABLE_PASSES": "Comma-separated graph-compiler passes to skip (e.g. `cse,dce`); "
     "an unknown name is an error that lists the passes.",
+    "VKUMD_FOLD_LIMIT": "Largest result, as a size (`256MiB`, `1GB`), that constant folding "
+    "computes on the host (the ONNX importer and the graph pass; default 256MiB): a larger "
+    "one stays device work, or is refused naming the node where it cannot run on the device.",
 }
 
 
@@ -167,6 +170,30 @@ def parse_size(value: str) -> int:
 SWITCHES = ("validation", "zero_memory", "push_descriptors", "device_only_memory")
 
 
+DEFAULT_FOLD_LIMIT = 256 * 2**20
+
+
+def fold_limit() -> int:
+    """The most bytes one folded constant may take (``VKUMD_FOLD_LIMIT``, a size).
+
+    A model file of a few bytes can describe a constant of gigabytes (``ConstantOfShape`` of
+    ``[16000, 16000]``); folding computes it in host memory, so folding stops here.
+
+    Returns:
+        The limit in bytes (:data:`DEFAULT_FOLD_LIMIT` when unset).
+
+    Raises:
+        VkumdValueError: the variable is not a size.
+    """
+    value = text("VKUMD_FOLD_LIMIT")
+    if value is None:
+        return DEFAULT_FOLD_LIMIT
+    try:
+        return parse_size(value)
+    except VkumdValueError as exc:
+        raise VkumdValueError(f"VKUMD_FOLD_LIMIT: {exc}") from None
+
+
 def check_arguments(arguments: Mapping[str, object]) -> None:
     """Refuse ``Context`` arguments of the wrong type, before the context creates anything.
 
@@ -226,6 +253,7 @@ def check_environment() -> None:
     """
     for name in sorted(FLAGS):
         flag(name)
+    fold_limit()
     limit = text("VKUMD_MEMORY_LIMIT")
     if limit is not None:
         try:

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 from vkumd.framework.graph.ir import Graph, ValueKind
 from vkumd.framework.graph.reference import run_node
+from vkumd.settings import fold_limit
+
+# The reference computes in float64: a folded element costs 8 bytes on the host whatever the
+# result's dtype.
+_HOST_ITEMSIZE = 8
 
 
 def fold_constants(graph: Graph) -> Graph:
@@ -13,7 +20,9 @@ def fold_constants(graph: Graph) -> Graph:
     stored in the output's dtype (one rounding, as a kernel accumulating in float32 and
     storing once would be within). Folding runs in node order, so chains of constant nodes
     (a weight transposed, then scaled) fold completely. The folded nodes' inputs may become
-    unused; dead-code elimination removes them.
+    unused; dead-code elimination removes them. A node whose results would take more than
+    :func:`~vkumd.settings.fold_limit` bytes in float64 (``VKUMD_FOLD_LIMIT``) is left to the
+    device: folding must not let a small graph claim gigabytes of host memory.
 
     Args:
         graph: the graph (not modified).
@@ -22,12 +31,15 @@ def fold_constants(graph: Graph) -> Graph:
         The new graph.
     """
     g = graph.copy()
+    limit = fold_limit()
     for node in list(g.nodes):
         present = [v for v in node.inputs if v is not None]
         if not present or any(v.kind is not ValueKind.WEIGHT for v in present):
             continue
         if any(not isinstance(d, int) for v in node.outputs for d in v.shape):
             continue  # a symbolic result (a reshape to "batch") has no size to compute
+        if sum(math.prod(v.shape) for v in node.outputs) * _HOST_ITEMSIZE > limit:
+            continue
         args = [v.data if v is not None else None for v in node.inputs]
         shapes = [tuple(int(d) for d in v.shape) for v in node.outputs]
         results = run_node(node, args, shapes)

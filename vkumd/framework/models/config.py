@@ -15,6 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from vkumd.framework.models.errors import ModelFileError
+from vkumd.framework.untrusted import read_regular
+
+# A config file is a few KiB; anything this big is not one (and would be parsed in memory).
+MAX_JSON_BYTES = 16 * 2**20
+# Sizes past these are refused before anything is built from them: no real BERT comes near,
+# and a hostile config.json could otherwise make the loader loop or allocate for minutes.
+MAX_SIZES = {"vocab_size": 2**24, "hidden_size": 2**16, "num_hidden_layers": 1024,
+             "num_attention_heads": 2**12, "intermediate_size": 2**18,
+             "max_position_embeddings": 2**20, "type_vocab_size": 2**16,
+             "max_seq_length": 2**20}
 
 # Hugging Face activation names and the matmul epilogue that computes each.
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
@@ -69,18 +79,22 @@ def read_json(path: Path) -> Any:
     """The JSON value in ``path``.
 
     Raises:
-        ModelFileError: the file is missing or is not valid JSON.
+        ModelFileError: the file is missing, not a regular file, over
+            :data:`MAX_JSON_BYTES`, or is not valid UTF-8 JSON.
     """
+    data = read_regular(path, MAX_JSON_BYTES)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ModelFileError(f"{path}: the file is missing") from None
-    except (OSError, UnicodeDecodeError) as exc:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ModelFileError(f"{path}: cannot read it ({exc})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ModelFileError(f"{path}: not valid JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:
+        # Nesting thousands deep, or an integer of thousands of digits.
+        raise ModelFileError(f"{path}: not a JSON file vkumd reads ({type(exc).__name__}: "
+                             f"{str(exc)[:200]})") from None
 
 
 def _object(path: Path) -> dict[str, Any]:
@@ -96,8 +110,12 @@ def _int(path: Path, data: dict[str, Any], field: str, default: int | None = Non
     if value is None:
         raise ModelFileError(f"{path}: field {field!r} is missing")
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ModelFileError(f"{path}: field {field!r} = {value!r}; it must be an int >= "
-                             f"{minimum}")
+        raise ModelFileError(f"{path}: field {field!r} = {str(value)[:100]}; it must be an "
+                             f"int >= {minimum}")
+    limit = MAX_SIZES.get(field)
+    if limit is not None and value > limit:
+        raise ModelFileError(f"{path}: field {field!r} = {str(value)[:100]} is more than "
+                             f"{limit}, the most vkumd accepts; the file is corrupt")
     return value
 
 
@@ -113,15 +131,15 @@ def read_bert_config(path: Path) -> BertConfig:
     architectures = data.get("architectures") or []
     if model_type != "bert" or not isinstance(architectures, list) or any(
             not (isinstance(a, str) and a.startswith("Bert")) for a in architectures):
-        raise ModelFileError(f"{path}: model_type={model_type!r}, architectures="
-                             f"{architectures!r}; only BERT encoders (model_type 'bert', "
+        raise ModelFileError(f"{path}: model_type={str(model_type)[:100]!r}, architectures="
+                             f"{str(architectures)[:200]}; only BERT encoders (model_type 'bert', "
                              "architectures BertModel/Bert*) are supported")
     position = data.get("position_embedding_type", "absolute")
     if position != "absolute":
         raise ModelFileError(f"{path}: field 'position_embedding_type' = {position!r}; only "
                              "'absolute' is supported")
     act = data.get("hidden_act", "gelu")
-    if act not in ACTIVATIONS:
+    if not isinstance(act, str) or act not in ACTIVATIONS:
         raise ModelFileError(f"{path}: field 'hidden_act' = {act!r}; supported: "
                              f"{', '.join(ACTIVATIONS)}")
     eps = data.get("layer_norm_eps", 1e-12)
@@ -175,7 +193,7 @@ def read_sentence_config(root: Path, bert: BertConfig) -> SentenceConfig:
     for module in modules[1:]:
         kind = module.get("type")
         if kind == _ST + "Pooling" and pooling_path is None:
-            pooling_path = root / str(module.get("path", "1_Pooling")) / "config.json"
+            pooling_path = _inside(root, path, module.get("path", "1_Pooling")) / "config.json"
         elif kind == _ST + "Normalize" and not normalize and pooling_path is not None:
             normalize = True
         else:
@@ -185,6 +203,19 @@ def read_sentence_config(root: Path, bert: BertConfig) -> SentenceConfig:
         raise ModelFileError(f"{path}: no {_ST}Pooling module; a sentence encoder needs one")
     return SentenceConfig(_pooling_mode(pooling_path, bert), normalize,
                           _window(root / "sentence_bert_config.json", bert))
+
+
+def _inside(root: Path, path: Path, relative: object) -> Path:
+    """``root / relative``, refused unless it is a relative path that stays inside ``root``
+    (a model directory's files must not name files elsewhere)."""
+    if not isinstance(relative, str) or not relative:
+        raise ModelFileError(f"{path}: module path {str(relative)[:100]!r} is not a relative "
+                             "path inside the model directory")
+    target = (root / relative).resolve()
+    if Path(relative).is_absolute() or not target.is_relative_to(root.resolve()):
+        raise ModelFileError(f"{path}: module path {relative[:200]!r} leads outside the model "
+                             f"directory {root}; vkumd reads only files inside it")
+    return root / relative
 
 
 def _pooling_mode(path: Path, bert: BertConfig) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,9 @@ from vkumd.framework.models.config import (
     read_bert_config,
     read_sentence_config,
 )
-from vkumd.framework.models.errors import ModelFileError, ModelNotFound
-from vkumd.framework.models.safetensors import SafetensorsFile
+from vkumd.framework.models.errors import ModelFileError, ModelNotFound, SafetensorsError
+from vkumd.framework.models.safetensors import SafetensorsFile, TensorInfo
+from vkumd.framework.untrusted import read_regular
 
 # Names a user may pass, and the pip package that ships the files (under ``model/``).
 INSTALLED_MODELS = {
@@ -32,6 +34,9 @@ INSTALLED_MODELS = {
 }
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _WEIGHTS = "model.safetensors"
+# tokenizer.json of a large vocabulary is tens of MiB; past this it is not one.
+MAX_TOKENIZER_BYTES = 512 * 2**20
+_LAYER = re.compile(r"encoder\.layer\.(\d+)\.")
 
 
 @dataclass
@@ -121,23 +126,56 @@ def read_weights(path: Path, config: BertConfig) -> dict[str, np.ndarray]:
     """The encoder's weights from a ``.safetensors`` file, checked against ``config``.
 
     Raises:
-        SafetensorsError: the file is truncated or corrupt, or a tensor is missing or not a
-            float tensor.
-        ModelFileError: a tensor's shape disagrees with the config.
+        SafetensorsError: the file is missing, not a regular file, truncated or corrupt, or
+            a tensor is missing or not a float tensor.
+        ModelFileError: a tensor's shape disagrees with the config, or the file has encoder
+            layers past the config's ``num_hidden_layers``; every name and shape is checked
+            before any tensor is read.
     """
-    if not path.is_file():
-        raise ModelFileError(f"{path}: the file is missing")
     with SafetensorsFile(path) as file:
         # Checkpoints saved from BertFor* heads prefix the encoder's names with "bert.".
         prefix = "bert." if "bert.embeddings.word_embeddings.weight" in file.tensors else ""
-        weights = {}
-        for name, shape in expected_shapes(config).items():
+        check_layers(path, file.tensors, prefix, config)
+        shapes = expected_shapes(config)
+        # Every name and shape is checked before the first tensor is read.
+        for name, shape in shapes.items():
             info = file.tensors.get(prefix + name)
-            if info is not None and info.shape != shape:
+            if info is None:
+                raise SafetensorsError(f"{path}: tensor {prefix + name!r} is missing (the "
+                                       f"file has {len(file.tensors)} tensors)")
+            if info.shape != shape:
                 raise ModelFileError(f"{path}: tensor {prefix + name!r} has shape "
                                      f"{list(info.shape)}; config.json implies {list(shape)}")
-            weights[name] = file.read(prefix + name)
+        weights = {name: file.read(prefix + name) for name in shapes}
     return weights
+
+
+def check_layers(path: Path, tensors: dict[str, TensorInfo], prefix: str,
+                 config: BertConfig) -> None:
+    """Refuse a weights file with encoder layers past ``num_hidden_layers - 1``: the model
+    would run silently truncated (wrong embeddings). Missing layers are refused by name
+    with the other missing tensors.
+
+    Raises:
+        ModelFileError: naming both files, the field and the layers found.
+    """
+    found: set[int] = set()
+    for name in tensors:
+        match = _LAYER.match(name, len(prefix)) if name.startswith(prefix) else None
+        if match is not None:
+            found.add(int(match.group(1)))
+    extra = sorted(found - set(range(config.num_layers)))
+    if extra:
+        raise ModelFileError(f"{path}: the file has {len(found)} encoder layers, among them "
+                             f"layers {_span(extra)} that config.json's field "
+                             f"'num_hidden_layers' = {config.num_layers} does not use; set "
+                             "num_hidden_layers to the weights' layer count, or use the "
+                             "weights the config was written for")
+
+
+def _span(layers: list[int]) -> str:
+    return (f"{layers[0]}..{layers[-1]}" if len(layers) > 3
+            and layers == list(range(layers[0], layers[-1] + 1)) else str(layers))
 
 
 def load_tokenizer(path: Path, max_length: int) -> Any:
@@ -154,10 +192,9 @@ def load_tokenizer(path: Path, max_length: int) -> Any:
     except ImportError:
         raise ModelFileError("reading tokenizer.json needs the tokenizers package: "
                              "`pip install tokenizers` (or vkumd[models])") from None
-    if not path.is_file():
-        raise ModelFileError(f"{path}: the file is missing")
+    data = read_regular(path, MAX_TOKENIZER_BYTES)
     try:
-        tokenizer = Tokenizer.from_file(str(path))
+        tokenizer = Tokenizer.from_str(data.decode("utf-8"))
     except Exception as exc:  # noqa: BLE001 - tokenizers raises plain Exception
         raise ModelFileError(f"{path}: tokenizers cannot read it ({exc})") from None
     tokenizer.no_padding()

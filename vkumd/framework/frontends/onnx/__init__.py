@@ -7,8 +7,13 @@ Needs the ``onnx`` package (``pip install vkumd[onnx]``).
 """
 
 from vkumd.framework.execute.lower import NoDeviceKernel
-from vkumd.framework.frontends.onnx.errors import UnsupportedModelError
+from vkumd.framework.frontends.onnx.errors import (
+    MalformedGraphError,
+    OnnxFileError,
+    UnsupportedModelError,
+)
 from vkumd.framework.frontends.onnx.importer import import_model
 from vkumd.framework.frontends.onnx.model import OnnxModel, load
 
-__all__ = ["NoDeviceKernel", "OnnxModel", "UnsupportedModelError", "import_model", "load"]
+__all__ = ["MalformedGraphError", "NoDeviceKernel", "OnnxFileError", "OnnxModel",
+           "UnsupportedModelError", "import_model", "load"]

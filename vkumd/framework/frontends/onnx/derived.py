@@ -12,6 +12,7 @@ axis after the symbol whose sizes it followed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -19,8 +20,10 @@ import numpy as np
 import onnx
 from onnx.reference import ReferenceEvaluator
 
-from vkumd.framework.frontends.onnx.errors import Unsupported
+from vkumd.framework.frontends.onnx.errors import TooBig, Unsupported
+from vkumd.framework.frontends.onnx.sizes import over_limit, result_bytes
 from vkumd.framework.graph import Dim, sym
+from vkumd.settings import fold_limit
 
 Bindings = Mapping[str, int]
 # Two sets of sizes: odd primes far from the small sizes models hard-code (1, 2, 3, 64...),
@@ -38,6 +41,9 @@ class Derived:
         what: the node it came from, for error messages.
         shape: its shape, ints and symbols (set by :func:`probe_shape`).
         dtype: its numpy dtype at the probes.
+        size_of: its bytes from the inputs' values, asked before ``fn`` runs while its shape
+            is not known yet (at the probes); None when nothing can tell.
+        probed: whether ``shape`` and ``dtype`` are set (then they give the size).
     """
 
     fn: Callable[[list[np.ndarray]], np.ndarray]
@@ -45,6 +51,15 @@ class Derived:
     what: str
     shape: tuple[int | Dim, ...] = ()
     dtype: np.dtype = field(default_factory=lambda: np.dtype(np.int64))
+    size_of: Callable[[list[np.ndarray]], int | None] | None = None
+    probed: bool = False
+
+    def nbytes(self, bindings: Bindings, args: list[np.ndarray]) -> int | None:
+        """Its bytes at ``bindings`` (computed from ``args``), known before it is computed."""
+        if self.probed:
+            dims = [d.bind(bindings) if isinstance(d, Dim) else d for d in self.shape]
+            return math.prod(dims) * self.dtype.itemsize
+        return self.size_of(args) if self.size_of is not None else None
 
 
 def node_fn(node: onnx.NodeProto) -> Callable[[list[np.ndarray]], np.ndarray]:
@@ -57,6 +72,17 @@ def node_fn(node: onnx.NodeProto) -> Callable[[list[np.ndarray]], np.ndarray]:
         return np.asarray(evaluator.run(None, feeds)[0])
 
     return run
+
+
+def node_size(node: onnx.NodeProto) -> Callable[[list[np.ndarray]], int | None]:
+    """The bytes of the node's results as a function of its inputs, from ONNX's shape
+    inference (None when it cannot tell): asked before :func:`node_fn` runs at the probes."""
+    names = list(node.input)
+
+    def size(arrays: list[np.ndarray]) -> int | None:
+        return result_bytes(node, dict(zip(names, arrays, strict=True)), None)
+
+    return size
 
 
 def concrete(array: np.ndarray, bindings: Bindings) -> np.ndarray:
@@ -72,7 +98,8 @@ def evaluate(name: str, env: Mapping[str, object], bindings: Bindings,
     """The value of ``name`` at ``bindings`` (``cache`` holds what is computed already).
 
     Raises:
-        Unsupported: the computation fails at these sizes.
+        Unsupported: the computation fails at these sizes; :class:`TooBig` when its result
+            would pass the fold limit (``VKUMD_FOLD_LIMIT``), before it is computed.
     """
     if name in cache:
         return cache[name]
@@ -81,6 +108,10 @@ def evaluate(name: str, env: Mapping[str, object], bindings: Bindings,
         return concrete(bound, bindings)
     assert isinstance(bound, Derived)
     args = [evaluate(n, env, bindings, cache) if n else np.empty(0) for n in bound.inputs]
+    size, limit = bound.nbytes(bindings, args), fold_limit()
+    if size is not None and size > limit:
+        # The sizes, at a probe or a call, may make the value arbitrarily large.
+        raise TooBig(f"{bound.what} at the sizes {dict(bindings)}: {over_limit(size, limit)}")
     try:
         out = bound.fn(args)
     except Exception as exc:  # noqa: BLE001 -- onnx.reference raises anything
@@ -144,4 +175,4 @@ def probe_shape(name: str, env: Mapping[str, object]) -> None:
             raise Unsupported(f"{derived.what}: an axis of {x} at sizes {first} and {y} at "
                               f"{second} is not one symbol (only plain symbols are supported)")
         shape.append(sym(named[0]))
-    derived.shape, derived.dtype = tuple(shape), a.dtype
+    derived.shape, derived.dtype, derived.probed = tuple(shape), a.dtype, True

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vkumd.errors import VkumdValueError
+from vkumd.framework.models.errors import ModelFileError
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,18 @@ class UnsupportedModelError(VkumdValueError):
                          f"{', '.join(ops)}):\n{lines}")
 
 
+class OnnxFileError(ModelFileError):
+    """An ONNX model cannot be read: not a regular file, not a model protobuf, a tensor whose
+    declared size disagrees with its data, external data outside the model's directory. The
+    message names the file (or the graph) and the tensor or field."""
+
+
+class MalformedGraphError(OnnxFileError):
+    """An ONNX graph is not well formed: two nodes write one name, a node writes a graph input
+    or initializer, a declared output has no producer, a node reads a name nothing defines,
+    or the nodes form a cycle. The message names the node and the name."""
+
+
 class Unsupported(Exception):
     """Raised inside a converter; the importer turns it into a :class:`Refusal`."""
 
@@ -58,6 +71,10 @@ class NeedsConstant(Unsupported):
     def __init__(self, message: str, name: str) -> None:
         super().__init__(message)
         self.name = name
+
+
+class TooBig(Unsupported):
+    """A result would pass the fold limit (``VKUMD_FOLD_LIMIT``) if computed on the host."""
 
 
 class OnHost(Unsupported):

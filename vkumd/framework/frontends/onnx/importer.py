@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -23,16 +24,26 @@ from vkumd.framework.frontends.onnx.derived import Derived
 from vkumd.framework.frontends.onnx.errors import (
     NeedsConstant,
     OnHost,
+    OnnxFileError,
     Refusal,
+    TooBig,
     Unsupported,
     UnsupportedModelError,
 )
+from vkumd.framework.frontends.onnx.files import ordered_nodes, read_model
+from vkumd.framework.frontends.onnx.fold import too_big
 from vkumd.framework.frontends.onnx.patterns import attention_idioms, fuse_erf_gelu
 from vkumd.framework.frontends.onnx.state import CONVERTERS, State, ir_dtype, node_attrs
 from vkumd.framework.graph import Dim, Graph, GraphBuilder, sym
 
 Dynamic = Mapping[str, Mapping[int, str]]
 _IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
+# What _run_converter returns for a node it refused (and recorded).
+_REFUSED = object()
+# What a malformed node or graph makes onnx's helpers, numpy or a converter raise; each
+# becomes a refusal (or an OnnxFileError) that names the node, not a bare traceback.
+_MALFORMED = (TypeError, ValueError, KeyError, IndexError, OverflowError, AttributeError,
+              ZeroDivisionError, RecursionError)
 
 
 @dataclass
@@ -105,13 +116,17 @@ def symbol(name: str) -> str:
     return clean if not clean[0].isdigit() else f"d_{clean}"
 
 
-def _input_shape(vi: onnx.ValueInfoProto, overrides: Mapping[int, str]) -> list[int | Dim]:
+def _input_shape(vi: onnx.ValueInfoProto, overrides: Mapping[int, str], where: str
+                 ) -> list[int | Dim]:
     dims = vi.type.tensor_type.shape.dim
     shape: list[int | Dim] = []
     for i, d in enumerate(dims):
         if i in overrides:
             shape.append(sym(symbol(overrides[i])))
         elif d.HasField("dim_value"):
+            if d.dim_value < 0:
+                raise OnnxFileError(f"{where}: graph input {vi.name!r} has dim {i} = "
+                                    f"{d.dim_value}; a dimension is >= 0 (or a name)")
             shape.append(int(d.dim_value))
         elif d.HasField("dim_param"):
             shape.append(sym(symbol(d.dim_param)))
@@ -128,16 +143,18 @@ def _opset(model: onnx.ModelProto) -> int:
 
 
 def as_model(source: str | Path | bytes | onnx.ModelProto) -> onnx.ModelProto:
-    """A ``ModelProto`` from a path, serialized bytes or a model."""
-    if isinstance(source, onnx.ModelProto):
-        return source
-    if isinstance(source, bytes):
-        return onnx.load_from_string(source)
-    return onnx.load(str(source))
+    """A checked ``ModelProto`` from a path, serialized bytes or a model
+    (:func:`~.files.read_model`: regular files only, sizes and graph structure checked).
+
+    Raises:
+        OnnxFileError: the model cannot be read, or is malformed (naming what and where).
+    """
+    return read_model(source)[0]
 
 
 def import_model(source: str | Path | bytes | onnx.ModelProto, dynamic: Dynamic | None = None,
-                 constants: Mapping[str, np.ndarray] | None = None) -> Imported:
+                 constants: Mapping[str, np.ndarray] | None = None, name: str | None = None
+                 ) -> Imported:
     """Translate an ONNX model into a graph of vkumd's IR.
 
     Args:
@@ -146,14 +163,30 @@ def import_model(source: str | Path | bytes | onnx.ModelProto, dynamic: Dynamic 
             (``{"input_ids": {0: "batch", 1: "seq"}}``).
         constants: graph inputs to bind to these values (folded like initializers; how a
             model whose shapes or axes are inputs is specialized).
+        name: how errors name the model (default: its path, else its graph's name).
 
     Returns:
         The :class:`Imported` model (graph before passes, names and ONNX types).
 
     Raises:
         UnsupportedModelError: listing every node (and input) vkumd cannot import.
+        OnnxFileError: the model cannot be read or is malformed (:func:`as_model`);
+            :class:`~.errors.MalformedGraphError` when its graph is not well formed.
     """
-    model = as_model(source)
+    model, where = read_model(source)
+    where = name or where
+    try:
+        return _import(model, where, dynamic, constants)
+    except _MALFORMED as exc:
+        if isinstance(exc, VkumdError):
+            raise
+        raise OnnxFileError(f"{where}: cannot import the model ({type(exc).__name__}: "
+                            f"{str(exc)[:300]}); it is malformed (check it with "
+                            "onnx.checker.check_model)") from exc
+
+
+def _import(model: onnx.ModelProto, where: str, dynamic: Dynamic | None,
+            constants: Mapping[str, np.ndarray] | None) -> Imported:
     g = model.graph
     builder = GraphBuilder(symbol(g.name or "onnx"))
     st = State(builder, _opset(model))
@@ -173,13 +206,13 @@ def import_model(source: str | Path | bytes | onnx.ModelProto, dynamic: Dynamic 
         except Unsupported as exc:
             refusals.append(Refusal(vi.name, "graph input", str(exc)))
             continue
-        shape = _input_shape(vi, (dynamic or {}).get(vi.name, {}))
+        shape = _input_shape(vi, (dynamic or {}).get(vi.name, {}), where)
         st.bind(vi.name, builder.input(vi.name, shape, dt))
         out.input_names.append(vi.name)
         out.input_types.append(elem)
         out.input_shapes.append(tuple(shape))
     poisoned: set[str] = {r.name for r in refusals}
-    for node in attention_idioms(fuse_erf_gelu(list(g.node), st.env), st.env):
+    for node in attention_idioms(fuse_erf_gelu(ordered_nodes(g, where), st.env), st.env):
         _convert(st, node, refusals, poisoned)
     outputs = []
     for vi in g.output:
@@ -193,7 +226,7 @@ def import_model(source: str | Path | bytes | onnx.ModelProto, dynamic: Dynamic 
         out.output_names.append(vi.name)
         out.output_types.append(vi.type.tensor_type.elem_type)
     if refusals:
-        raise UnsupportedModelError(refusals, g.name or "model")
+        raise UnsupportedModelError(refusals, where)
     builder.output(*outputs)
     builder.build()
     out.derived = dict(st.derived_inputs)
@@ -232,11 +265,46 @@ def _convert(st: State, node: onnx.NodeProto, refusals: list[Refusal], poisoned:
         return
     bounds = [st.env[n] for n in node.input if n and n in st.env]
     static = ours and all(isinstance(b, (np.ndarray, Derived)) for b in bounds)
+    oversize = too_big(st, node) if static and node.input else None
+    if oversize is not None:
+        if spec is None:
+            refusals.append(Refusal(node.name, node.op_type, f"{oversize} (vkumd has no device "
+                                    "kernel for it, so it cannot be left to the device)"))
+            poisoned.update(node.output)
+            return
+        # Too big to fold: the converter sees only small known arrays and emits device work.
+        static, st.device_only = False, True
     if spec is None and not static:
         where = f" of domain {node.domain!r}" if not ours else ""
         refusals.append(Refusal(node.name, node.op_type, f"operator{where} not supported"))
         poisoned.update(node.output)
         return
+    try:
+        results = _run_converter(st, node, spec, static, bounds, refusals, poisoned)
+    except _MALFORMED as exc:
+        if isinstance(exc, VkumdError):
+            raise
+        refusals.append(Refusal(node.name, node.op_type, f"malformed ({type(exc).__name__}: "
+                                f"{str(exc)[:200]}); check its attributes' types and inputs"))
+        poisoned.update(node.output)
+        return
+    finally:
+        st.device_only = False
+    if results is _REFUSED:
+        if oversize is not None:  # say why the host did not compute it instead
+            last = refusals[-1]
+            refusals[-1] = Refusal(last.name, last.op_type, f"{last.reason}; and it is not "
+                                   f"folded on the host: {oversize}", last.needs)
+        return
+    for name, result in zip(node.output, results, strict=False):
+        if name and result is not None:
+            st.bind(name, result if not isinstance(result, np.generic) else np.asarray(result))
+
+
+def _run_converter(st: State, node: onnx.NodeProto, spec: Any, static: bool, bounds: list[Any],
+                   refusals: list[Refusal], poisoned: set[str]) -> Any:
+    """The node's results from its converter, or from the host; :data:`_REFUSED` when it is
+    refused (recorded in ``refusals``)."""
     try:
         if spec is None or (static and not spec.derived
                             and any(isinstance(b, Derived) for b in bounds)):
@@ -251,17 +319,15 @@ def _convert(st: State, node: onnx.NodeProto, refusals: list[Refusal], poisoned:
             try:
                 results = [_on_host(st, node)]
             except Unsupported as host_exc:
-                exc = host_exc if isinstance(exc, OnHost) else exc
+                exc = host_exc if isinstance(exc, OnHost) or isinstance(host_exc, TooBig) else exc
             else:
                 exc = None
         if exc is not None:
             needs = exc.name if isinstance(exc, NeedsConstant) else None
             refusals.append(Refusal(node.name, node.op_type, str(exc), needs))
             poisoned.update(node.output)
-            return
-    for name, result in zip(node.output, results, strict=False):
-        if name and result is not None:
-            st.bind(name, result if not isinstance(result, np.generic) else np.asarray(result))
+            return _REFUSED
+    return results
 
 
 def _on_host(st: State, node: onnx.NodeProto) -> np.ndarray | Derived:
@@ -274,7 +340,12 @@ def _on_host(st: State, node: onnx.NodeProto) -> np.ndarray | Derived:
     if len([n for n in node.output if n]) != 1:
         raise Unsupported("a node of several outputs cannot be computed from the sizes")
     what = f"{node.op_type} node {node.name or '(unnamed)'!r}"
-    derived = Derived(derived_mod.node_fn(node), list(node.input), what)
+    try:
+        fn = derived_mod.node_fn(node)
+    except Exception as exc:  # noqa: BLE001 -- onnx.reference refuses a node as it likes
+        raise Unsupported(f"ONNX's reference implementation cannot run it "
+                          f"({type(exc).__name__}: {str(exc)[:200]})") from exc
+    derived = Derived(fn, list(node.input), what, size_of=derived_mod.node_size(node))
     st.bind(node.output[0], derived)
     try:
         if not derived_mod.symbols_of(node.output[0], st.env):

@@ -11,7 +11,8 @@ import onnx
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.frontends.onnx.errors import UnsupportedModelError
-from vkumd.framework.frontends.onnx.importer import Dynamic, Imported, as_model, import_model
+from vkumd.framework.frontends.onnx.files import read_model
+from vkumd.framework.frontends.onnx.importer import Dynamic, Imported, import_model
 from vkumd.framework.frontends.onnx.run import run_graph
 from vkumd.framework.graph import Graph, evaluate, run_passes
 
@@ -48,19 +49,20 @@ class OnnxModel:
         source: the model.
         dynamic: symbol overrides, as :func:`load`.
         ctx: the context to run on (created on first call when None).
+        name: how errors name the model (its path, when it was read from one).
 
     Raises:
         UnsupportedModelError: listing every node vkumd cannot import.
     """
 
     def __init__(self, source: onnx.ModelProto, dynamic: Dynamic | None = None,
-                 ctx: Any = None) -> None:
-        self._source, self._dynamic, self._ctx = source, dynamic, ctx
+                 ctx: Any = None, name: str | None = None) -> None:
+        self._source, self._dynamic, self._ctx, self._name = source, dynamic, ctx, name
         self._cache: dict[bytes, tuple[Imported, Graph]] = {}
         self.specialized_on: list[str] = []
         self.graph: Graph | None = None
         try:
-            self.imported: Imported | None = import_model(source, dynamic)
+            self.imported: Imported | None = import_model(source, dynamic, name=name)
         except UnsupportedModelError as exc:
             names = _shape_inputs(source, exc)
             if names is None:
@@ -79,7 +81,7 @@ class OnnxModel:
         if key not in self._cache:
             if len(self._cache) >= MAX_SPECIALIZATIONS:
                 self._cache.pop(next(iter(self._cache)))
-            imported = import_model(self._source, self._dynamic, values)
+            imported = import_model(self._source, self._dynamic, values, name=self._name)
             self._cache[key] = (imported, run_passes(imported.graph))
         return self._cache[key]
 
@@ -186,5 +188,8 @@ def load(source: str | Path | bytes | onnx.ModelProto, ctx: Any = None,
 
     Raises:
         UnsupportedModelError: listing every node vkumd cannot import.
+        OnnxFileError: the file cannot be read or the model is malformed (naming the file
+            and the tensor, node or field).
     """
-    return OnnxModel(as_model(source), dynamic, ctx)
+    model, name = read_model(source)
+    return OnnxModel(model, dynamic, ctx, name)

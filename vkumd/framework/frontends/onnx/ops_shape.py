@@ -15,6 +15,7 @@ from onnx import numpy_helper
 
 from vkumd.framework.frontends.onnx.derived import Derived
 from vkumd.framework.frontends.onnx.errors import NeedsConstant, OnHost, Unsupported
+from vkumd.framework.frontends.onnx.fold import check_fold
 from vkumd.framework.frontends.onnx.state import Bound, State, converter, tidy
 from vkumd.framework.graph import Dim, Value, product
 
@@ -279,6 +280,10 @@ def constant_of_shape(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
     dims = st.ints(node.input[0], "ConstantOfShape's shape")
     fill = (numpy_helper.to_array(attrs["value"]).reshape(-1) if "value" in attrs
             else np.zeros(1, np.float32))
+    if any(d < 0 for d in dims) or fill.size != 1:
+        raise Unsupported(f"shape {dims} and a value of {fill.size} elements (ONNX needs "
+                          "non-negative dims and one value)")
+    check_fold(tuple(dims), fill.dtype)
     return [np.full(dims, fill[0], dtype=fill.dtype)]
 
 
@@ -293,10 +298,12 @@ def expand(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
     b = (1,) * (width - len(dims)) + tuple(dims)
     out = tuple(x if y == 1 else y for x, y in zip(a, b, strict=True))
     if known is not None and not any(isinstance(d, Dim) for d in out):
+        check_fold(out, known.dtype)
         return [np.broadcast_to(known, out).copy()]
     x = st.value(node.input[0])
     if out == tuple(x.shape):
         return [x]
     if any(isinstance(d, Dim) for d in out):
         raise Unsupported(f"expanding {tuple(src)} to the symbolic shape {out}")
+    check_fold(out, np.dtype(np.float32))  # the zeros added below are a host array
     return [st.b.add(x, st.constant(np.zeros(out, np.float32), x.dtype.name))]

@@ -28,6 +28,8 @@ Bound = Value | np.ndarray | Derived
 Converter = Callable[["State", onnx.NodeProto, dict[str, Any]], list[Bound | None]]
 
 _INT32 = np.iinfo(np.int32)
+# Known arrays up to this many elements are shapes, axes or scalars to converters.
+SHAPE_LIKE = 64
 
 # ONNX element types vkumd stores, and as what. int64 is narrowed to int32 (the device has no
 # 64-bit integers; values are range-checked) and bool is uint8 0/1, as vkumd's comparisons.
@@ -129,6 +131,10 @@ class State:
         self._weights: dict[str, Value] = {}
         # Graph input name -> the ONNX name of the Derived it is filled from.
         self.derived_inputs: dict[str, str] = {}
+        # Set while converting a node whose result is past the fold limit: known arrays
+        # bigger than shape-like vectors then read as unknown, so the converter emits device
+        # work (on weights) instead of computing the result on the host.
+        self.device_only = False
 
     def bind(self, name: str, value: Bound) -> None:
         """Bind an ONNX name to a value or a known array."""
@@ -139,9 +145,14 @@ class State:
         return i < len(node.input) and node.input[i] != ""
 
     def known(self, name: str) -> np.ndarray | None:
-        """The array bound to ``name`` when it is known at import time, else None."""
+        """The array bound to ``name`` when it is known at import time, else None (and None
+        for all but small arrays while :attr:`device_only` is set)."""
         bound = self.env[name]
-        return bound if isinstance(bound, np.ndarray) else None
+        if not isinstance(bound, np.ndarray):
+            return None
+        if self.device_only and bound.dtype != object and bound.size > SHAPE_LIKE:
+            return None
+        return bound
 
     def shape(self, name: str) -> tuple[int | Dim, ...]:
         """The shape of what ``name`` is bound to."""
