@@ -91,6 +91,7 @@ FAST: dict[str, str] = {
     "tests/framework/test_tensor.py": "upload and read back every dtype",
     "tests/runtime/test_dispatch.py": "one dispatch end to end",
     "tests/runtime/test_launch.py": "launch plans",
+    "tests/serve/test_batcher.py": "the server's batcher, settings and request checks",
 }
 
 TRANSFERS: dict[str, str] = {
@@ -124,6 +125,7 @@ TRANSFERS: dict[str, str] = {
 HARDENED: dict[str, str] = {
     "tests/test_soak_short.py": "the soak, scaled down",
     "tests/test_bad_inputs.py": "the bad-input corpus",
+    "tests/serve/test_bad_requests.py": "the server's bad-request corpus",
     "tests/runtime/test_exhaustion.py": "memory, descriptor pools and queues run out",
     "tests/runtime/test_threads.py": "concurrent recording and submission",
     "tests/vk/test_faults.py": "every Vulkan call failing, lost devices",
