@@ -79,8 +79,9 @@ class Served:
         return self.log.read_text(errors="replace")
 
 
-def start_server(tmp: Path, *args: str, timeout: float = 180.0) -> Served:
-    """Start ``vkumd serve`` and wait for /health to answer 200.
+def start_server(tmp: Path, *args: str, key: str | None = None,
+                 timeout: float = 180.0) -> Served:
+    """Start ``vkumd serve`` and wait for /health (asked with ``key``) to answer 200.
 
     Raises:
         AssertionError: the server exited or did not turn ready in ``timeout`` seconds.
@@ -98,9 +99,12 @@ def start_server(tmp: Path, *args: str, timeout: float = 180.0) -> Served:
         if proc.poll() is not None:
             raise AssertionError(f"the server exited ({proc.returncode}):\n{served.output()}")
         try:
-            status = served.request("GET", "/health", key=None)[0]
+            status = served.request("GET", "/health", key=key)[0]
         except (urllib.error.URLError, ConnectionError):
             status = None
+        if status == 401:
+            stop_server(served)
+            raise AssertionError("/health wants a key: pass start_server(key=...)")
         if status is not None:
             served.health_seen.append(status)
             if status == 200:

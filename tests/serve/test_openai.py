@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import socket
+import time
 
 import numpy as np
 import pytest
@@ -198,3 +200,26 @@ def test_metrics_count_what_clients_saw(server: Served) -> None:
         assert name in after, name
     assert value(after, "vkumd_serve_padded_tokens_total") >= value(after,
                                                                     "vkumd_serve_tokens_total")
+
+
+def test_inputs_of_a_client_that_left_are_dropped(server: Served) -> None:
+    def dropped() -> float:
+        text = server.request("GET", "/metrics", key=None)[2].decode()
+        return sum(float(line.split()[-1]) for line in text.splitlines()
+                   if line.startswith("vkumd_serve_dropped_inputs_total"))
+
+    before = dropped()
+    texts = [f"{i} " + "a fairly long sentence about embeddings and batching " * 5
+             for i in range(2048)]
+    body = json.dumps({"model": MODEL, "input": texts}).encode()
+    head = (f"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+            f"application/json\r\nAuthorization: Bearer {KEYS[0]}\r\nContent-Length: "
+            f"{len(body)}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(head + body)
+        time.sleep(1.0)  # tokenized and queued; a few batches computed
+    deadline = time.monotonic() + 60
+    while dropped() == before:
+        assert time.monotonic() < deadline, "no input was dropped after the client left"
+        time.sleep(0.2)
+    assert server.post("/v1/embeddings", {"model": MODEL, "input": "still here"})[0] == 200

@@ -130,13 +130,31 @@ async def json_body(request: Request) -> Any:
     return api.parse_json(await read_body(request, server.config.max_body_bytes))
 
 
-async def _embed(server: Server, seqs: list[list[int]], normalize: bool) -> Any:
+async def _embed(server: Server, request: Request, seqs: list[list[int]],
+                 normalize: bool) -> Any:
+    """Queue the inputs and wait for them; if the client disconnects first, its inputs still
+    queued are dropped uncomputed."""
     future = server.batcher.submit(seqs, normalize)
+    result = asyncio.ensure_future(asyncio.wrap_future(future))
+    gone = asyncio.ensure_future(_disconnect(request))
     try:
-        return await asyncio.wrap_future(future)
-    except asyncio.CancelledError:
-        future.cancel()  # the client went away: its queued inputs are dropped
-        raise
+        await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not result.done():
+            future.cancel()
+            result.cancel()
+    if not result.done() or result.cancelled():
+        raise ApiError(499, "the client closed the connection", param=None,
+                       code="client_closed")
+    return result.result()
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client has gone (the body is read by now, so the next message the
+    server sends is ``http.disconnect``)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def embeddings(request: Request) -> Response:
@@ -152,7 +170,7 @@ async def embeddings(request: Request) -> Response:
         server.metrics.tokenize_seconds.observe(time.perf_counter() - began)
     else:
         seqs = engine.check_ids(req.inputs.ids)
-    vectors = await _embed(server, seqs, True)
+    vectors = await _embed(server, request, seqs, True)
     payload = await run_in_threadpool(api.embeddings_response, vectors, req.model,
                                       req.encoding_format, sum(map(len, seqs)))
     return JSONResponse(payload)
@@ -166,7 +184,7 @@ async def tei_embed(request: Request) -> Response:
     began = time.perf_counter()
     seqs = await run_in_threadpool(server.engine.tokenize, req.texts, "inputs", req.truncate)
     server.metrics.tokenize_seconds.observe(time.perf_counter() - began)
-    vectors = await _embed(server, seqs, req.normalize)
+    vectors = await _embed(server, request, seqs, req.normalize)
     return JSONResponse(await run_in_threadpool(vectors.tolist))
 
 
