@@ -175,6 +175,7 @@ def test_every_flag_has_its_variable(tmp_path) -> None:
     assert len(set(envs)) == len(envs) and all(e.startswith("VKUMD_SERVE_") for e in envs)
     help_text = parser.format_help()
     assert all(f.env in help_text for f in config.FLAGS)
+    assert "hidden" in help_text and "a,b" not in help_text  # keys are never printed
 
 
 @pytest.mark.parametrize("env, value", [("VKUMD_SERVE_PORT", "http"),

@@ -187,15 +187,15 @@ def add_arguments(parser: argparse.ArgumentParser,
             # Raised by from_args, so that a bad variable stops `vkumd serve` only.
             parser.set_defaults(env_error=str(exc))
             default = flag.default
-        shown = ", ".join(default) if flag.kind == "keys" else default
-        text = f"{flag.help} [env {flag.env}; default: {shown if shown != '' else '-'}]"
+        # Keys are never printed, not even those from the environment.
+        shown = ("hidden" if default else "-") if flag.kind == "keys" else default
+        text = f"{flag.help} [env {flag.env}; default: {shown}]"
         if flag.kind == "switch":
             parser.add_argument(f"--{flag.name}", action=argparse.BooleanOptionalAction,
                                 default=default, help=text)
         elif flag.kind == "keys":
             parser.add_argument(f"--{flag.name}", action="append", default=None,
-                                metavar=flag.metavar, help=text.replace(shown, "hidden")
-                                if shown else text)
+                                metavar=flag.metavar, help=text)
             parser.set_defaults(**{f"{flag.field}_env": default})
         else:
             parser.add_argument(f"--{flag.name}", type=flag.kind, default=default,
