@@ -38,13 +38,11 @@ def test_fifo_takes_arrival_order_up_to_the_real_token_budget() -> None:
 
 
 def test_sorted_groups_similar_lengths_under_the_padded_budget() -> None:
-    lengths = [5, 30, 6, 31, 5, 29]
-    chosen = pick(lengths, max_tokens=64)
-    assert chosen == [1, 3]  # the longest two: 2 x 31 = 62 padded tokens
-    rest = [n for i, n in enumerate(lengths) if i not in chosen]
-    assert pick(rest, max_tokens=64) == [3]  # 29 alone: 6 would be padded to 29
-    short = [5, 6, 5, 7, 6]
-    assert sorted(short[i] for i in pick(short, max_tokens=64)) == sorted(short)
+    lengths = [5, 60, 6, 61, 5, 59]
+    assert pick(lengths, max_tokens=150) == [1, 3]  # 2 x 61 padded tokens; a third is 183
+    assert pick(lengths, max_tokens=1000) == [1, 3, 5]  # 6 would be padded to 61
+    assert pick([5, 6, 5], max_tokens=1000) == [0, 1, 2]
+    assert pick([40, 20, 60], max_tokens=1000) == [0, 2]  # 20 + 32 < 60: not padded to it
 
 
 def test_sorted_padding_beats_fifo_on_a_mixed_queue() -> None:
