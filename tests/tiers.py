@@ -127,6 +127,7 @@ HARDENED: dict[str, str] = {
     "tests/test_bad_inputs.py": "the bad-input corpus",
     "tests/serve/test_bad_requests.py": "the server's bad-request corpus",
     "tests/serve/test_fuzz.py": "request-body fuzz against the server",
+    "tests/serve/test_faults.py": "device faults under the server's batcher",
     "tests/runtime/test_exhaustion.py": "memory, descriptor pools and queues run out",
     "tests/runtime/test_threads.py": "concurrent recording and submission",
     "tests/vk/test_faults.py": "every Vulkan call failing, lost devices",

@@ -84,8 +84,14 @@ class Server:
         self.batcher.start(setup, ready, failed, self._teardown)
 
     def _teardown(self) -> None:
-        if self.engine is not None:
+        if self.engine is None:
+            return
+        try:
             self.engine.close()
+        except Exception as exc:  # noqa: BLE001 - shutting down: report, do not raise
+            print(f"vkumd serve: stopped; freeing the device raised {type(exc).__name__}: "
+                  f"{exc}", file=sys.stderr, flush=True)
+        else:
             print("vkumd serve: stopped; the model's device memory is freed", file=sys.stderr,
                   flush=True)
 
@@ -95,11 +101,19 @@ class Server:
         self.metrics.ready.set(0)
         self.batcher.stop()
 
-    def check_ready(self) -> None:
+    def status(self) -> str | None:
+        """Why the server cannot embed now (warming up, failed, device lost), or None."""
         if not self.ready:
-            reason = self.failure or "the model is warming up"
-            raise ApiError(503, f"not ready: {reason}; retry shortly (GET /health turns 200 "
-                           "when ready)", code="not_ready", headers={"Retry-After": "2"})
+            return "failed: " + self.failure if self.failure else "warming up"
+        lost = self.engine.lost if self.engine is not None else None
+        return f"device lost: {lost}; restart the server" if lost else None
+
+    def check_ready(self) -> None:
+        """Raise a 503 unless the server can embed now."""
+        reason = self.status()
+        if reason is not None:
+            raise ApiError(503, f"not ready: {reason} (GET /health turns 200 when ready)",
+                           code="not_ready", headers={"Retry-After": "2"})
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -230,10 +244,10 @@ def _model(server: Server, name: str) -> dict[str, Any]:
 
 async def health(request: Request) -> Response:
     server: Server = request.app.state.server
-    if server.ready:
+    reason = server.status()
+    if reason is None:
         return JSONResponse({"status": "ok"})
-    status = "failed: " + server.failure if server.failure else "warming up"
-    return JSONResponse({"status": status}, status_code=503)
+    return JSONResponse({"status": reason}, status_code=503)
 
 
 async def metrics(request: Request) -> Response:

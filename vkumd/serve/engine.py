@@ -128,7 +128,22 @@ class Engine:
                               "model's tokenizer's ids", param=where, code="invalid_token_id")
         return seqs
 
+    @property
+    def lost(self) -> str | None:
+        """What lost the device, or None while it works."""
+        error = self._ctx.device.health.lost
+        return None if error is None else str(error)
+
     def close(self) -> None:
-        """Free the encoder and its context."""
-        self.encoder.close()
-        self._ctx.close()
+        """Free the encoder and its context.
+
+        On a lost device only the context is closed: the encoder's recordings would wait on
+        their last replay first, which a lost device refuses (leaving their command buffers
+        and descriptor sets behind), while closing the context waits for the device as a
+        whole and then releases every recording it made.
+        """
+        try:
+            if self.lost is None:
+                self.encoder.close()
+        finally:
+            self._ctx.close()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from vkumd.errors import ContextClosed, DeviceUnavailable, VkumdError
+
 # Statuses and the error type OpenAI's API sends with them.
 TYPES = {400: "invalid_request_error", 401: "invalid_request_error",
          403: "invalid_request_error", 404: "invalid_request_error",
@@ -18,8 +20,9 @@ TYPES = {400: "invalid_request_error", 401: "invalid_request_error",
          503: "server_error"}
 
 
-class ApiError(Exception):
-    """A refusal to answer with ``status`` and an OpenAI error body.
+class ApiError(VkumdError):
+    """A refusal to answer with ``status`` and an OpenAI error body (a vkumd error, so code
+    calling the app's parts directly can catch every refusal as ``VkumdError``).
 
     Args:
         status: the HTTP status.
@@ -57,8 +60,6 @@ def invalid(message: str, param: str | None = "input", code: str | None = None) 
 def device_fault(exc: BaseException) -> ApiError:
     """The answer for a batch the device could not compute: 503 for out-of-memory or a lost
     or unavailable device (retrying later may work), 500 for anything else."""
-    from vkumd.errors import ContextClosed, DeviceUnavailable
-
     name = type(exc).__name__
     if isinstance(exc, MemoryError):
         return ApiError(503, f"the device ran out of memory computing this batch ({exc}); "
