@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -172,6 +173,7 @@ async def _disconnect(request: Request) -> None:
 
 
 async def embeddings(request: Request) -> Response:
+    """``POST /v1/embeddings``: OpenAI's embeddings API (docs/serving.md)."""
     server: Server = request.app.state.server
     body = await json_body(request)
     server.check_ready()
@@ -185,12 +187,12 @@ async def embeddings(request: Request) -> Response:
     else:
         seqs = engine.check_ids(req.inputs.ids)
     vectors = await _embed(server, request, seqs, True)
-    payload = await run_in_threadpool(api.embeddings_response, vectors, req.model,
-                                      req.encoding_format, sum(map(len, seqs)))
-    return JSONResponse(payload)
+    return await _json(api.embeddings_response, vectors, req.model, req.encoding_format,
+                       sum(map(len, seqs)))
 
 
 async def tei_embed(request: Request) -> Response:
+    """``POST /embed``: TEI's embeddings route, a JSON list of vectors."""
     server: Server = request.app.state.server
     body = await json_body(request)
     server.check_ready()
@@ -199,10 +201,21 @@ async def tei_embed(request: Request) -> Response:
     seqs = await run_in_threadpool(server.engine.tokenize, req.texts, "inputs", req.truncate)
     server.metrics.tokenize_seconds.observe(time.perf_counter() - began)
     vectors = await _embed(server, request, seqs, req.normalize)
-    return JSONResponse(await run_in_threadpool(vectors.tolist))
+    return await _json(vectors.tolist)
+
+
+async def _json(build: Any, *args: Any) -> Response:
+    """``build(*args)`` as a JSON response, built and serialised off the event loop (2048
+    embeddings as float text take tens of milliseconds, which would stall every other
+    connection)."""
+    def render() -> bytes:
+        return json.dumps(build(*args), separators=(",", ":")).encode()
+
+    return Response(await run_in_threadpool(render), media_type="application/json")
 
 
 async def tei_info(request: Request) -> Response:
+    """``GET /info``: TEI's description of the served model and limits."""
     server: Server = request.app.state.server
     server.check_ready()
     c, e = server.config, server.engine
@@ -225,11 +238,13 @@ def _version() -> str:
 
 
 async def models(request: Request) -> Response:
+    """``GET /v1/models``: the names the model answers to, as OpenAI's model list."""
     server: Server = request.app.state.server
     return JSONResponse({"object": "list", "data": [_model(server, n) for n in server.models]})
 
 
 async def model(request: Request) -> Response:
+    """``GET /v1/models/{name}``: one model object, or 404."""
     server: Server = request.app.state.server
     name = request.path_params["name"]
     if name not in server.models:
@@ -243,6 +258,7 @@ def _model(server: Server, name: str) -> dict[str, Any]:
 
 
 async def health(request: Request) -> Response:
+    """``GET /health``: 200 when requests can be embedded, else 503 with the reason."""
     server: Server = request.app.state.server
     reason = server.status()
     if reason is None:
@@ -251,11 +267,13 @@ async def health(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
+    """``GET /metrics``: the Prometheus exposition text."""
     body, kind = request.app.state.server.metrics.render()
     return Response(body, media_type=kind)
 
 
 async def generation(request: Request) -> Response:
+    """The text-generation routes: 404 until the server can generate."""
     raise ApiError(404, f"{request.url.path}: text generation is not available on this "
                    "server yet; it serves embeddings (POST /v1/embeddings, POST /embed)",
                    param=None, code="not_available")
