@@ -210,3 +210,21 @@ def test_input_forms() -> None:
     assert api.parse_input([[1], [2, 3]], 4).ids == [[1], [2, 3]]
     with pytest.raises(ApiError, match="at most 4"):
         api.parse_input(["a"] * 5, 4)
+
+
+def test_serve_help_and_a_missing_extra(monkeypatch, capsys) -> None:
+    import importlib.util
+
+    from vkumd import cli
+    from vkumd.serve import cli as serve_cli
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["serve", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "--batch-policy" in out and "VKUMD_SERVE_MAX_QUEUE" in out
+    real = importlib.util.find_spec
+    monkeypatch.setattr(serve_cli.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "uvicorn" else real(name, *a))
+    assert cli.main(["serve"]) == 2
+    assert "pip install 'vkumd[serve]'" in capsys.readouterr().err
