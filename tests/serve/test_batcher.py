@@ -81,9 +81,9 @@ def wait_until(condition, seconds: float = 10.0) -> None:
         time.sleep(0.001)
 
 
-def fake_batcher(run, max_queue=8, max_batch=4) -> Batcher:
+def fake_batcher(run, max_queue=8, max_batch=4, queue_timeout=0.0) -> Batcher:
     b = Batcher(Metrics(), policy="sorted", max_tokens=1000, max_batch=max_batch, window=64,
-                max_wait=0.05, max_queue=max_queue)
+                max_wait=0.05, max_queue=max_queue, queue_timeout=queue_timeout)
     b.start(lambda: (run, 2), lambda: None, lambda exc: None, lambda: None)
     wait_until(lambda: hasattr(b, "hidden"))
     return b
@@ -158,6 +158,28 @@ def test_inputs_of_a_request_that_went_away_are_dropped() -> None:
         gone.result(0)
 
 
+def test_a_request_queued_past_the_timeout_gets_503() -> None:
+    gate = threading.Event()
+
+    def run(seqs, normalize):
+        gate.wait(10)
+        return np.zeros((len(seqs), 2), np.float32)
+
+    b = fake_batcher(run, max_queue=64, max_batch=1, queue_timeout=0.2)
+    first = b.submit([[1]], True)
+    wait_until(lambda: b.queued() == 0)  # the worker holds it
+    late = b.submit([[1], [2]], True)
+    time.sleep(0.3)
+    gate.set()
+    assert first.result(10).shape == (1, 2)
+    with pytest.raises(ApiError) as caught:
+        late.result(10)
+    assert caught.value.status == 503 and caught.value.code == "queue_timeout"
+    assert "Retry-After" in caught.value.headers
+    assert b.metrics.timed_out._value.get() == 2
+    b.stop()
+
+
 def test_every_flag_has_its_variable(tmp_path) -> None:
     parser = argparse.ArgumentParser()
     keys = tmp_path / "keys"
@@ -186,7 +208,8 @@ def test_a_bad_variable_is_refused_by_name(env: str, value: str) -> None:
 
 
 @pytest.mark.parametrize("change", [{"batch_policy": "lifo"}, {"max_batch_size": 0},
-                                    {"max_queue": 10, "max_inputs": 20}, {"max_wait_ms": -1}])
+                                    {"max_queue": 10, "max_inputs": 20}, {"max_wait_ms": -1},
+                                    {"queue_timeout_s": -1}])
 def test_bad_settings_are_refused(change: dict) -> None:
     with pytest.raises(VkumdValueError):
         config.ServeConfig(**change).check()

@@ -52,7 +52,8 @@ class Server:
         self.batcher = Batcher(self.metrics, policy=config.batch_policy,
                                max_tokens=config.max_batch_tokens,
                                max_batch=config.max_batch_size, window=config.batch_window,
-                               max_wait=config.max_wait_ms / 1000, max_queue=config.max_queue)
+                               max_wait=config.max_wait_ms / 1000, max_queue=config.max_queue,
+                               queue_timeout=config.queue_timeout_s)
         names = config.served_model_name or f"{Path(str(config.model)).name},{config.model}"
         self.models = tuple(dict.fromkeys(n.strip() for n in names.split(",") if n.strip()))
         self.engine: Any = None

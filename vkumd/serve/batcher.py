@@ -120,10 +120,13 @@ class Batcher:
         metrics: where to count.
         policy, max_tokens, max_batch, window, max_wait: as :func:`select_batch`.
         max_queue: inputs queued at most; past it :meth:`submit` raises a 429.
+        queue_timeout: seconds an input may wait before its request is failed with 503
+            (0: no limit); checked whenever a batch is formed.
     """
 
     def __init__(self, metrics: Metrics, *, policy: str, max_tokens: int, max_batch: int,
-                 window: int, max_wait: float, max_queue: int) -> None:
+                 window: int, max_wait: float, max_queue: int,
+                 queue_timeout: float = 0.0) -> None:
         self.metrics = metrics
         self.policy = policy
         self.max_tokens = max_tokens
@@ -131,6 +134,7 @@ class Batcher:
         self.window = window
         self.max_wait = max_wait
         self.max_queue = max_queue
+        self.queue_timeout = queue_timeout
         self._queue: list[_Item] = []
         self._cond = threading.Condition()
         self._stopping = False
@@ -207,6 +211,7 @@ class Batcher:
     def _next(self) -> list[_Item] | None:
         with self._cond:
             while True:
+                self._expire()
                 live = [it for it in self._queue if not it.job.gone()]
                 if len(live) != len(self._queue):
                     self.metrics.dropped.inc(len(self._queue) - len(live))
@@ -229,6 +234,24 @@ class Batcher:
         for it in batch:
             self.metrics.queue_seconds.observe(now - it.queued_at)
         return batch
+
+    def _expire(self) -> None:
+        """Fail the requests with an input queued past ``queue_timeout`` (lock held)."""
+        if self.queue_timeout <= 0 or not self._queue:
+            return
+        limit = time.monotonic() - self.queue_timeout
+        late = {id(it.job): it.job for it in self._queue if it.queued_at < limit}
+        if not late:
+            return
+        error = ApiError(503, f"the request waited over {self.queue_timeout:g} s in the queue "
+                         "(--queue-timeout-s) and was dropped uncomputed; the server is "
+                         "overloaded, retry later", param=None, code="queue_timeout",
+                         headers={"Retry-After": str(self.retry_after())})
+        kept = [it for it in self._queue if id(it.job) not in late]
+        self.metrics.timed_out.inc(len(self._queue) - len(kept))
+        self._queue = kept
+        for job in late.values():
+            _settle(job.future, error=error)
 
     def _serve(self, run: RunBatch) -> None:
         while (batch := self._next()) is not None:

@@ -81,6 +81,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("max-queue", "VKUMD_SERVE_MAX_QUEUE", 4096, int,
          "inputs queued at most (all requests together); past it requests get 429 with "
          "Retry-After", "N"),
+    Flag("queue-timeout-s", "VKUMD_SERVE_QUEUE_TIMEOUT_S", 60.0, float,
+         "a request with an input queued this long is answered 503 uncomputed (0: never)",
+         "S"),
     Flag("max-inputs", "VKUMD_SERVE_MAX_INPUTS", 2048, int,
          "inputs in one request at most (OpenAI's limit is 2048)", "N"),
     Flag("max-body-bytes", "VKUMD_SERVE_MAX_BODY_BYTES", 16 << 20, int,
@@ -114,6 +117,7 @@ class ServeConfig:
     batch_window: int = 1024
     max_wait_ms: float = 100.0
     max_queue: int = 4096
+    queue_timeout_s: float = 60.0
     max_inputs: int = 2048
     max_body_bytes: int = 16 << 20
     max_input_chars: int = 100_000
@@ -133,8 +137,10 @@ class ServeConfig:
             if value < low:
                 raise VkumdValueError(f"serve: {name.replace('_', '-')}={value}; it must be "
                                       f">= {low}")
-        if self.max_wait_ms < 0:
-            raise VkumdValueError(f"serve: max-wait-ms={self.max_wait_ms}; it must be >= 0")
+        for name in ("max_wait_ms", "queue_timeout_s"):
+            if getattr(self, name) < 0:
+                raise VkumdValueError(f"serve: {name.replace('_', '-')}={getattr(self, name)}; "
+                                      "it must be >= 0")
         if self.batch_policy not in POLICIES:
             raise VkumdValueError(f"serve: batch-policy={self.batch_policy!r}; choose one of "
                                   f"{', '.join(POLICIES)}")

@@ -54,6 +54,9 @@ class Metrics:
                                 "by reason", ["reason"], registry=r)
         self.dropped = Counter("vkumd_serve_dropped_inputs", "Queued inputs dropped "
                                "uncomputed because their request had gone", registry=r)
+        self.timed_out = Counter("vkumd_serve_timed_out_inputs", "Queued inputs dropped "
+                                 "uncomputed because they waited past the queue timeout",
+                                 registry=r)
         self.failed_batches = Counter("vkumd_serve_failed_batches", "Device batches that "
                                       "raised", registry=r)
         self.ready = Gauge("vkumd_serve_ready", "1 once warm-up is done and /health is 200",
