@@ -125,9 +125,6 @@ TRANSFERS: dict[str, str] = {
 HARDENED: dict[str, str] = {
     "tests/test_soak_short.py": "the soak, scaled down",
     "tests/test_bad_inputs.py": "the bad-input corpus",
-    "tests/serve/test_bad_requests.py": "the server's bad-request corpus",
-    "tests/serve/test_fuzz.py": "request-body fuzz against the server",
-    "tests/serve/test_faults.py": "device faults under the server's batcher",
     "tests/runtime/test_exhaustion.py": "memory, descriptor pools and queues run out",
     "tests/runtime/test_threads.py": "concurrent recording and submission",
     "tests/vk/test_faults.py": "every Vulkan call failing, lost devices",
@@ -142,6 +139,9 @@ HARDENED: dict[str, str] = {
     "tests/framework/execute/test_lower_windows.py::"
     "test_random_window_graphs_compile_and_match_the_reference": "lowering fuzz",
     "tests/framework/test_matmul.py::test_shape_search": "GEMM shape fuzz",
+    "tests/serve/test_bad_requests.py": "the server's bad-request corpus",
+    "tests/serve/test_fuzz.py": "request-body fuzz against the server",
+    "tests/serve/test_faults.py": "device faults under the server's batcher",
 }
 
 TIERS: dict[str, dict[str, str]] = {"smoke": SMOKE, "fast": FAST, "transfers": TRANSFERS,
