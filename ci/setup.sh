@@ -120,6 +120,22 @@ else
   fi
 fi
 
+# The serve extra (starlette, uvicorn, prometheus-client), for vkumd.serve and tests/serve, and
+# the official openai client those tests drive the server with (test-only). VKUMD_SKIP_SERVE=1
+# leaves them out (tests/serve then skips, saying why).
+if [ "${VKUMD_SKIP_SERVE:-0}" = 1 ]; then
+  say "VKUMD_SKIP_SERVE=1: not installing the serve extra; tests/serve will skip"
+elif "$venv/bin/python" -c 'import starlette, uvicorn, prometheus_client, openai' 2>/dev/null; then
+  say "serve extra present"
+else
+  say "installing the serve extra (starlette, uvicorn, prometheus-client) and openai into $venv"
+  if ! "$venv/bin/python" -m pip install -q -e "$here[serve]" openai; then
+    say "ERROR: could not install the serve extra or openai (pip failed above); the server"
+    say "tests cannot run. Fix the network or index, or set VKUMD_SKIP_SERVE=1 to go on without"
+    exit 1
+  fi
+fi
+
 # The ray extra, for tests/distributed/test_ray.py (about 80 MB; the test runs Ray only inside
 # network and PID namespaces it makes, about 25 s here). Not fatal: without it that test skips.
 if "$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('ray') is None)"; then

@@ -91,6 +91,7 @@ FAST: dict[str, str] = {
     "tests/framework/test_tensor.py": "upload and read back every dtype",
     "tests/runtime/test_dispatch.py": "one dispatch end to end",
     "tests/runtime/test_launch.py": "launch plans",
+    "tests/serve/test_batcher.py": "the server's batcher, settings and request checks",
 }
 
 TRANSFERS: dict[str, str] = {
@@ -144,6 +145,9 @@ HARDENED: dict[str, str] = {
     "tests/framework/execute/test_lower_windows.py::"
     "test_random_window_graphs_compile_and_match_the_reference": "lowering fuzz",
     "tests/framework/test_matmul.py::test_shape_search": "GEMM shape fuzz",
+    "tests/serve/test_bad_requests.py": "the server's bad-request corpus",
+    "tests/serve/test_fuzz.py": "request-body fuzz against the server",
+    "tests/serve/test_faults.py": "device faults under the server's batcher",
 }
 
 TIERS: dict[str, dict[str, str]] = {"smoke": SMOKE, "fast": FAST, "transfers": TRANSFERS,

@@ -1,6 +1,7 @@
 """The ``vkumd`` command: ``vkumd info`` lists devices; ``vkumd demo`` runs the demo;
 ``vkumd compile --all`` builds every kernel variant the device can use; ``vkumd embed`` embeds
-sentences (see :mod:`vkumd.cli_embed`)."""
+sentences (see :mod:`vkumd.cli_embed`); ``vkumd serve`` serves them over HTTP (see
+:mod:`vkumd.serve`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from vkumd import cli_embed
 from vkumd.errors import VkumdError
 from vkumd.runtime.context import devices
 from vkumd.runtime.device import default_device_index
+from vkumd.serve import cli as serve_cli
 from vkumd.vk.caps import DeviceCaps
 
 _SKIP = {"index", "name", "extensions", "memory_heaps", "memory_types", "queue_families",
@@ -146,8 +148,9 @@ def main(argv: list[str] | None = None) -> int:
                                 "the best device")
     compile_parser.set_defaults(func=cmd_compile)
     cli_embed.add_parser(sub)
-    args = parser.parse_args(argv)
+    serve_cli.add_parser(sub)
     try:
+        args = parser.parse_args(argv)
         return args.func(args)
     except VkumdError as exc:
         print(f"vkumd: {exc}", file=sys.stderr)

@@ -123,3 +123,30 @@ def test_other_pooling_modes(ctx, copy: Path, reference, mode: str) -> None:
     states = [reference.hidden(reference.ids(t)) for t in texts]
     want = np.array([h[0] if mode == "cls" else h.sum(0) / np.sqrt(len(h)) for h in states])
     assert_close(got, want, min_cos=0.99999, max_abs=1e-4)
+
+
+def test_embed_tokens_is_one_batch_of_encode(encoder) -> None:
+    """The server's entry: a batch of token ids as given, rows in order, per-row normalize."""
+    texts = ["a short one", "a rather longer sentence than the first one, with commas",
+             "mid length text"]
+    ids = encoder.tokenize(texts)
+    got = encoder.embed_tokens(ids, [True, False, True])
+    want = encoder.encode(texts)
+    raw = encoder.encode(texts[1:2], normalize=False)
+    assert got.shape == (3, encoder.hidden_size) and got.dtype == np.float32
+    np.testing.assert_allclose(got[[0, 2]], want[[0, 2]], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1], raw[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(encoder.embed_tokens(ids), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("batch, normalize, text", [
+    ([], True, "empty"),
+    ([[101, 102], []], True, "sequence 1 has 0 ids"),
+    ([[101] * 257], True, "give 1 to 256"),
+    ([[101, 30522]], True, r"outside the vocabulary \[0, 30522\)"),
+    ([[-1]], True, "outside the vocabulary"),
+    ([[101], [102]], [True], "1 normalize flags for 2 sequences"),
+])
+def test_embed_tokens_refuses(encoder, batch, normalize, text) -> None:
+    with pytest.raises(VkumdValueError, match=text):
+        encoder.embed_tokens(batch, normalize)

@@ -16,7 +16,7 @@ previous one is read back), for debugging and as a second path to compare with.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,6 +59,9 @@ class SentenceEncoder:
 
     Build it with :meth:`from_pretrained`; call :meth:`encode`; :meth:`close` frees the
     weights (and the context, when the encoder made it). Also a context manager.
+    ``buckets`` (default :data:`BUCKETS`) and ``max_recordings`` (how many shape buckets
+    stay allocated) go to the compiled graph; a server that allocates every bucket at
+    start-up sets both.
 
     Attributes:
         files: what was read from the model directory (config, tokenizer, host weights are
@@ -73,7 +76,9 @@ class SentenceEncoder:
     """
 
     def __init__(self, files: ModelFiles, ctx: Context | None = None,
-                 dtype: Any = "float32", compiled: bool = True) -> None:
+                 dtype: Any = "float32", compiled: bool = True,
+                 buckets: Mapping[str, Sequence[int] | None] | None = None,
+                 max_recordings: int = 12) -> None:
         if not isinstance(compiled, bool):
             raise VkumdTypeError(f"SentenceEncoder: compiled must be a bool, not {compiled!r}")
         self._owns_context = ctx is None
@@ -85,8 +90,9 @@ class SentenceEncoder:
             host = bert.prepare(files.config, files.sentence, files.weights, dtype)
             self.graph = bert_graph.optimize(bert_graph.trace_forward(host))
             self.weights = bert.upload(self.context, host)
-            self.compiled_graph = CompiledGraph(self.graph, self.context, buckets=BUCKETS,
-                                                max_recordings=12,
+            self.compiled_graph = CompiledGraph(self.graph, self.context,
+                                                buckets=BUCKETS if buckets is None else buckets,
+                                                max_recordings=max_recordings,
                                                 weights=self.weights.named())
         except BaseException:
             self._release()
@@ -208,6 +214,50 @@ class SentenceEncoder:
         if pending is not None:
             self._collect(pending, result, bar)
         return result
+
+    def embed_tokens(self, token_ids: Sequence[Sequence[int]],
+                     normalize: bool | Sequence[bool] = True) -> np.ndarray:
+        """One device batch of token-id sequences, as given (no sorting, no splitting).
+
+        For a server's batcher, which chooses the batches itself. Each sequence is the whole
+        model input: the ids :meth:`tokenize` gives for a text (with ``[CLS]``/``[SEP]``)
+        embed as that text does in :meth:`encode`. Always runs the compiled graph.
+
+        Args:
+            token_ids: sequences of ids in ``[0, vocab_size)``, each 1 to
+                :attr:`max_seq_length` long.
+            normalize: for the whole batch, or per sequence.
+
+        Returns:
+            float32 array ``(len(token_ids), hidden_size)``, in the given order.
+
+        Raises:
+            VkumdValueError: an empty batch or sequence, one over ``max_seq_length``, an id
+                outside the vocabulary, or a ``normalize`` list of another length.
+        """
+        batch = [list(seq) for seq in token_ids]
+        if not batch:
+            raise VkumdValueError("embed_tokens: the batch is empty; give one or more "
+                                  "sequences")
+        vocab = self.files.config.vocab_size
+        for row, seq in enumerate(batch):
+            if not 1 <= len(seq) <= self.max_seq_length:
+                raise VkumdValueError(f"embed_tokens: sequence {row} has {len(seq)} ids; "
+                                      f"give 1 to {self.max_seq_length}")
+            if min(seq) < 0 or max(seq) >= vocab:
+                raise VkumdValueError(f"embed_tokens: sequence {row} holds an id outside "
+                                      f"the vocabulary [0, {vocab})")
+        flags = np.asarray(normalize, dtype=bool)
+        if flags.ndim and flags.shape != (len(batch),):
+            raise VkumdValueError(f"embed_tokens: {flags.size} normalize flags for "
+                                  f"{len(batch)} sequences; give one per sequence or a bool")
+        rows = np.broadcast_to(flags, (len(batch),))
+        lengths, ids = self._pad(batch)
+        feeds = bert_graph.graph_inputs(lengths, ids, self.files.sentence.pooling,
+                                        self.weights.dtype)
+        pooled, normalized = self.compiled_graph(**feeds)
+        # Both outputs are views of the bucket's memory: read them before the next call.
+        return np.where(rows[:, None], normalized.numpy(), pooled.numpy()).astype(np.float32)
 
     @staticmethod
     def _pad(batch: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:

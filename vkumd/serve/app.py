@@ -1,0 +1,399 @@
+"""The ASGI app: routes, body limit, API keys, readiness and request metrics.
+
+:func:`create_app` returns a Starlette app. Its lifespan starts the batcher's worker, which
+loads and warms the model (``/health`` answers 503 until then) and stops it at shutdown; an
+app mounted inside another whose server does not run sub-apps' lifespans can call
+``app.state.server.start()`` and ``.stop()`` itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from vkumd.serve import api
+from vkumd.serve.batcher import Batcher
+from vkumd.serve.config import ServeConfig
+from vkumd.serve.errors import ApiError
+from vkumd.serve.metrics import Metrics
+
+OPEN_PATHS = ("/health", "/metrics")
+GENERATION = ("/v1/completions", "/v1/chat/completions", "/v1/responses", "/generate")
+
+
+class Server:
+    """The state one app serves from: settings, metrics, batcher, readiness.
+
+    Args:
+        config: the settings (checked here).
+
+    Raises:
+        VkumdValueError: a bad setting or an unreadable key file.
+    """
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config.check()
+        self.keys = config.keys()
+        self.metrics = Metrics()
+        self.batcher = Batcher(self.metrics, policy=config.batch_policy,
+                               max_tokens=config.max_batch_tokens,
+                               max_batch=config.max_batch_size, window=config.batch_window,
+                               max_wait=config.max_wait_ms / 1000, max_queue=config.max_queue,
+                               queue_timeout=config.queue_timeout_s)
+        names = config.served_model_name or f"{Path(str(config.model)).name},{config.model}"
+        self.models = tuple(dict.fromkeys(n.strip() for n in names.split(",") if n.strip()))
+        self.engine: Any = None
+        self.ready = False
+        self.failure: str | None = None
+        self.started = int(time.time())
+
+    def start(self) -> None:
+        """Start the worker: load the model, warm up, then serve the queue."""
+        def setup() -> tuple[Any, int]:
+            from vkumd.serve.engine import Engine
+
+            began = time.perf_counter()
+            print(f"vkumd serve: loading {self.config.model}", file=sys.stderr, flush=True)
+            self.engine = Engine(self.config)
+            self.engine.warm_up()
+            print(f"vkumd serve: ready in {time.perf_counter() - began:.1f} s",
+                  file=sys.stderr, flush=True)
+            return self.engine.run, self.engine.hidden_size
+
+        def ready() -> None:
+            self.ready = True
+            self.metrics.ready.set(1)
+
+        def failed(exc: BaseException) -> None:
+            self.failure = f"{type(exc).__name__}: {exc}"
+            print(f"vkumd serve: the model could not be loaded: {self.failure}",
+                  file=sys.stderr, flush=True)
+
+        self.batcher.start(setup, ready, failed, self._teardown)
+
+    def _teardown(self) -> None:
+        if self.engine is None:
+            return
+        try:
+            self.engine.close()
+        except Exception as exc:  # noqa: BLE001 - shutting down: report, do not raise
+            print(f"vkumd serve: stopped; freeing the device raised {type(exc).__name__}: "
+                  f"{exc}", file=sys.stderr, flush=True)
+        else:
+            print("vkumd serve: stopped; the model's device memory is freed", file=sys.stderr,
+                  flush=True)
+
+    def stop(self) -> None:
+        """Turn ``/health`` to 503, compute what is queued, free the device."""
+        self.ready = False
+        self.metrics.ready.set(0)
+        self.batcher.stop()
+
+    def status(self) -> str | None:
+        """Why the server cannot embed now (warming up, failed, device lost), or None."""
+        if not self.ready:
+            return "failed: " + self.failure if self.failure else "warming up"
+        lost = self.engine.lost if self.engine is not None else None
+        return f"device lost: {lost}; restart the server" if lost else None
+
+    def check_ready(self) -> None:
+        """Raise a 503 unless the server can embed now."""
+        reason = self.status()
+        if reason is not None:
+            raise ApiError(503, f"not ready: {reason} (GET /health turns 200 when ready)",
+                           code="not_ready", headers={"Retry-After": "2"})
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to pass ``limit`` bytes: from
+    ``Content-Length`` before reading, else while streaming, never holding more."""
+    declared = request.headers.get("content-length")
+    too_big = ApiError(413, f"the request body is over this server's limit of {limit} bytes; "
+                       "send fewer or shorter inputs (or raise --max-body-bytes)",
+                       param=None, code="request_too_large")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def json_body(request: Request) -> Any:
+    """The request's JSON, after its content type and size are checked."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind and kind != "application/json" and not kind.endswith("+json"):
+        raise ApiError(415, f"the content type is {kind!r}; send the body as "
+                       "application/json", param=None, code="unsupported_media_type")
+    server: Server = request.app.state.server
+    return api.parse_json(await read_body(request, server.config.max_body_bytes))
+
+
+async def _embed(server: Server, request: Request, seqs: list[list[int]],
+                 normalize: bool) -> Any:
+    """Queue the inputs and wait for them; if the client disconnects first, its inputs still
+    queued are dropped uncomputed."""
+    future = server.batcher.submit(seqs, normalize)
+    result = asyncio.ensure_future(asyncio.wrap_future(future))
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not result.done():
+            future.cancel()
+            result.cancel()
+    if not result.done() or result.cancelled():
+        raise ApiError(499, "the client closed the connection", param=None,
+                       code="client_closed")
+    return result.result()
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client has gone (the body is read by now, so the next message the
+    server sends is ``http.disconnect``)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def embeddings(request: Request) -> Response:
+    """``POST /v1/embeddings``: OpenAI's embeddings API (docs/serving.md)."""
+    server: Server = request.app.state.server
+    body = await json_body(request)
+    server.check_ready()
+    engine = server.engine
+    req = api.parse_embeddings(body, server.config.max_inputs, engine.hidden_size,
+                               server.models)
+    if req.inputs.texts is not None:
+        began = time.perf_counter()
+        seqs = await run_in_threadpool(engine.tokenize, req.inputs.texts)
+        server.metrics.tokenize_seconds.observe(time.perf_counter() - began)
+    else:
+        seqs = engine.check_ids(req.inputs.ids)
+    vectors = await _embed(server, request, seqs, True)
+    return await _json(api.embeddings_response, vectors, req.model, req.encoding_format,
+                       sum(map(len, seqs)))
+
+
+async def tei_embed(request: Request) -> Response:
+    """``POST /embed``: TEI's embeddings route, a JSON list of vectors."""
+    server: Server = request.app.state.server
+    body = await json_body(request)
+    server.check_ready()
+    req = api.parse_tei(body, server.config.max_inputs)
+    began = time.perf_counter()
+    seqs = await run_in_threadpool(server.engine.tokenize, req.texts, "inputs", req.truncate)
+    server.metrics.tokenize_seconds.observe(time.perf_counter() - began)
+    vectors = await _embed(server, request, seqs, req.normalize)
+    return await _json(vectors.tolist)
+
+
+async def _json(build: Any, *args: Any) -> Response:
+    """``build(*args)`` as a JSON response, built and serialised off the event loop (2048
+    embeddings as float text take tens of milliseconds, which would stall every other
+    connection)."""
+    def render() -> bytes:
+        return json.dumps(build(*args), separators=(",", ":")).encode()
+
+    return Response(await run_in_threadpool(render), media_type="application/json")
+
+
+async def tei_info(request: Request) -> Response:
+    """``GET /info``: TEI's description of the served model and limits."""
+    server: Server = request.app.state.server
+    server.check_ready()
+    c, e = server.config, server.engine
+    return JSONResponse({
+        "model_id": server.models[0], "model_sha": None, "model_dtype": c.dtype,
+        "model_type": {"embedding": {"pooling": e.encoder.files.sentence.pooling}},
+        "max_concurrent_requests": c.max_queue, "max_input_length": e.max_seq,
+        "max_batch_tokens": c.max_batch_tokens, "max_batch_requests": c.max_batch_size,
+        "max_client_batch_size": c.max_inputs, "auto_truncate": c.auto_truncate,
+        "tokenization_workers": None, "version": _version(), "backend": "vkumd"})
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vkumd")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+async def models(request: Request) -> Response:
+    """``GET /v1/models``: the names the model answers to, as OpenAI's model list."""
+    server: Server = request.app.state.server
+    return JSONResponse({"object": "list", "data": [_model(server, n) for n in server.models]})
+
+
+async def model(request: Request) -> Response:
+    """``GET /v1/models/{name}``: one model object, or 404."""
+    server: Server = request.app.state.server
+    name = request.path_params["name"]
+    if name not in server.models:
+        raise ApiError(404, f"The model `{name}` does not exist on this server; it serves "
+                       f"{', '.join(server.models)}", param="model", code="model_not_found")
+    return JSONResponse(_model(server, name))
+
+
+def _model(server: Server, name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": server.started, "owned_by": "vkumd"}
+
+
+async def health(request: Request) -> Response:
+    """``GET /health``: 200 when requests can be embedded, else 503 with the reason."""
+    server: Server = request.app.state.server
+    reason = server.status()
+    if reason is None:
+        return JSONResponse({"status": "ok"})
+    return JSONResponse({"status": reason}, status_code=503)
+
+
+async def metrics(request: Request) -> Response:
+    """``GET /metrics``: the Prometheus exposition text."""
+    body, kind = request.app.state.server.metrics.render()
+    return Response(body, media_type=kind)
+
+
+async def generation(request: Request) -> Response:
+    """The text-generation routes: 404 until the server can generate."""
+    raise ApiError(404, f"{request.url.path}: text generation is not available on this "
+                   "server yet; it serves embeddings (POST /v1/embeddings, POST /embed)",
+                   param=None, code="not_available")
+
+
+def _error(_request: Request, exc: Exception) -> Response:
+    if isinstance(exc, ApiError):
+        return Response(exc.encoded(), exc.status, exc.headers, "application/json")
+    if isinstance(exc, HTTPException):
+        method, path = _request.method, _request.url.path
+        text = {404: f"Invalid URL ({method} {path})",
+                405: f"Method {method} is not allowed on {path}"}.get(
+                    exc.status_code, str(exc.detail))
+        err = ApiError(exc.status_code, text, param=None, headers=dict(exc.headers or {}))
+        return Response(err.encoded(), err.status, err.headers, "application/json")
+    err = ApiError(500, f"internal error ({type(exc).__name__}: {exc})", param=None,
+                   code="internal_error")
+    return Response(err.encoded(), 500, media_type="application/json")
+
+
+ROUTES = [Route("/v1/embeddings", embeddings, methods=["POST"]),
+          Route("/embeddings", embeddings, methods=["POST"]),
+          Route("/embed", tei_embed, methods=["POST"]),
+          Route("/info", tei_info, methods=["GET"]),
+          Route("/v1/models", models, methods=["GET"]),
+          Route("/v1/models/{name:path}", model, methods=["GET"]),
+          Route("/health", health, methods=["GET"]),
+          Route("/metrics", metrics, methods=["GET"])]
+ROUTES += [Route(path, generation, methods=["POST", "GET"]) for path in GENERATION]
+KNOWN = {r.path for r in ROUTES}
+
+
+class _Guard:
+    """Outermost layer: API keys, and the per-route request count and latency."""
+
+    def __init__(self, app: Any, server: Server) -> None:
+        self.app = app
+        self.server = server
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        route = path if path in KNOWN else ("/v1/models/{name}"
+                                            if path.startswith("/v1/models/") else "other")
+        began = time.perf_counter()
+        status = [500]
+
+        async def observed(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            refusal = self._auth(scope)
+            if refusal is not None:
+                await _send_error(observed, refusal)
+            else:
+                await self.app(scope, receive, observed)
+        finally:
+            m = self.server.metrics
+            m.requests.labels(route, str(status[0])).inc()
+            m.request_seconds.labels(route).observe(time.perf_counter() - began)
+
+    def _auth(self, scope: dict) -> ApiError | None:
+        keys = self.server.keys
+        if not keys or (scope["path"] in OPEN_PATHS and not self.server.config.auth_probes):
+            return None
+        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            return ApiError(401, "You didn't provide an API key. Send it as "
+                            "'Authorization: Bearer YOUR_KEY'", param=None)
+        given = given.strip().encode()
+        if not any(hmac.compare_digest(given, k.encode()) for k in keys):
+            self.server.metrics.rejected.labels("auth").inc()
+            return ApiError(401, "Incorrect API key provided", param=None,
+                            code="invalid_api_key")
+        return None
+
+
+async def _send_error(send: Any, err: ApiError) -> None:
+    body = err.encoded()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
+    if err.status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": err.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(config: ServeConfig | None = None) -> Any:
+    """The server as an ASGI app (run it with uvicorn, or mount it).
+
+    Args:
+        config: settings (default: :class:`ServeConfig`'s defaults).
+
+    Returns:
+        An ASGI callable; ``.state.server`` is its :class:`Server` (a Starlette app wrapped
+        by the key check and request metrics, so ``.state`` is forwarded).
+
+    Raises:
+        VkumdValueError: a bad setting or an unreadable key file.
+    """
+    server = Server(config or ServeConfig())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        server.start()
+        try:
+            yield
+        finally:
+            await run_in_threadpool(server.stop)
+
+    handlers: dict[Any, Any] = {ApiError: _error, HTTPException: _error, Exception: _error}
+    inner = Starlette(routes=ROUTES, exception_handlers=handlers, lifespan=lifespan)
+    inner.state.server = server
+    guard = _Guard(inner, server)
+    guard.state = inner.state  # type: ignore[attr-defined]
+    return guard
