@@ -262,6 +262,28 @@ def test_a_lost_device_stays_lost_and_a_new_context_works(site: str) -> None:
         _works(fresh)
 
 
+def test_a_captured_graph_released_after_a_device_loss_frees_what_it_held() -> None:
+    """The replay the release would wait for can never end on a lost device: the release
+    frees the command buffer and unpins the memory anyway (validation reports anything left
+    at vkDestroyDevice), and the loss is still reported by the next use."""
+    before = _live()
+    ctx = vkumd.Context()
+    big = ctx.zeros(1 << 22)
+    with ctx.capture() as graph:
+        for _ in range(8):
+            ops.add(big, big, out=big)
+    with faults.lose_device("wait") as rule:
+        graph.replay()
+        _fails(ctx.synchronize, vkumd.DeviceLost)
+    assert rule.fired == 1
+    graph.release()
+    assert "the device was lost earlier" in str(_fails(ctx.synchronize, vkumd.DeviceLost))
+    del graph
+    big.release()
+    ctx.close()
+    assert _live() == before
+
+
 # -- the rules themselves --------------------------------------------------------------------
 
 def test_grammar() -> None:

@@ -10,6 +10,7 @@ its memory in the context's :class:`MemoryPins`.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from vkumd.runtime.stream import MemoryKey, Stream
 from vkumd.submission.batch import Batch
 from vkumd.submission.descriptors import BufferRange
 from vkumd.submission.submitter import Submitter
+from vkumd.vk.errors import DeviceLost, VulkanError
 
 if TYPE_CHECKING:
     from vkumd.runtime.context import RuntimeContext
@@ -218,9 +220,16 @@ class Graph:
         self.released = True
         context = self.context
         if not context.closed:
-            for stream, value in list(self._in_flight.items()):
-                if not stream.released:
-                    stream.wait_value(value)
+            try:
+                for stream, value in list(self._in_flight.items()):
+                    if not stream.released:
+                        stream.wait_value(value)
+            except DeviceLost:
+                # A lost device ends its waits in finite time (vkDeviceWaitIdle returns once
+                # nothing runs), so what the replay held is freed after it; every later use
+                # of the context still reports the loss.
+                with contextlib.suppress(VulkanError):
+                    context.device.wait_idle()
             for key in self.keys:
                 allocation = context.pins.unpin(key)
                 if allocation is not None:
