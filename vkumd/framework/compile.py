@@ -23,9 +23,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from vkumd.errors import VkumdTypeError
+from vkumd.framework import dtypes
 from vkumd.framework.execute import CompiledGraph
 from vkumd.framework.execute.lower import check_recordable
 from vkumd.framework.graph import Graph, UnsupportedOpError, run_passes
@@ -107,8 +106,13 @@ class CompiledFunction:
         for name, value in bound.items():
             if name not in by_name:
                 continue  # an input the passes found unused
-            if not isinstance(value, Tensor):
-                value = ctx.tensor(np.asarray(value), dtype=by_name[name].dtype)
+            expected = by_name[name].dtype
+            if isinstance(value, Tensor):
+                if value.dtype is not expected:
+                    raise dtypes.mismatch(f"input {name!r}", value.dtype, expected)
+            else:
+                array, _ = dtypes.host_array(value, expected=expected, what=f"input {name!r}")
+                value = ctx.tensor(array, dtype=expected)
             out[name] = value
         bindings_for(self.graph, {n: tuple(t.shape) for n, t in out.items()})
         return out
@@ -128,8 +132,10 @@ class CompiledFunction:
             What the traced function returned: a Tensor, a tuple or a dict of Tensors.
 
         Raises:
-            VkumdTypeError: missing or unknown inputs, an input of the wrong dtype.
-            VkumdValueError: shapes that contradict the graph.
+            VkumdTypeError: missing or unknown inputs; an input of another dtype than the
+                graph's (arrays are never narrowed: :func:`vkumd.framework.dtypes.host_array`).
+            VkumdValueError: shapes that contradict the graph; integer values outside the
+                input's type.
         """
         if self.executor == "eager":
             return self.run_eager(*args, **kwargs)

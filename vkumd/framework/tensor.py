@@ -11,7 +11,7 @@ import numpy as np
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
-from vkumd.framework.dtypes import DType
+from vkumd.framework.dtypes import DType, as_array
 from vkumd.framework.tensor_methods import EagerMethods
 from vkumd.runtime.memory import Allocation
 from vkumd.vk.handle import Handle
@@ -37,18 +37,6 @@ def normalize_shape(shape: Any) -> tuple[int, ...]:
     if any(d < 0 for d in dims):
         raise VkumdValueError(f"shape {dims} has a negative dimension")
     return dims
-
-
-def as_array(data: Any, what: str) -> np.ndarray:
-    """``np.asarray(data)``, with numpy's refusal of ragged or unreadable data made a vkumd error.
-
-    Raises:
-        VkumdValueError: numpy cannot make one rectangular array of ``data``.
-    """
-    try:
-        return np.asarray(data)
-    except (ValueError, TypeError) as exc:
-        raise VkumdValueError(f"{what}: the data is not a rectangular array ({exc})") from None
 
 
 # Guards every count below: tensors die in whatever thread the garbage collector runs in, and
@@ -195,8 +183,7 @@ class Tensor(EagerMethods, Handle):
         if source.shape != self.shape:
             raise VkumdValueError(f"cannot write an array of shape {source.shape} into a tensor "
                                   f"of shape {self.shape}")
-        if source.dtype.kind in "cOSUVMm":
-            raise VkumdTypeError(f"cannot write an array of {source.dtype} into a tensor")
+        dtypes.host_array(source, dtype=self.dtype, what="Tensor.write() cannot write the array")
         if allocation is None:
             return
         bits = dtypes.to_storage(source, self.dtype)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
+from vkumd.framework import dtypes
 from vkumd.framework.execute.bucket import Bucket, BucketStats, planning_graph
 from vkumd.framework.execute.buckets import BucketPolicy, BucketSpec, bind_symbols
 from vkumd.framework.execute.lower import check_recordable
@@ -150,16 +151,27 @@ class CompiledGraph(Handle):
             VkumdValueError: a missing or unknown input, a shape the graph does not take
                 (two inputs that disagree on a symbol are both named), a size past the
                 largest listed bucket, a released graph.
-            VkumdTypeError: an input that is not an array or tensor, or a tensor of the
-                wrong dtype.
+            VkumdTypeError: an input that is not an array or tensor; an array or tensor of
+                another dtype than the input's, refused as ``ctx.tensor`` refuses (nothing is
+                narrowed: :func:`vkumd.framework.dtypes.host_array`).
+            VkumdValueError: integer values outside the input's type (never wrapped).
         """
         self._check_open()
         shapes = {}
+        declared = self._input_dtypes
         for name, value in inputs.items():
             shape = getattr(value, "shape", None)
             if shape is None:
                 raise VkumdTypeError(f"input {name!r} is a {type(value).__name__}; pass a "
                                      "numpy array or a vkumd Tensor")
+            expected = declared.get(name)
+            if expected is not None:  # an unknown name is refused with the shapes below
+                if isinstance(value, Tensor):
+                    if value.dtype is not expected:
+                        raise dtypes.mismatch(f"input {name!r}", value.dtype, expected)
+                else:
+                    inputs[name] = dtypes.host_array(value, expected=expected,
+                                                     what=f"input {name!r}")[0]
             shapes[name] = tuple(shape)
         recording = self._recording(shapes, self._repeated(inputs))
         for v in self.graph.inputs:
