@@ -21,6 +21,7 @@ from vkumd.framework.graph.fusion_epilogue import fuse_epilogue
 from vkumd.framework.graph.fusion_norm import fuse_add_layer_norm
 from vkumd.framework.graph.ir import Graph
 from vkumd.framework.graph.transpose_folding import fold_transposes
+from vkumd.settings import register_reader
 from vkumd.settings import text as setting
 
 Pass = Callable[[Graph], Graph]
@@ -68,6 +69,9 @@ def disabled_passes(disable: Iterable[str] | None = None) -> set[str]:
         raise VkumdValueError(f"unknown pass {', '.join(unknown)} (in disable= or "
                               f"{DISABLE_VARIABLE}); the passes are {', '.join(PASSES)}")
     return names
+
+
+register_reader(DISABLE_VARIABLE, lambda _: disabled_passes())
 
 
 def run_passes(graph: Graph, passes: Sequence[str] | None = None, *,
