@@ -26,6 +26,7 @@ from typing import Any
 from vkumd.errors import VkumdTypeError
 from vkumd.framework import dtypes
 from vkumd.framework.execute import CompiledGraph
+from vkumd.framework.execute.buckets import BucketPolicy
 from vkumd.framework.execute.lower import check_recordable
 from vkumd.framework.graph import Graph, UnsupportedOpError, run_passes
 from vkumd.framework.graph.reference import bindings_for
@@ -196,10 +197,14 @@ def compile(fn: Callable[..., Any],  # noqa: A001 - the public name, as torch.co
         TraceError: the function reads tensor data on the host (data-dependent control
             flow), uses a symbolic dimension as an int, or calls what cannot be traced.
         GraphError: shape or dtype errors, naming the node and the user's line.
-        VkumdValueError: an unknown pass name.
+        VkumdValueError: an unknown pass name; ``buckets`` naming a symbol no input has
+            (the message lists the symbols).
+        VkumdTypeError: ``buckets`` not a dict of symbol -> list of int sizes or None.
     """
     traced = trace(fn, example_inputs, dynamic=dynamic)
     graph = run_passes(traced.graph, passes, disable=disable)
+    if buckets is not None and compiled_graph_class() is CompiledGraph:
+        BucketPolicy(graph, buckets)  # a misspelt symbol is refused now, not at the first call
     if ctx is None:
         values = (example_inputs.values() if isinstance(example_inputs, Mapping)
                   else example_inputs)

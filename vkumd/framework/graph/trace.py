@@ -300,6 +300,9 @@ def input_types(names: Sequence[str], examples: Sequence[Any],
             if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
                 raise TraceError(f"dynamic[{name!r}]: axis {axis!r} is out of range for "
                                  f"shape {shape}")
+            if not isinstance(symbol, str):
+                raise TraceError(f"dynamic[{name!r}][{axis}] = {symbol!r}: a symbol is a name, "
+                                 "e.g. {0: 'batch'}")
             as_dim(symbol)  # a valid identifier
             size = shape[axis]
             first = seen.setdefault(symbol, (size, name))
