@@ -15,6 +15,7 @@ from vkumd.errors import (
     VkumdValueError,
 )
 from vkumd.framework import dtypes
+from vkumd.framework.dlpack_check import checked_producer
 from vkumd.framework.opset import unary
 from vkumd.framework.tensor import Tensor, normalize_shape
 from vkumd.runtime.context import RuntimeContext
@@ -131,6 +132,8 @@ def from_dlpack(source: Any, context: Context, dtype: Any = None) -> Tensor:
     Raises:
         VkumdTypeError: ``source`` is not a host DLPack producer, or ``context`` is not a
             Context; as :meth:`Context.tensor` for its data.
+        VkumdValueError: the producer's tensor holds elements at a NULL data pointer (other
+            pointers are the producer's promise: :mod:`vkumd.framework.dlpack_check`).
     """
     if not isinstance(context, Context):
         raise VkumdTypeError(f"from_dlpack(source, context): context must be a vkumd.Context, "
@@ -138,7 +141,7 @@ def from_dlpack(source: Any, context: Context, dtype: Any = None) -> Tensor:
     if isinstance(source, Tensor) and source.context is context and dtype is None:
         return source
     try:
-        array = np.from_dlpack(source)
+        array = np.from_dlpack(checked_producer(source))
     except VkumdError:
         raise
     except (TypeError, AttributeError, BufferError, RuntimeError, ValueError) as exc:
