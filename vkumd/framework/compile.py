@@ -99,11 +99,15 @@ class CompiledFunction:
             self._ctx = Context()
         return self._ctx
 
-    def _tensors(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Tensor]:
+    def _tensors(self, args: Sequence[Any], kwargs: Mapping[str, Any], upload: bool = True
+                 ) -> dict[str, Any]:
+        """The inputs by name, checked by the one conversion rule; host data uploaded to
+        tensors with ``upload``, else left as arrays (the compiled graph copies them straight
+        into its bucket's inputs)."""
         bound = self._bind(args, kwargs)
         ctx = self._context(bound)
         by_name = {v.name: v for v in self.graph.inputs}
-        out: dict[str, Tensor] = {}
+        out: dict[str, Any] = {}
         for name, value in bound.items():
             if name not in by_name:
                 continue  # an input the passes found unused
@@ -112,8 +116,9 @@ class CompiledFunction:
                 if value.dtype is not expected:
                     raise dtypes.mismatch(f"input {name!r}", value.dtype, expected)
             else:
-                array, _ = dtypes.host_array(value, expected=expected, what=f"input {name!r}")
-                value = ctx.tensor(array, dtype=expected)
+                value, _ = dtypes.host_array(value, expected=expected, what=f"input {name!r}")
+                if upload:
+                    value = ctx.tensor(value, dtype=expected)
             out[name] = value
         bindings_for(self.graph, {n: tuple(t.shape) for n, t in out.items()})
         return out
@@ -140,7 +145,9 @@ class CompiledFunction:
         """
         if self.executor == "eager":
             return self.run_eager(*args, **kwargs)
-        inputs = self._tensors(args, kwargs)
+        # CompiledGraph copies arrays straight into its bucket's inputs; a stand-in executor
+        # is handed tensors.
+        inputs = self._tensors(args, kwargs, upload=not isinstance(self._compiled, CompiledGraph))
         if self._compiled is None:
             cls = compiled_graph_class()
             self._compiled = cls(self.graph, self._ctx, buckets=self._buckets)
