@@ -64,3 +64,25 @@ def test_numbers_past_the_type_compute_as_infinity(ctx: Any, value: Any, want: f
                 vkumd.compile(lambda a: a * value, {"a": x})(x)):
         np.testing.assert_array_equal(got.numpy(), want)
     np.testing.assert_array_equal(ops.div(x, value).numpy(), 0.0)
+
+
+@pytest.mark.parametrize("kwargs, error, fragment", [
+    ({"dynamic": "x"}, TraceError, "give a dict of input"),
+    ({"passes": [1.0]}, VkumdTypeError, "pass names are strings"),
+    ({"disable": "cse"}, VkumdTypeError, "give a list of pass names"),
+    ({"disable": [None]}, VkumdTypeError, "pass names are strings"),
+], ids=["dynamic_string", "passes_float", "disable_string", "disable_none"])
+def test_malformed_compile_arguments_are_refused_typed(ctx: Any, kwargs: dict, error: type,
+                                                       fragment: str) -> None:
+    # These ended in ValueError or TypeError from dict() and str.join.
+    with pytest.raises(error, match=fragment):
+        vkumd.compile(lambda x: x * 2, {"x": _x(ctx)}, **kwargs)
+
+
+def test_examples_the_function_cannot_take_are_refused(ctx: Any) -> None:
+    with pytest.raises(TraceError, match="example_inputs is NoneType"):
+        vkumd.compile(lambda x: x * 2, None)
+    with pytest.raises(TraceError, match=r"cannot take the example inputs \(none\)"):
+        vkumd.compile(lambda x: x * 2, {})
+    with pytest.raises(TraceError, match="cannot take the example inputs \\('y'\\)"):
+        vkumd.compile(lambda x: x * 2, {"y": _x(ctx)})
