@@ -198,6 +198,52 @@ class Tensor(EagerMethods, Handle):
         self.context.before_host_access(self, "Tensor.write()")
         self.context.transfers.upload(allocation, memoryview(bits).cast("B"))
 
+    # -- in place, as PyTorch: the result is written into this tensor ----------------------
+    # Here, not in EagerMethods: the traced tensor shares every method of that set, and a
+    # graph has no in-place update (its ``+=`` falls back to ``+`` and rebinds).
+    def _in_place(self, symbol: str, op: str, other: Any, **kwargs: Any) -> Tensor:
+        shape = getattr(other, "shape", None)
+        if shape is not None and tuple(shape) != self.shape:
+            try:
+                grown = np.broadcast_shapes(self.shape, tuple(shape)) != self.shape
+            except ValueError:
+                grown = True
+            if grown:
+                raise VkumdValueError(
+                    f"t {symbol}= x: x of shape {tuple(shape)} does not broadcast into t's "
+                    f"shape {self.shape}; an in-place op keeps t's shape and memory (write "
+                    f"t = t {symbol} x for a new tensor)")
+        return getattr(self._ops, op)(self, other, out=self, **kwargs)
+
+    def __iadd__(self, other: Any) -> Tensor:
+        """``t += x``: add into ``t``'s own memory, as PyTorch (see
+        :mod:`vkumd.framework.tensor_methods` for the rules).
+
+        Raises:
+            VkumdValueError: ``x`` would broadcast ``t`` larger; as :func:`vkumd.ops.add`.
+        """
+        return self._in_place("+", "add", other)
+
+    def __isub__(self, other: Any) -> Tensor:
+        """``t -= x``: subtract in place."""
+        return self._in_place("-", "sub", other)
+
+    def __imul__(self, other: Any) -> Tensor:
+        """``t *= x``: multiply in place."""
+        return self._in_place("*", "mul", other)
+
+    def __itruediv__(self, other: Any) -> Tensor:
+        """``t /= x``: divide in place."""
+        return self._in_place("/", "div", other)
+
+    def __ifloordiv__(self, other: Any) -> Tensor:
+        """``t //= x``: floor-divide in place."""
+        return self._in_place("//", "div", other, rounding="floor")
+
+    def __imatmul__(self, other: Any) -> Tensor:
+        raise VkumdTypeError("t @= x is not supported in place (as in PyTorch): a product "
+                             "generally has another shape; write t = t @ x")
+
     # -- DLPack -------------------------------------------------------------------------
     def __dlpack_device__(self) -> tuple[int, int]:
         """``(kDLCPU, 0)`` for host-visible tensors; device memory is ``(kDLVulkan, index)``.

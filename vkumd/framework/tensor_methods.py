@@ -22,13 +22,13 @@ Decisions a PyTorch user should know:
   tensors must share a dtype.
 - Reductions, ``softmax`` and ``layer_norm`` work over the last dimension only.
 - ``**`` is refused (there is no power op); ``+t`` is ``t`` itself.
-- ``t += x``, ``-=``, ``*=``, ``/=`` and ``//=`` update ``t`` in place, as PyTorch does:
-  the op writes its result into ``t``'s memory (``ops.add(t, x, out=t)``), ``t`` stays the
-  same object, and every view of ``t`` sees the new values. As in PyTorch, an update that
-  would change ``t``'s shape (``x`` broadcasting ``t`` larger) or dtype (``int_t += 0.5``)
-  is refused, and ``t @= x`` is refused (write ``t = t @ x``). In a traced function
-  (``vkumd.compile``) ``t += x`` rebinds ``t`` to a new value: a graph never writes into its
-  inputs.
+- ``t += x``, ``-=``, ``*=``, ``/=`` and ``//=`` update ``t`` in place, as PyTorch does
+  (methods of :class:`~vkumd.framework.tensor.Tensor` itself): the op writes its result into
+  ``t``'s memory (``ops.add(t, x, out=t)``), ``t`` stays the same object, and every view of
+  ``t`` sees the new values. As in PyTorch, an update that would change ``t``'s shape (``x``
+  broadcasting ``t`` larger) or dtype (``int_t += 0.5``) is refused, and ``t @= x`` is
+  refused (write ``t = t @ x``). In a traced function (``vkumd.compile``) ``t += x`` rebinds
+  ``t`` to a new value: a graph never writes into its inputs.
 """
 
 from __future__ import annotations
@@ -160,45 +160,6 @@ class EagerMethods(TensorMethods):
         ops = self._ops
         window = ops.slice(self, starts, stops, tuple(range(len(starts))))
         return window if window.shape == shape else ops.reshape(window, shape)
-
-    # -- in place, as PyTorch: the result is written into this tensor ----------------------
-    def _in_place(self, symbol: str, op: str, other: Any, **kwargs: Any) -> Tensor:
-        shape = getattr(other, "shape", None)
-        if shape is not None and tuple(shape) != self.shape:
-            try:
-                grown = np.broadcast_shapes(self.shape, tuple(shape)) != self.shape
-            except ValueError:
-                grown = True
-            if grown:
-                raise VkumdValueError(
-                    f"t {symbol}= x: x of shape {tuple(shape)} does not broadcast into t's "
-                    f"shape {self.shape}; an in-place op keeps t's shape and memory (write "
-                    f"t = t {symbol} x for a new tensor)")
-        return getattr(self._ops, op)(self, other, out=self, **kwargs)
-
-    def __iadd__(self, other: Any) -> Tensor:
-        """``t += x``: add into ``t``'s own memory (see the module notes)."""
-        return self._in_place("+", "add", other)
-
-    def __isub__(self, other: Any) -> Tensor:
-        """``t -= x``: subtract in place."""
-        return self._in_place("-", "sub", other)
-
-    def __imul__(self, other: Any) -> Tensor:
-        """``t *= x``: multiply in place."""
-        return self._in_place("*", "mul", other)
-
-    def __itruediv__(self, other: Any) -> Tensor:
-        """``t /= x``: divide in place."""
-        return self._in_place("/", "div", other)
-
-    def __ifloordiv__(self, other: Any) -> Tensor:
-        """``t //= x``: floor-divide in place."""
-        return self._in_place("//", "div", other, rounding="floor")
-
-    def __imatmul__(self, other: Any) -> Tensor:
-        raise VkumdTypeError("t @= x is not supported in place (as in PyTorch): a product "
-                             "generally has another shape; write t = t @ x")
 
     def __setitem__(self, key: Any, value: Any) -> None:
         raise VkumdTypeError("Tensor[...] = value is not supported: slices are copies. Build "
