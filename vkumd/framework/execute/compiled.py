@@ -150,11 +150,11 @@ class CompiledGraph(Handle):
         Raises:
             VkumdValueError: a missing or unknown input, a shape the graph does not take
                 (two inputs that disagree on a symbol are both named), a size past the
-                largest listed bucket, a released graph.
+                largest listed bucket, a released graph; integer values outside the input's
+                type (never wrapped).
             VkumdTypeError: an input that is not an array or tensor; an array or tensor of
                 another dtype than the input's, refused as ``ctx.tensor`` refuses (nothing is
                 narrowed: :func:`vkumd.framework.dtypes.host_array`).
-            VkumdValueError: integer values outside the input's type (never wrapped).
         """
         self._check_open()
         shapes = {}

@@ -179,7 +179,9 @@ def _input_array(name: str, elem: int, value: Any) -> np.ndarray:
         return array  # the import refused the type already
     if array.dtype.name == "bfloat16" and stored == "bfloat16":
         array = array.astype(np.float32)  # ml_dtypes' type, widened exactly; stored rounds back
-    return dtypes.host_array(array, expected=dtypes.dtype(stored), what=what)[0]
+    array, target = dtypes.host_array(array, expected=dtypes.dtype(stored), what=what)
+    # Checked to fit, so the narrowing to the stored integer type is exact.
+    return array.astype(target.storage, copy=False) if array.dtype.kind in "iu" else array
 
 
 def load(source: str | Path | bytes | onnx.ModelProto, ctx: Any = None,
