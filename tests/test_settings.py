@@ -173,11 +173,23 @@ def test_registered_variables_take_their_documented_forms(
     settings.check_environment()
 
 
+# Variables documented as sizes ("a size (`2GiB`, ...)"), read with parse_size.
+SIZES = sorted(name for name, meaning in settings.VARIABLES.items() if "a size" in meaning)
+
+
+@pytest.mark.parametrize("name", SIZES)
+def test_size_variables_are_refused_at_context_creation(name: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(name, "garbage")
+    with pytest.raises(VkumdValueError, match=f"{name}: cannot read 'garbage' as a size"):
+        settings.check_environment()
+
+
 def test_every_documented_variable_is_read_strictly() -> None:
-    # A flag, the size, free text (paths, a name) or a registered reader: nothing is left to
+    # A flag, a size, free text (paths, a name) or a registered reader: nothing is left to
     # be read loosely wherever it happens to be used.
-    sizes = {"VKUMD_MEMORY_LIMIT"}
-    covered = settings.FLAGS | sizes | settings.FREE_TEXT | set(settings.READERS)
+    assert "VKUMD_MEMORY_LIMIT" in SIZES
+    covered = settings.FLAGS | set(SIZES) | settings.FREE_TEXT | set(settings.READERS)
     assert set(settings.VARIABLES) <= covered, set(settings.VARIABLES) - covered
     with pytest.raises(VkumdValueError, match="not a documented"):
         settings.register_reader("VKUMD_NO_SUCH_THING", str)

@@ -258,10 +258,6 @@ def check_environment() -> None:
     """
     for name in sorted(FLAGS):
         flag(name)
-    for name, reader in sorted(READERS.items()):
-        value = text(name)
-        if value is not None:
-            reader(value)
     limit = text("VKUMD_MEMORY_LIMIT")
     if limit is not None:
         try:
@@ -269,3 +265,7 @@ def check_environment() -> None:
                 parse_size(limit)
         except VkumdValueError as exc:
             raise VkumdValueError(f"VKUMD_MEMORY_LIMIT: {exc}") from None
+    for name, reader in sorted(READERS.items()):
+        value = text(name)
+        if value is not None:
+            reader(value)

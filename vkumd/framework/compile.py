@@ -99,11 +99,13 @@ class CompiledFunction:
             self._ctx = Context()
         return self._ctx
 
-    def _tensors(self, args: Sequence[Any], kwargs: Mapping[str, Any], upload: bool = True
-                 ) -> dict[str, Any]:
+    def _tensors(self, args: Sequence[Any], kwargs: Mapping[str, Any],
+                 upload: bool | None = None) -> dict[str, Any]:
         """The inputs by name, checked by the one conversion rule; host data uploaded to
-        tensors with ``upload``, else left as arrays (the compiled graph copies them straight
-        into its bucket's inputs)."""
+        tensors with ``upload`` (default: unless a CompiledGraph, which copies arrays
+        straight into its bucket's inputs, runs the call; a stand-in executor gets tensors)."""
+        if upload is None:
+            upload = not isinstance(self._compiled, CompiledGraph)
         bound = self._bind(args, kwargs)
         ctx = self._context(bound)
         by_name = {v.name: v for v in self.graph.inputs}
@@ -145,9 +147,7 @@ class CompiledFunction:
         """
         if self.executor == "eager":
             return self.run_eager(*args, **kwargs)
-        # CompiledGraph copies arrays straight into its bucket's inputs; a stand-in executor
-        # is handed tensors.
-        inputs = self._tensors(args, kwargs, upload=not isinstance(self._compiled, CompiledGraph))
+        inputs = self._tensors(args, kwargs)
         if self._compiled is None:
             cls = compiled_graph_class()
             self._compiled = cls(self.graph, self._ctx, buckets=self._buckets)
@@ -158,7 +158,7 @@ class CompiledFunction:
 
     def run_eager(self, *args: Any, **kwargs: Any) -> Any:
         """As calling, but always through the eager interpreter (one vkumd op per node)."""
-        inputs = self._tensors(args, kwargs)
+        inputs = self._tensors(args, kwargs, upload=True)
         return self._structure(run_graph(self.graph, self._ctx, inputs, self._constants))
 
     # -- looking -----------------------------------------------------------------------------
