@@ -141,7 +141,7 @@ def host_array(data: Any, *, dtype: object | None = None, expected: DType | None
     array = data if type(data) is np.ndarray else as_array(data, what)
     source = array.dtype
     if expected is not None:
-        if _FROM_NUMPY.get(source) is expected or (expected is bfloat16 and source == _F32):
+        if stored_exactly(source, expected):
             return array, expected
         if source.kind in "iu" and expected.name in INT_RANGES:
             _check_range(array, expected, what)
@@ -167,6 +167,20 @@ def host_array(data: Any, *, dtype: object | None = None, expected: DType | None
 
 
 _F32 = np.dtype(np.float32)
+
+
+def stored_exactly(source: Any, expected: DType) -> bool:
+    """Whether data of numpy dtype ``source`` is what ``expected`` stores, as it is (float32
+    for bfloat16, which numpy lacks): :func:`host_array`'s first test, for a caller that has
+    only an array-like's ``dtype`` and would rather not materialise it yet."""
+    if source is None:  # np.dtype(None) is float64
+        return False
+    try:
+        numpy_type = np.dtype(source)
+    except TypeError:
+        return False
+    return _FROM_NUMPY.get(numpy_type) is expected or (expected is bfloat16
+                                                       and numpy_type == _F32)
 
 
 def _refuse(array: np.ndarray, what: str, advice: str) -> None:

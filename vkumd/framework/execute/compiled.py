@@ -169,7 +169,9 @@ class CompiledGraph(Handle):
                 if isinstance(value, Tensor):
                     if value.dtype is not expected:
                         raise dtypes.mismatch(f"input {name!r}", value.dtype, expected)
-                else:
+                elif not dtypes.stored_exactly(getattr(value, "dtype", None), expected):
+                    # Data of the input's own type is read when it is written; anything else
+                    # is converted (or refused) by the one rule now, before any memory moves.
                     inputs[name] = dtypes.host_array(value, expected=expected,
                                                      what=f"input {name!r}")[0]
             shapes[name] = tuple(shape)
