@@ -54,7 +54,9 @@ void main() {
     }
     float mean = row_sum(HSUM(sum)) / n;
     float var = max(row_sum(HSUM(squares)) / n - mean * mean, 0.0);
-    float inv = 1.0 / sqrt(var + pc.eps);
+    // A constant row with eps = 0: every centred value is 0 and so is y (then the bias),
+    // not 0 * (1 / sqrt(0)) = NaN.
+    float inv = var + pc.eps == 0.0 ? 0.0 : 1.0 / sqrt(var + pc.eps);
     bool has_weight = (pc.flags & 1u) != 0u;
     bool has_bias = (pc.flags & 2u) != 0u;
     // Recomputing the sums costs a second read of x and residual, which is what keeping

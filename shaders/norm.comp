@@ -135,8 +135,11 @@ void main() {
         }
         // eps / 2^2k overflows for a tiny row (|x| ~ 1e-25 against eps = 1e-5): var is then
         // nothing beside it and y = x / sqrt(eps), which may still be a normal float.
+        // A zero variance (a constant row) with eps = 0, or with eps / 2^2k flushed to zero
+        // beside a huge row, leaves every centred value 0: y is 0 (weight times 0, plus the
+        // bias) at any magnitude, not 0 * (1 / sqrt(0)) = NaN.
         float scaled = var + (pc.eps * down) * down;
-        inv = is_finite(scaled) ? 1.0 / sqrt(scaled) : up / sqrt(pc.eps);
+        inv = scaled == 0.0 ? 0.0 : (is_finite(scaled) ? 1.0 / sqrt(scaled) : up / sqrt(pc.eps));
     }
     for (uint u = lane; u < units; u += width) {
         VT y = (((UNIT_TO_F(x[base + u]) * down - shift) - mean) - residual) * inv;

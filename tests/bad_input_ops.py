@@ -399,4 +399,36 @@ VIEWS = [
     C("split_float_size", lambda e: ops.split(e.t(), 1.5), TE, "sequence of ints"),
 ]
 
-CASES = _each_op() + MIXED + DTYPES + SHAPES + SCALARS + KEYWORDS + OUT + VIEWS
+# Float attributes past float32's range: kernels take them as float32 push constants, and
+# struct raised a bare OverflowError for eps, scale or alpha of 1e300 (and an int past float64
+# failed in float()). Every op's attributes are checked where its record fills them in.
+OUT_OF_RANGE = "outside float32's range"
+FLOAT_ATTRS = [
+    C("layer_norm_eps_1e300", lambda e: ops.layer_norm(e.t(), eps=1e300), VE, OUT_OF_RANGE),
+    C("layer_norm_eps_int_past_float64", lambda e: ops.layer_norm(e.t(), eps=10**400), VE,
+      OUT_OF_RANGE),
+    C("rms_norm_eps_1e300", lambda e: ops.rms_norm(e.t(), eps=1e300), VE, OUT_OF_RANGE),
+    C("add_layer_norm_eps_1e300", lambda e: ops.add_layer_norm(e.t(), e.t(), eps=1e300), VE,
+      OUT_OF_RANGE),
+    C("attention_scale_1e300", lambda e: ops.attention(_q(e), _q(e), _q(e), scale=1e300), VE,
+      OUT_OF_RANGE),
+    C("attention_scale_minus_1e300",
+      lambda e: ops.attention(_q(e), _q(e), _q(e), scale=-1e300), VE, OUT_OF_RANGE),
+    C("attention_scale_int_past_float64",
+      lambda e: ops.attention(_q(e), _q(e), _q(e), scale=10**400), VE, "outside"),
+    C("softmax_scale_1e300", lambda e: ops.softmax(e.t(), scale=1e300), VE, OUT_OF_RANGE),
+    C("softmax_scale_int_1e40", lambda e: ops.softmax(e.t(), scale=10**40), VE, OUT_OF_RANGE),
+    C("matmul_alpha_1e300", lambda e: ops.matmul(e.t((2, 3)), e.t((3, 2)), alpha=1e300), VE,
+      OUT_OF_RANGE),
+    C("matmul_alpha_minus_1e300",
+      lambda e: ops.matmul(e.t((2, 3)), e.t((3, 2)), alpha=-1e300), VE, OUT_OF_RANGE),
+    C("fused_const_1e300",
+      lambda e: ops.fused_elementwise([e.t()], (("add", 0, ("const", 1e300)),)), VE,
+      OUT_OF_RANGE),
+    C("fused_const_int_past_float64",
+      lambda e: ops.fused_elementwise([e.t()], (("mul", 0, ("const", -10**400)),)), VE,
+      OUT_OF_RANGE),
+]
+
+CASES = (_each_op() + MIXED + DTYPES + SHAPES + SCALARS + KEYWORDS + OUT + VIEWS
+         + FLOAT_ATTRS)

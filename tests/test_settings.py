@@ -136,3 +136,60 @@ def test_memory_limit_is_refused_at_context_creation(value: str,
     monkeypatch.setenv("VKUMD_MEMORY_LIMIT", value)
     with pytest.raises(VkumdValueError, match=f"VKUMD_MEMORY_LIMIT: .*{re.escape(value)}"):
         vkumd.Context()
+
+
+# Variables whose spelling a kernel or the graph passes own: before they were read at
+# Context creation, a garbage block config was accepted wherever its path was not taken
+# (always, on a CPU driver), so a sweep meant to force a config silently ran the default.
+READER_CASES = [
+    ("VKUMD_GEMM_COOPMAT_TILE", "garbage", "BMxBNxBK:WG_MxWG_N"),
+    ("VKUMD_GEMM_COOPMAT_TILE", "0x128x32:2x2", "at least 1"),
+    ("VKUMD_ATTENTION_COOPMAT_BLOCK", "garbage", "SUBGROUPSxKEYS"),
+    ("VKUMD_ATTENTION_COOPMAT_BLOCK", "3x64", "must be one of"),
+    ("VKUMD_DISABLE_PASSES", "cse,no_such_pass", "the passes are"),
+]
+
+
+@pytest.mark.parametrize("name, value, accepted", READER_CASES)
+def test_registered_variables_are_refused_at_context_creation(
+        name: str, value: str, accepted: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(VkumdValueError, match=name) as raised:
+        settings.check_environment()
+    assert accepted in str(raised.value)
+    before = live_objects()
+    with pytest.raises(VkumdValueError, match=name):
+        vkumd.Context()
+    assert live_objects() == before
+
+
+@pytest.mark.parametrize("name, value", [("VKUMD_GEMM_COOPMAT_TILE", "128x128x32:2x2"),
+                                         ("VKUMD_GEMM_COOPMAT_TILE", "64x64x32:2x2:4"),
+                                         ("VKUMD_ATTENTION_COOPMAT_BLOCK", "4x64"),
+                                         ("VKUMD_DISABLE_PASSES", "cse, dce")])
+def test_registered_variables_take_their_documented_forms(
+        name: str, value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(name, value)
+    settings.check_environment()
+
+
+# Variables documented as sizes ("a size (`2GiB`, ...)"), read with parse_size.
+SIZES = sorted(name for name, meaning in settings.VARIABLES.items() if "a size" in meaning)
+
+
+@pytest.mark.parametrize("name", SIZES)
+def test_size_variables_are_refused_at_context_creation(name: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(name, "garbage")
+    with pytest.raises(VkumdValueError, match=f"{name}: cannot read 'garbage' as a size"):
+        settings.check_environment()
+
+
+def test_every_documented_variable_is_read_strictly() -> None:
+    # A flag, a size, free text (paths, a name) or a registered reader: nothing is left to
+    # be read loosely wherever it happens to be used.
+    assert "VKUMD_MEMORY_LIMIT" in SIZES
+    covered = settings.FLAGS | set(SIZES) | settings.FREE_TEXT | set(settings.READERS)
+    assert set(settings.VARIABLES) <= covered, set(settings.VARIABLES) - covered
+    with pytest.raises(VkumdValueError, match="not a documented"):
+        settings.register_reader("VKUMD_NO_SUCH_THING", str)

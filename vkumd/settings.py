@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 from pathlib import Path
 
@@ -242,14 +242,46 @@ def parse_fraction(value: str) -> float | None:
     return float(share)
 
 
+# Readers of the variables whose spelling a layer above this one owns (a kernel's block
+# config, the graph passes' names), registered by their modules on import. check_environment
+# applies them with the flags: a forced cooperative-matrix block is read only on the path that
+# uses it, so on a device without that path a garbage value was never refused.
+READERS: dict[str, Callable[[str], object]] = {}
+# Variables read as free text (paths, a device name, a logging level, fault rules read where
+# they are used); every other documented variable is a flag, a size or has a reader.
+FREE_TEXT: frozenset[str] = frozenset({
+    "VKUMD_DEVICE", "VKUMD_ICD", "VKUMD_CACHE_DIR", "VKUMD_GLSLANG_LIB", "VKUMD_DUMP_SHADERS",
+    "VKUMD_FAULTS", "VKUMD_LOG",
+})
+
+
+def register_reader(name: str, reader: Callable[[str], object]) -> None:
+    """Have :func:`check_environment` read ``name`` (when set) with ``reader``.
+
+    Args:
+        name: a variable of :data:`VARIABLES`.
+        reader: parses the value; raises :class:`~vkumd.errors.VkumdValueError`, naming the
+            variable and the accepted values, for one it refuses.
+
+    Raises:
+        VkumdValueError: ``name`` is not a documented variable.
+    """
+    if name not in VARIABLES:
+        raise VkumdValueError(f"{name} is not a documented VKUMD_* variable; add it to "
+                              "settings.VARIABLES first")
+    READERS[name] = reader
+
+
 def check_environment() -> None:
-    """Read every ``VKUMD_*`` flag and size that is set, raising on the first bad one.
+    """Read every ``VKUMD_*`` flag, size and registered variable that is set, raising on the
+    first bad one.
 
     A ``Context`` calls this first, so a typo stops it before it creates any Vulkan object,
     rather than when (or whether) some later code path happens to read the variable.
 
     Raises:
-        VkumdValueError: a flag or size variable has a value its reader refuses.
+        VkumdValueError: a variable has a value its reader refuses (the message names the
+            variable and what it accepts).
     """
     for name in sorted(FLAGS):
         flag(name)
@@ -261,3 +293,7 @@ def check_environment() -> None:
                 parse_size(limit)
         except VkumdValueError as exc:
             raise VkumdValueError(f"VKUMD_MEMORY_LIMIT: {exc}") from None
+    for name, reader in sorted(READERS.items()):
+        value = text(name)
+        if value is not None:
+            reader(value)

@@ -249,3 +249,35 @@ def test_rows_near_the_float32_limit(ctx, op: str, dtype: str, cols: int) -> Non
     run, expected = _norm_case(op, x, 1e-5)
     got = run(tensor(ctx, x, dtype), poisoned(ctx, shape, dtype)).numpy()
     assert_close(got, expected, dtype, f"{op} {dtype} {shape} |x| near FLT_MAX")
+
+
+# Constant rows at every magnitude float32 holds, eps zero or not: the variance is 0, every
+# centred value is 0, and the output is the bias. From |x| ~ 1e22 the scaled path flushed
+# eps / 2^2k to zero and returned 0 * (1 / sqrt(0)) = NaN; with eps = 0 every magnitude did.
+CONSTANT_MAGNITUDES = [4.25, 1e20, 1e22, 1e30, 3.4e38, -3.4e38, 1e-30]
+
+
+@pytest.mark.parametrize("eps", [1e-5, 0.0], ids=lambda e: f"eps{e:g}")
+@pytest.mark.parametrize("cols", [8, 13], ids=lambda c: f"cols{c}")
+def test_constant_rows_give_the_bias_at_any_magnitude(ctx, cols: int, eps: float) -> None:
+    from vkumd.framework.graph import evaluate
+
+    x = np.stack([np.full(cols, m, np.float32) for m in CONSTANT_MAGNITUDES])
+    w = np.linspace(0.5, 2.0, cols).astype(np.float32)
+    b = np.arange(cols, dtype=np.float32) - 3
+    want = np.broadcast_to(b, x.shape)
+    tx, tw, tb = ctx.tensor(x), ctx.tensor(w), ctx.tensor(b)
+    zeros = ctx.zeros(x.shape)
+    np.testing.assert_array_equal(ops.layer_norm(tx, tw, tb, eps=eps).numpy(), want)
+    np.testing.assert_array_equal(ops.add_layer_norm(tx, zeros, tw, tb, eps=eps).numpy(), want)
+
+    def block(x, r):  # compiled: residual + norm fuses into add_layer_norm
+        return (x + r).layer_norm(tw, tb, eps=eps), x.layer_norm(tw, tb, eps=eps)
+
+    f = vkumd.compile(block, {"x": tx, "r": zeros})
+    assert f.executor == "compiled"
+    for got in f(tx, zeros):
+        np.testing.assert_array_equal(got.numpy(), want)
+    reference = evaluate(f.graph, {"x": x, "r": np.zeros_like(x)})
+    for got in reference:
+        np.testing.assert_array_equal(got, want)

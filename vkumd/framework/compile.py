@@ -24,10 +24,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from vkumd.errors import VkumdTypeError
+from vkumd.framework import dtypes
 from vkumd.framework.execute import CompiledGraph
+from vkumd.framework.execute.buckets import BucketPolicy
 from vkumd.framework.execute.lower import check_recordable
 from vkumd.framework.graph import Graph, UnsupportedOpError, run_passes
 from vkumd.framework.graph.reference import bindings_for
@@ -116,16 +116,28 @@ class CompiledFunction:
                 self._ctx = Context()
         return self._ctx
 
-    def _tensors(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Tensor]:
+    def _tensors(self, args: Sequence[Any], kwargs: Mapping[str, Any],
+                 upload: bool | None = None) -> dict[str, Any]:
+        """The inputs by name, checked by the one conversion rule; host data uploaded to
+        tensors with ``upload`` (default: unless a CompiledGraph, which copies arrays
+        straight into its bucket's inputs, runs the call; a stand-in executor gets tensors)."""
+        if upload is None:
+            upload = not isinstance(self._compiled, CompiledGraph)
         bound = self._bind(args, kwargs)
         ctx = self._context(bound)
         by_name = {v.name: v for v in self.graph.inputs}
-        out: dict[str, Tensor] = {}
+        out: dict[str, Any] = {}
         for name, value in bound.items():
             if name not in by_name:
                 continue  # an input the passes found unused
-            if not isinstance(value, Tensor):
-                value = ctx.tensor(np.asarray(value), dtype=by_name[name].dtype)
+            expected = by_name[name].dtype
+            if isinstance(value, Tensor):
+                if value.dtype is not expected:
+                    raise dtypes.mismatch(f"input {name!r}", value.dtype, expected)
+            else:
+                value, _ = dtypes.host_array(value, expected=expected, what=f"input {name!r}")
+                if upload:
+                    value = ctx.tensor(value, dtype=expected)
             out[name] = value
         bindings_for(self.graph, {n: tuple(t.shape) for n, t in out.items()})
         return out
@@ -145,8 +157,10 @@ class CompiledFunction:
             What the traced function returned: a Tensor, a tuple or a dict of Tensors.
 
         Raises:
-            VkumdTypeError: missing or unknown inputs, an input of the wrong dtype.
-            VkumdValueError: shapes that contradict the graph.
+            VkumdTypeError: missing or unknown inputs; an input of another dtype than the
+                graph's (arrays are never narrowed: :func:`vkumd.framework.dtypes.host_array`).
+            VkumdValueError: shapes that contradict the graph; integer values outside the
+                input's type.
         """
         if self.executor == "eager":
             return self.run_eager(*args, **kwargs)
@@ -165,7 +179,7 @@ class CompiledFunction:
 
     def run_eager(self, *args: Any, **kwargs: Any) -> Any:
         """As calling, but always through the eager interpreter (one vkumd op per node)."""
-        inputs = self._tensors(args, kwargs)
+        inputs = self._tensors(args, kwargs, upload=True)
         return self._structure(run_graph(self.graph, self._ctx, inputs, self._constants))
 
     # -- looking -----------------------------------------------------------------------------
@@ -211,10 +225,14 @@ def compile(fn: Callable[..., Any],  # noqa: A001 - the public name, as torch.co
         TraceError: the function reads tensor data on the host (data-dependent control
             flow), uses a symbolic dimension as an int, or calls what cannot be traced.
         GraphError: shape or dtype errors, naming the node and the user's line.
-        VkumdValueError: an unknown pass name.
+        VkumdValueError: an unknown pass name; ``buckets`` naming a symbol no input has
+            (the message lists the symbols).
+        VkumdTypeError: ``buckets`` not a dict of symbol -> list of int sizes or None.
     """
     traced = trace(fn, example_inputs, dynamic=dynamic)
     graph = run_passes(traced.graph, passes, disable=disable)
+    if buckets is not None and compiled_graph_class() is CompiledGraph:
+        BucketPolicy(graph, buckets)  # a misspelt symbol is refused now, not at the first call
     if ctx is None:
         values = (example_inputs.values() if isinstance(example_inputs, Mapping)
                   else example_inputs)

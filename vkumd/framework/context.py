@@ -15,8 +15,9 @@ from vkumd.errors import (
     VkumdValueError,
 )
 from vkumd.framework import dtypes
+from vkumd.framework.dlpack_check import checked_producer
 from vkumd.framework.opset import unary
-from vkumd.framework.tensor import Tensor, as_array, normalize_shape
+from vkumd.framework.tensor import Tensor, normalize_shape
 from vkumd.runtime.context import RuntimeContext
 
 
@@ -99,13 +100,17 @@ class Context(RuntimeContext):
             array: the data; non-contiguous arrays are copied into row-major order.
             dtype: the tensor type. Needed for float64/int64 input, which is never narrowed
                 silently; float32 input with ``dtype="bfloat16"`` is rounded to nearest even.
+                An integer type takes only whole values within its range (nothing wraps).
+
+        The conversion rule is :func:`vkumd.framework.dtypes.host_array`, the one compiled
+        calls, the ONNX runner and the torch bridge apply to their inputs.
 
         Raises:
             VkumdTypeError: complex, object, string or bool data, or float64 without ``dtype``.
-            VkumdValueError: the tensor would exceed ``maxStorageBufferRange``.
+            VkumdValueError: the tensor would exceed ``maxStorageBufferRange``; values an
+                integer ``dtype`` does not hold (out of range, fractional, NaN).
         """
-        source = as_array(array, "ctx.tensor()")
-        target = dtypes.from_array(source, dtype)
+        source, target = dtypes.host_array(array, dtype=dtype)
         result = self._new_tensor(source.shape, target, zero=False)
         try:
             result.write(source)
@@ -127,6 +132,8 @@ def from_dlpack(source: Any, context: Context, dtype: Any = None) -> Tensor:
     Raises:
         VkumdTypeError: ``source`` is not a host DLPack producer, or ``context`` is not a
             Context; as :meth:`Context.tensor` for its data.
+        VkumdValueError: the producer's tensor holds elements at a NULL data pointer (other
+            pointers are the producer's promise: :mod:`vkumd.framework.dlpack_check`).
     """
     if not isinstance(context, Context):
         raise VkumdTypeError(f"from_dlpack(source, context): context must be a vkumd.Context, "
@@ -134,7 +141,7 @@ def from_dlpack(source: Any, context: Context, dtype: Any = None) -> Tensor:
     if isinstance(source, Tensor) and source.context is context and dtype is None:
         return source
     try:
-        array = np.from_dlpack(source)
+        array = np.from_dlpack(checked_producer(source))
     except VkumdError:
         raise
     except (TypeError, AttributeError, BufferError, RuntimeError, ValueError) as exc:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from vkumd.compiler.kernels.type_codes import ELEMENT_TYPES
-from vkumd.errors import VkumdTypeError
+from vkumd.errors import VkumdTypeError, VkumdValueError
 
 
 @dataclass(frozen=True)
@@ -82,25 +83,140 @@ def dtype(value: object) -> DType:
     raise VkumdTypeError(f"dtype {value!r} is not supported; use one of: {names}")
 
 
-def from_array(array: np.ndarray, requested: object | None) -> DType:
-    """Choose the tensor dtype for ``array``; conversions that lose data must be asked for.
+_resolve = dtype  # host_array's keyword hides the function's name
+
+
+def as_array(data: Any, what: str) -> np.ndarray:
+    """``np.asarray(data)``, with numpy's refusal of ragged or unreadable data made a vkumd error.
+
+    Raises:
+        VkumdValueError: numpy cannot make one rectangular array of ``data``.
+    """
+    try:
+        return np.asarray(data)
+    except (ValueError, TypeError) as exc:
+        raise VkumdValueError(f"{what}: the data is not a rectangular array ({exc})") from None
+
+
+# Kinds no tensor type holds: complex, object, bytes, str, void, datetime, timedelta.
+_UNSTORABLE = "cOSUVMm"
+# The integer types' ranges, checked before any integer array is stored: numpy's astype would
+# wrap an int64 id of 2**33 + 1 to 1 and truncate a float id of 1.7 to 1 without a word.
+INT_RANGES = {"int32": (-2**31, 2**31 - 1), "int8": (-128, 127), "uint8": (0, 255)}
+
+
+def host_array(data: Any, *, dtype: object | None = None, expected: DType | None = None,
+               what: str = "ctx.tensor()") -> tuple[np.ndarray, DType]:
+    """The one rule by which host data becomes tensor contents.
+
+    ``ctx.tensor``, ``Tensor.write``, compiled calls, the ONNX runner and the torch bridge
+    all convert through here, so they refuse the same data with the same words. Nothing is
+    narrowed silently:
+
+    - complex, object, string and datetime arrays are refused;
+    - with ``expected`` (the type a graph input declares), the array must already hold that
+      type (float32 for bfloat16, which numpy lacks), or be an integer array for an integer
+      input whose values all fit: float64, bool or float ids are refused, an id outside
+      int32 is refused rather than wrapped;
+    - with ``dtype`` (the caller asking for a type), floats round to the float type asked
+      for; an integer type takes only whole values within its range;
+    - with neither, the array's own type must be one vkumd stores (float64, int64 and bool
+      need ``dtype=``).
+
+    Args:
+        data: anything numpy makes an array of.
+        dtype: the tensor type the caller asks for (``ctx.tensor(..., dtype=)``).
+        expected: the type the receiving input declares.
+        what: how to name the data in errors (``"ctx.tensor()"``, ``"input 'ids'"``).
+
+    Returns:
+        The array (not yet converted to storage) and the tensor type it becomes.
+
+    Raises:
+        VkumdTypeError: data of a type no tensor holds, or one that would be narrowed
+            silently.
+        VkumdValueError: ragged data; integer values outside the target type's range, or
+            (asked for an integer type) fractional or non-finite values.
+    """
+    array = data if type(data) is np.ndarray else as_array(data, what)
+    source = array.dtype
+    if expected is not None:
+        if stored_exactly(source, expected):
+            return array, expected
+        if source.kind in "iu" and expected.name in INT_RANGES:
+            _check_range(array, expected, what)
+            return array, expected
+        _refuse(array, what, f"the graph takes {expected.name}; convert first (e.g. "
+                             f"a.astype(np.{expected.numpy}))")
+    kind = source.kind
+    if kind in _UNSTORABLE or (kind == "b" and dtype is None):
+        _refuse(array, what, "convert to a numeric type first (e.g. a.astype(np.float32))")
+    if dtype is None:
+        if source in _FROM_NUMPY:
+            return array, _FROM_NUMPY[source]
+        _refuse(array, what, "pass dtype= to choose the tensor type (e.g. ctx.tensor(a, "
+                             "dtype='float32')) or convert first")
+    target = _resolve(dtype)
+    if target.name in INT_RANGES and kind != "b":
+        if kind == "f" and not np.array_equal(array, np.trunc(array)):
+            raise VkumdValueError(f"{what}: {target.name} holds whole numbers; the data has "
+                                  "fractional, infinite or NaN values (round it first, e.g. "
+                                  "np.rint(a))")
+        _check_range(array, target, what)
+    return array, target
+
+
+_F32 = np.dtype(np.float32)
+
+
+def stored_exactly(source: Any, expected: DType) -> bool:
+    """Whether data of numpy dtype ``source`` is what ``expected`` stores, as it is (float32
+    for bfloat16, which numpy lacks): :func:`host_array`'s first test, for a caller that has
+    only an array-like's ``dtype`` and would rather not materialise it yet."""
+    if source is None:  # np.dtype(None) is float64
+        return False
+    try:
+        numpy_type = np.dtype(source)
+    except TypeError:
+        return False
+    return _FROM_NUMPY.get(numpy_type) is expected or (expected is bfloat16
+                                                       and numpy_type == _F32)
+
+
+def _refuse(array: np.ndarray, what: str, advice: str) -> None:
+    if array.dtype.kind in _UNSTORABLE or array.dtype.kind == "b":
+        raise VkumdTypeError(f"{what}: arrays of {array.dtype} cannot become tensors (they "
+                             f"cannot be converted to any tensor type); {advice}")
+    raise VkumdTypeError(f"{what}: arrays of {array.dtype} are not converted silently; "
+                         f"{advice}")
+
+
+def _check_range(array: np.ndarray, target: DType, what: str) -> None:
+    low, high = INT_RANGES[target.name]
+    if array.size and (array.dtype.itemsize > target.itemsize or array.dtype.kind != "i"
+                       or target.name == "uint8") and (array.min() < low or array.max() > high):
+        raise VkumdValueError(f"{what}: values from {array.min()} to {array.max()} do not fit "
+                              f"in {target.name} ({low} to {high}); they are refused rather "
+                              "than wrapped (vkumd stores integers in 32 bits at most); check "
+                              "the data")
+
+
+def mismatch(what: str, got: DType, expected: DType) -> VkumdTypeError:
+    """The refusal of a tensor of type ``got`` where ``expected`` is declared (worded as
+    :func:`host_array`'s refusals)."""
+    return VkumdTypeError(f"{what} is {got.name}; the graph takes {expected.name}: tensors are "
+                          "not converted silently either; convert first (ops.cast)")
+
+
+def from_array(array: np.ndarray, requested: object | None, what: str = "ctx.tensor()"
+               ) -> DType:
+    """Choose the tensor dtype for ``array``; conversions that lose data must be asked for
+    (:func:`host_array`'s rule).
 
     float64 and int64 (numpy's defaults) need ``dtype=``; complex, object, bool and string
     arrays are refused.
     """
-    kind = array.dtype.kind
-    if kind in "cOSUVMmb" and requested is None:
-        raise VkumdTypeError(f"arrays of {array.dtype} cannot become tensors; convert to a "
-                             "numeric type first (e.g. array.astype(np.float32))")
-    if kind in "cOSUVMm":
-        raise VkumdTypeError(f"arrays of {array.dtype} cannot be converted to a tensor")
-    if requested is not None:
-        return dtype(requested)
-    if array.dtype in _FROM_NUMPY:
-        return _FROM_NUMPY[array.dtype]
-    raise VkumdTypeError(
-        f"arrays of {array.dtype} are not converted silently; pass dtype= to choose the tensor "
-        f"type (e.g. ctx.tensor(a, dtype='float32')) or convert first")
+    return host_array(array, dtype=requested, what=what)[1]
 
 
 def float32_to_bfloat16_bits(values: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
-from vkumd.framework.dtypes import DType
+from vkumd.framework.dtypes import DType, as_array
 from vkumd.framework.tensor_methods import EagerMethods
 from vkumd.runtime.memory import Allocation
 from vkumd.vk.handle import Handle
@@ -37,18 +37,6 @@ def normalize_shape(shape: Any) -> tuple[int, ...]:
     if any(d < 0 for d in dims):
         raise VkumdValueError(f"shape {dims} has a negative dimension")
     return dims
-
-
-def as_array(data: Any, what: str) -> np.ndarray:
-    """``np.asarray(data)``, with numpy's refusal of ragged or unreadable data made a vkumd error.
-
-    Raises:
-        VkumdValueError: numpy cannot make one rectangular array of ``data``.
-    """
-    try:
-        return np.asarray(data)
-    except (ValueError, TypeError) as exc:
-        raise VkumdValueError(f"{what}: the data is not a rectangular array ({exc})") from None
 
 
 # Guards every count below: tensors die in whatever thread the garbage collector runs in, and
@@ -195,8 +183,7 @@ class Tensor(EagerMethods, Handle):
         if source.shape != self.shape:
             raise VkumdValueError(f"cannot write an array of shape {source.shape} into a tensor "
                                   f"of shape {self.shape}")
-        if source.dtype.kind in "cOSUVMm":
-            raise VkumdTypeError(f"cannot write an array of {source.dtype} into a tensor")
+        dtypes.host_array(source, dtype=self.dtype, what="Tensor.write() cannot write the array")
         if allocation is None:
             return
         bits = dtypes.to_storage(source, self.dtype)
@@ -210,6 +197,52 @@ class Tensor(EagerMethods, Handle):
             return
         self.context.before_host_access(self, "Tensor.write()")
         self.context.transfers.upload(allocation, memoryview(bits).cast("B"))
+
+    # -- in place, as PyTorch: the result is written into this tensor ----------------------
+    # Here, not in EagerMethods: the traced tensor shares every method of that set, and a
+    # graph has no in-place update (its ``+=`` falls back to ``+`` and rebinds).
+    def _in_place(self, symbol: str, op: str, other: Any, **kwargs: Any) -> Tensor:
+        shape = getattr(other, "shape", None)
+        if shape is not None and tuple(shape) != self.shape:
+            try:
+                grown = np.broadcast_shapes(self.shape, tuple(shape)) != self.shape
+            except ValueError:
+                grown = True
+            if grown:
+                raise VkumdValueError(
+                    f"t {symbol}= x: x of shape {tuple(shape)} does not broadcast into t's "
+                    f"shape {self.shape}; an in-place op keeps t's shape and memory (write "
+                    f"t = t {symbol} x for a new tensor)")
+        return getattr(self._ops, op)(self, other, out=self, **kwargs)
+
+    def __iadd__(self, other: Any) -> Tensor:
+        """``t += x``: add into ``t``'s own memory, as PyTorch (see
+        :mod:`vkumd.framework.tensor_methods` for the rules).
+
+        Raises:
+            VkumdValueError: ``x`` would broadcast ``t`` larger; as :func:`vkumd.ops.add`.
+        """
+        return self._in_place("+", "add", other)
+
+    def __isub__(self, other: Any) -> Tensor:
+        """``t -= x``: subtract in place."""
+        return self._in_place("-", "sub", other)
+
+    def __imul__(self, other: Any) -> Tensor:
+        """``t *= x``: multiply in place."""
+        return self._in_place("*", "mul", other)
+
+    def __itruediv__(self, other: Any) -> Tensor:
+        """``t /= x``: divide in place."""
+        return self._in_place("/", "div", other)
+
+    def __ifloordiv__(self, other: Any) -> Tensor:
+        """``t //= x``: floor-divide in place."""
+        return self._in_place("//", "div", other, rounding="floor")
+
+    def __imatmul__(self, other: Any) -> Tensor:
+        raise VkumdTypeError("t @= x is not supported in place (as in PyTorch): a product "
+                             "generally has another shape; write t = t @ x")
 
     # -- DLPack -------------------------------------------------------------------------
     def __dlpack_device__(self) -> tuple[int, int]:

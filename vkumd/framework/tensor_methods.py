@@ -22,6 +22,13 @@ Decisions a PyTorch user should know:
   tensors must share a dtype.
 - Reductions, ``softmax`` and ``layer_norm`` work over the last dimension only.
 - ``**`` is refused (there is no power op); ``+t`` is ``t`` itself.
+- ``t += x``, ``-=``, ``*=``, ``/=`` and ``//=`` update ``t`` in place, as PyTorch does
+  (methods of :class:`~vkumd.framework.tensor.Tensor` itself): the op writes its result into
+  ``t``'s memory (``ops.add(t, x, out=t)``), ``t`` stays the same object, and every view of
+  ``t`` sees the new values. As in PyTorch, an update that would change ``t``'s shape (``x``
+  broadcasting ``t`` larger) or dtype (``int_t += 0.5``) is refused, and ``t @= x`` is
+  refused (write ``t = t @ x``). In a traced function (``vkumd.compile``) ``t += x`` rebinds
+  ``t`` to a new value: a graph never writes into its inputs.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from vkumd import settings
 from vkumd.compiler.kernels.coopmat import (
     ranked_shapes,
     shared_memory_problem,
@@ -197,6 +198,9 @@ def parse_coopmat_block(text: str) -> CoopmatBlockRequest:
                               f"must be one of {list(COOPMAT_ROW_BLOCKS)}, not {rb}")
     shape = (m, n, k) if m is not None else None
     return CoopmatBlockRequest(sub, keys, rb, shape)
+
+
+settings.register_reader(COOPMAT_BLOCK_VARIABLE, parse_coopmat_block)
 
 
 def coopmat_shape_usable(shape: CoopMatShape, subgroup_size: int) -> bool:

@@ -14,6 +14,7 @@ import functools
 import re
 from dataclasses import dataclass
 
+from vkumd import settings
 from vkumd.compiler.kernels.coopmat import (
     HALVES_PER_WORD,
     ranked_shapes,
@@ -194,6 +195,9 @@ def parse_coopmat_tile(text: str) -> CoopMatTile:
         raise VkumdValueError(f"{COOPMAT_TILE_VARIABLE}={text!r}: every number must be at "
                               "least 1")
     return CoopMatTile(*values)
+
+
+settings.register_reader(COOPMAT_TILE_VARIABLE, parse_coopmat_tile)
 
 
 def usable_coopmat_shape(shapes: list[CoopMatShape]) -> CoopMatShape | None:

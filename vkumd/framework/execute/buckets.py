@@ -10,9 +10,10 @@ to it and no padding is computed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from numbers import Integral
 
-from vkumd.errors import VkumdValueError
+from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.graph.dims import Dim, format_shape, sym
 from vkumd.framework.graph.ir import Graph
 
@@ -30,16 +31,31 @@ class BucketPolicy:
         buckets: see :data:`BucketSpec`; None: powers of two for every symbol.
 
     Raises:
-        VkumdValueError: a bucket list that is empty or holds sizes < 1.
+        VkumdValueError: a symbol the graph's inputs do not have (a misspelt name would
+            otherwise be ignored: its symbol would get powers of two), naming the known ones;
+            a bucket list that is empty or holds sizes < 1.
+        VkumdTypeError: ``buckets`` not a mapping, or sizes not a list of ints (or None).
     """
 
     def __init__(self, graph: Graph, buckets: BucketSpec | None = None) -> None:
         self._lists: dict[str, tuple[int, ...] | None] = {}
+        if buckets is not None and not isinstance(buckets, Mapping):
+            raise VkumdTypeError(f"buckets={buckets!r}: give a dict of symbol -> list of sizes "
+                                 "(or None for exact sizes), e.g. {'seq': [64, 128, 256]}")
+        known = _symbols(graph)
         for name, sizes in (buckets or {}).items():
-            root = _root(graph, name)
+            root = _root(graph, name) if isinstance(name, str) else None
+            if root not in known:
+                listed_names = ", ".join(map(repr, sorted(known))) or "none (all sizes fixed)"
+                raise VkumdValueError(f"buckets names symbol {name!r}, which no input of "
+                                      f"{graph.name} has; its symbols: {listed_names}")
             if sizes is None:
                 self._lists[root] = None
                 continue
+            if (isinstance(sizes, (str, bytes, Mapping)) or not isinstance(sizes, Iterable)
+                    or any(isinstance(s, bool) or not isinstance(s, Integral) for s in sizes)):
+                raise VkumdTypeError(f"buckets[{name!r}] = {sizes!r}: give a list of int sizes, "
+                                     "or None for exact sizes")
             listed = tuple(sorted({int(s) for s in sizes}))
             if not listed or listed[0] < 1:
                 raise VkumdValueError(f"buckets[{name!r}] = {list(sizes)}: give one or more "
@@ -67,6 +83,16 @@ class BucketPolicy:
     def apply(self, env: Mapping[str, int]) -> dict[str, int]:
         """Every symbol of ``env`` rounded to its bucket."""
         return {name: self.bucket(name, size) for name, size in env.items()}
+
+
+def _symbols(graph: Graph) -> set[str]:
+    """The class representatives of every symbol in the graph inputs' shapes."""
+    found = set()
+    for v in graph.inputs:
+        for d in v.shape:
+            if isinstance(d, Dim):
+                found |= {_root(graph, name) for name in d.symbols}
+    return found
 
 
 def _root(graph: Graph, name: str) -> str:

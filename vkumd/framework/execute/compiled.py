@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
+from vkumd.framework import dtypes
 from vkumd.framework.execute.bucket import Bucket, BucketStats, planning_graph
 from vkumd.framework.execute.buckets import BucketPolicy, BucketSpec, bind_symbols
 from vkumd.framework.execute.lower import check_recordable
@@ -163,17 +164,30 @@ class CompiledGraph(Handle):
         Raises:
             VkumdValueError: a missing or unknown input, a shape the graph does not take
                 (two inputs that disagree on a symbol are both named), a size past the
-                largest listed bucket, a released graph.
-            VkumdTypeError: an input that is not an array or tensor, or a tensor of the
-                wrong dtype.
+                largest listed bucket, a released graph; integer values outside the input's
+                type (never wrapped).
+            VkumdTypeError: an input that is not an array or tensor; an array or tensor of
+                another dtype than the input's, refused as ``ctx.tensor`` refuses (nothing is
+                narrowed: :func:`vkumd.framework.dtypes.host_array`).
         """
         self._check_open()
         shapes = {}
+        declared = self._input_dtypes
         for name, value in inputs.items():
             shape = getattr(value, "shape", None)
             if shape is None:
                 raise VkumdTypeError(f"input {name!r} is a {type(value).__name__}; pass a "
                                      "numpy array or a vkumd Tensor")
+            expected = declared.get(name)
+            if expected is not None:  # an unknown name is refused with the shapes below
+                if isinstance(value, Tensor):
+                    if value.dtype is not expected:
+                        raise dtypes.mismatch(f"input {name!r}", value.dtype, expected)
+                elif not dtypes.stored_exactly(getattr(value, "dtype", None), expected):
+                    # Data of the input's own type is read when it is written; anything else
+                    # is converted (or refused) by the one rule now, before any memory moves.
+                    inputs[name] = dtypes.host_array(value, expected=expected,
+                                                     what=f"input {name!r}")[0]
             shapes[name] = tuple(shape)
         bucket, recording = self._checkout(shapes, self._repeated(inputs), call=True)
         try:

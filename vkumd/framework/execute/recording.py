@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vkumd.errors import VkumdTypeError, VkumdValueError
-from vkumd.framework import ops
+from vkumd.errors import VkumdValueError
+from vkumd.framework import dtypes, ops
 from vkumd.framework.execute.arena import TensorView, view
 from vkumd.framework.execute.lower import VIEW_OPS, lowering_for
 from vkumd.framework.graph.errors import GraphError
@@ -158,8 +158,7 @@ class Recording:
         if value.context is not target.context:
             raise VkumdValueError(f"input {name!r} is a tensor of another context")
         if value.dtype is not target.dtype:
-            raise VkumdTypeError(f"input {name!r} is {value.dtype.name}; the graph takes "
-                                 f"{target.dtype.name} (ops.cast converts)")
+            raise dtypes.mismatch(f"input {name!r}", value.dtype, target.dtype)
         ops.copy(value, out=target)
 
     def replay(self) -> None:

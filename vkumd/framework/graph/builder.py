@@ -116,7 +116,11 @@ class GraphBuilder(OpMethods):
                                                                  np.ndarray)):
             raise VkumdTypeError(f"operands must be graph values or numbers, not "
                                  f"{type(x).__name__}")
-        return self.constant(np.asarray(x, dtype=np.float64), like.dtype)
+        try:
+            data = np.asarray(x, dtype=np.float64)
+        except OverflowError:  # an int past float64 is infinity, as in the eager ops
+            data = np.asarray(np.inf if x > 0 else -np.inf)  # type: ignore[operator]
+        return self.constant(data, like.dtype)
 
     def op(self, op: str, *inputs: Value | None, label: str | None = None, **attrs: Any
            ) -> Any:

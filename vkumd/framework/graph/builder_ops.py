@@ -13,8 +13,11 @@ the node.
 from __future__ import annotations
 
 import functools
+import numbers
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+import numpy as np
 
 from vkumd.errors import VkumdTypeError
 from vkumd.framework.graph.dims import Dim, as_dim
@@ -26,6 +29,20 @@ def shape_attr(shape: Iterable[object]) -> tuple[int | Dim, ...]:
     """A reshape target as the IR stores it: ints (``-1`` kept) and Dims."""
     return tuple(d if isinstance(d, int) and d == -1 else as_dim(d) for d in shape)
 
+
+
+def _as_float(value: Any) -> Any:
+    """A real ``value`` as a float attribute; anything else (a string, a bool, an int past
+    float64) as it is, for the op's rule or :func:`~vkumd.framework.graph.registry.check_floats`
+    to refuse by name rather than ``float()`` to convert silently or raise untyped."""
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+        try:
+            return float(value)
+        except OverflowError:
+            return value
+    if hasattr(value, "__float__") and not isinstance(value, (bool, np.bool_)):
+        return float(value)  # a symbolic dimension says here that it has no value yet
+    return value
 
 class OpMethods:
     """Mixin of op methods over ``_apply(op, inputs, attrs)`` and ``operand(x, like)``.
@@ -177,7 +194,7 @@ class OpMethods:
 
     def scale(self, x: Value, alpha: float) -> Value:
         """``x * alpha`` for a real ``alpha``."""
-        return self._apply("scale", [x], {"alpha": float(alpha)})
+        return self._apply("scale", [x], {"alpha": _as_float(alpha)})
 
     def cast(self, x: Value, dtype: Any) -> Value:
         """``x`` converted to ``dtype`` (float32, float16, bfloat16 or int32)."""
@@ -205,11 +222,11 @@ class OpMethods:
     def layer_norm(self, x: Value, weight: Value | None = None, bias: Value | None = None, *,
                    eps: float = 1e-5) -> Value:
         """Layer normalisation over the last axis (biased variance)."""
-        return self._apply("layer_norm", [x, weight, bias], {"eps": float(eps)})
+        return self._apply("layer_norm", [x, weight, bias], {"eps": _as_float(eps)})
 
     def rms_norm(self, x: Value, weight: Value | None = None, *, eps: float = 1e-6) -> Value:
         """``x / sqrt(mean(x**2) + eps) * weight`` over the last axis."""
-        return self._apply("rms_norm", [x, weight], {"eps": float(eps)})
+        return self._apply("rms_norm", [x, weight], {"eps": _as_float(eps)})
 
     def sum(self, x: Value, *, keepdims: bool = False) -> Value:
         """The sum over the last axis."""

@@ -42,7 +42,13 @@ from typing import Any
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.graph.operands import FLOATS
-from vkumd.framework.graph.registry import OPS, REQUIRED, Elementwise
+from vkumd.framework.graph.registry import (
+    OPS,
+    REQUIRED,
+    Elementwise,
+    float32_refusal,
+    outside_float32,
+)
 
 OP = "fused_elementwise"
 DIV_ROUNDINGS = ("floor", "trunc")
@@ -88,6 +94,8 @@ def _operand(where: str, item: Any, limit: int) -> None:
         return
     if (isinstance(item, tuple) and len(item) == 2 and item[0] == "const"
             and isinstance(item[1], numbers.Real) and not isinstance(item[1], bool)):
+        if outside_float32(item[1]):  # the kernel takes its constants as float32
+            raise VkumdValueError(float32_refusal(OP, f"{where}: constant", item[1]))
         return
     raise VkumdTypeError(f"{OP}: {where} has operand {item!r}; an operand is a value number "
                          "or ('const', number)")

@@ -44,9 +44,13 @@ def real(op: str, value: Any, what: str, *, finite: bool = True) -> float:
     ``finite`` is False)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise VkumdTypeError(f"{op}: {what} must be a real number, not {value!r}")
-    if finite and not math.isfinite(float(value)):
+    try:
+        result = float(value)
+    except OverflowError:  # an int past float64
+        raise VkumdValueError(f"{op}: {what}={value!r} is outside the float range") from None
+    if finite and not math.isfinite(result):
         raise VkumdValueError(f"{op}: {what}={value!r} is not finite")
-    return float(value)
+    return result
 
 
 def flag(op: str, value: Any, what: str) -> bool:

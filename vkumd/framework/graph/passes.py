@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from vkumd.errors import VkumdValueError
+from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.graph.attention_layout import fold_attention_layouts
 from vkumd.framework.graph.constant_folding import fold_constants
 from vkumd.framework.graph.cse import eliminate_common_subexpressions
@@ -21,6 +21,7 @@ from vkumd.framework.graph.fusion_epilogue import fuse_epilogue
 from vkumd.framework.graph.fusion_norm import fuse_add_layer_norm
 from vkumd.framework.graph.ir import Graph
 from vkumd.framework.graph.transpose_folding import fold_transposes
+from vkumd.settings import register_reader
 from vkumd.settings import text as setting
 
 Pass = Callable[[Graph], Graph]
@@ -53,6 +54,22 @@ FUSION: tuple[str, ...] = ("attention_fusion", "attention_layout", "epilogue_fus
 PIPELINE: tuple[str, ...] = (*CLEANUP, *FUSION, "dce")
 
 
+def _pass_names(what: str, value: Iterable[str] | None) -> list[str]:
+    """``value`` as a list of names, refusing a bare string (its letters would be names) and
+    items that are not strings."""
+    if value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise VkumdTypeError(f"{what}={value!r}: give a list of pass names, e.g. "
+                             f"['cse', 'dce']; the passes are {', '.join(PASSES)}")
+    names = list(value)
+    for name in names:
+        if not isinstance(name, str):
+            raise VkumdTypeError(f"{what}: pass names are strings, not {name!r}; the passes "
+                                 f"are {', '.join(PASSES)}")
+    return names
+
+
 def disabled_passes(disable: Iterable[str] | None = None) -> set[str]:
     """The names switched off by ``disable`` and by ``VKUMD_DISABLE_PASSES``.
 
@@ -62,12 +79,15 @@ def disabled_passes(disable: Iterable[str] | None = None) -> set[str]:
     """
     listed = setting(DISABLE_VARIABLE) or ""
     names = {n.strip() for n in listed.split(",") if n.strip()}
-    names |= set(disable or ())
+    names |= set(_pass_names("disable", disable))
     unknown = sorted(names - set(PASSES))
     if unknown:
         raise VkumdValueError(f"unknown pass {', '.join(unknown)} (in disable= or "
                               f"{DISABLE_VARIABLE}); the passes are {', '.join(PASSES)}")
     return names
+
+
+register_reader(DISABLE_VARIABLE, lambda _: disabled_passes())
 
 
 def run_passes(graph: Graph, passes: Sequence[str] | None = None, *,
@@ -87,7 +107,7 @@ def run_passes(graph: Graph, passes: Sequence[str] | None = None, *,
         VkumdValueError: an unknown pass name.
         GraphError: a pass produced an invalid graph (with ``check``).
     """
-    order = tuple(PIPELINE if passes is None else passes)
+    order = tuple(PIPELINE if passes is None else _pass_names("passes", passes))
     unknown = [n for n in order if n not in PASSES]
     if unknown:
         raise VkumdValueError(f"unknown pass {', '.join(unknown)}; the passes are "

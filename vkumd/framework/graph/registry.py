@@ -21,6 +21,7 @@ values: ``inputs`` has one entry per declared input (None for an absent optional
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,6 +126,9 @@ class OpDef:
         host: runs a node on the host in numpy, ``(ctx, inputs, attrs, shapes) -> outputs``,
             where ``lower`` cannot (exact moves and comparisons only).
         eager: the public ``vkumd.ops`` function, if the op has one.
+        saturating: float attributes rounded to the tensor's type as a number operand is
+            (past its range: infinity), where every other attribute past float32's range is
+            refused (:func:`check_floats`).
     """
 
     name: str
@@ -140,6 +144,7 @@ class OpDef:
     refuse: Callable[[Any], str | None] | None = None
     host: Callable[..., Any] | None = None
     eager: Callable[..., Any] | None = None
+    saturating: tuple[str, ...] = ()
 
     def overwritable(self, index: int) -> bool:
         """Whether the output may be written over input ``index`` (see :attr:`inplace`)."""
@@ -150,7 +155,12 @@ class OpDef:
         return self.inputs[index].rstrip("?*") in self.inplace
 
     def full_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
-        """``attrs`` with every default filled in (what rules, references and lowering read)."""
+        """``attrs`` with every default filled in (what rules, references and lowering read).
+
+        Raises:
+            VkumdValueError: a float attribute float32 cannot hold (:func:`check_floats`).
+        """
+        check_floats(self, attrs)
         full = dict(self.attrs)
         full.update(attrs)
         return full
@@ -209,17 +219,70 @@ def op_info(op: str, where: str | None = None) -> OpDef:
     return info
 
 
+# The largest finite float32: kernels take float attributes as float32 push constants, and
+# packing a larger finite value raised a bare OverflowError from struct.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def outside_float32(value: Any) -> bool:
+    """Whether ``value`` (a real number) is finite and past float32's range, or an int past
+    float64's; inf and NaN are not (each op says whether it takes them)."""
+    try:
+        number = float(value)
+    except OverflowError:
+        return True
+    return FLOAT32_MAX < abs(number) < math.inf
+
+
+def float32_refusal(op: str, what: str, value: Any) -> str:
+    """The message refusing ``value`` for ``what`` of ``op`` (see :func:`outside_float32`)."""
+    shown = repr(value)
+    if len(shown) > 24:  # an int of hundreds of digits
+        shown = f"{shown[:8]}... ({len(shown)} characters)"
+    return (f"{op}: {what}={shown} is outside float32's range (finite values from "
+            f"-{FLOAT32_MAX:g} to {FLOAT32_MAX:g}, or inf where the op takes it); pass a value "
+            "float32 holds")
+
+
+def check_floats(info: OpDef, attrs: Mapping[str, Any], where: str | None = None) -> None:
+    """Refuse numeric attributes float32 cannot hold, every op alike (at any depth, as a
+    fused program's constants), except those :attr:`OpDef.saturating` rounds to infinity.
+
+    Raises:
+        GraphError: naming the op, the attribute and float32's range (with ``where``; a
+            :class:`VkumdValueError` either way).
+    """
+    for key, value in attrs.items():
+        if key in info.saturating:
+            continue
+        for number in _numbers(value):
+            if outside_float32(number):
+                raise GraphError(float32_refusal(info.name, f"attribute {key}", value), where)
+
+
+def _numbers(value: Any) -> list[Any]:
+    """The real numbers in ``value`` (nested in tuples and lists), bools aside."""
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in _numbers(v)]
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+            value, (bool, np.bool_)):
+        return [value]
+    return []
+
+
 def normalize_attrs(info: OpDef, attrs: Mapping[str, Any], where: str | None) -> dict[str, Any]:
     """``attrs`` without the entries equal to their defaults (so equal nodes compare equal).
 
     Raises:
-        GraphError: an attribute the op does not declare.
+        GraphError: an attribute the op does not declare; a float attribute float32 cannot
+            hold (:func:`check_floats`).
     """
     unknown = sorted(set(attrs) - set(info.attrs))
     if unknown:
         known = ", ".join(info.attrs) or "none"
         raise GraphError(f"{info.name} has no attribute {', '.join(unknown)}; its attributes: "
                          f"{known}", where)
+    check_floats(info, attrs, where)
     out: dict[str, Any] = {}
     for key, value in attrs.items():
         default = info.attrs[key]

@@ -282,6 +282,9 @@ def input_types(names: Sequence[str], examples: Sequence[Any],
         TraceError: a ``dynamic`` entry for an unknown input or axis, or one symbol given
             two different sizes by the examples.
     """
+    if dynamic is not None and not isinstance(dynamic, Mapping):
+        raise TraceError(f"dynamic={dynamic!r}: give a dict of input -> {{axis: symbol}}, e.g. "
+                         "{'x': {0: 'batch'}}")
     dynamic = dict(dynamic or {})
     for key in dynamic:
         if key not in names and not (isinstance(key, int) and 0 <= key < len(names)):
@@ -300,6 +303,9 @@ def input_types(names: Sequence[str], examples: Sequence[Any],
             if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
                 raise TraceError(f"dynamic[{name!r}]: axis {axis!r} is out of range for "
                                  f"shape {shape}")
+            if not isinstance(symbol, str):
+                raise TraceError(f"dynamic[{name!r}][{axis}] = {symbol!r}: a symbol is a name, "
+                                 "e.g. {0: 'batch'}")
             as_dim(symbol)  # a valid identifier
             size = shape[axis]
             first = seen.setdefault(symbol, (size, name))
@@ -349,11 +355,16 @@ def trace(fn: Callable[..., Any], example_inputs: Mapping[str, Any] | Sequence[A
         GraphError: shape or dtype errors, naming the node and the user's line.
     """
     positional = not isinstance(example_inputs, Mapping)
+    if positional and (isinstance(example_inputs, (str, bytes))
+                       or not isinstance(example_inputs, Sequence)):
+        raise TraceError(f"example_inputs is {type(example_inputs).__name__}; give a dict of "
+                         "name -> tensor or array, or a tuple of them in the function's order")
     if positional:
         examples = list(example_inputs)
         names = _positional_names(fn, len(examples))
     else:
         names, examples = list(example_inputs), list(example_inputs.values())
+    _check_binds(fn, names, positional)
     tracer = Tracer(name or getattr(fn, "__name__", "graph"))
     args = [TracedTensor(tracer.input(n, shape, dtype), tracer)
             for n, (shape, dtype) in zip(names, input_types(names, examples, dynamic),
@@ -365,6 +376,24 @@ def trace(fn: Callable[..., Any], example_inputs: Mapping[str, Any] | Sequence[A
         tracer.open = False
     tracer.output(*values)
     return Trace(tracer.build(), names, positional, keys)
+
+
+def _check_binds(fn: Callable[..., Any], names: list[str], positional: bool) -> None:
+    """Refuse examples the function's parameters cannot take, before tracing it (its own
+    TypeError would read as a bug in the function)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # no signature to check (a builtin): the call says
+    try:
+        if positional:
+            signature.bind(*names)
+        else:
+            signature.bind(**dict.fromkeys(names))
+    except TypeError as exc:
+        given = ", ".join(map(repr, names)) or "none"
+        raise TraceError(f"{getattr(fn, '__name__', 'the function')} cannot take the example "
+                         f"inputs ({given}): {exc}") from None
 
 
 def _positional_names(fn: Callable[..., Any], count: int) -> list[str]:

@@ -125,7 +125,10 @@ def check_real(op: str, value: Any, what: str, *, finite: bool = False) -> float
     """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise VkumdTypeError(f"{op}: {what} must be a real number, not {type(value).__name__}")
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:  # an int past float64
+        raise VkumdValueError(f"{op}: {what}={value!r} is outside the float range") from None
     if finite and not math.isfinite(result):
         raise VkumdValueError(f"{op}: {what}={value!r} is not finite")
     return result

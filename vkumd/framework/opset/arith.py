@@ -38,6 +38,7 @@ from vkumd.framework.ops.checks import (
 )
 from vkumd.framework.opset.common import attrs_of, binary
 from vkumd.framework.opset.unary import (
+    as_float,
     broadcast_shape,
     kernel_dtypes,
     scalar_bits,
@@ -77,11 +78,12 @@ def _with_number(op: str, a: Any, b: Any, out: Tensor | None, kernel_op: str) ->
     check_dtype(op, t, "the tensor operand", ELEMENTWISE_CODES)
     if kernel_op == "mul":
         return scale(t, value, out=out)
+    number = as_float(value)
     if (kernel_op == "div" and not number_first and t.dtype is not dtypes.int32
-            and math.isfinite(value) and value != 0
-            and math.frexp(abs(value))[0] == 0.5
-            and _EXACT_RECIPROCAL[0] <= abs(value) <= _EXACT_RECIPROCAL[1]):
-        return scale(t, 1.0 / value, out=out)
+            and math.isfinite(number) and number != 0
+            and math.frexp(abs(number))[0] == 0.5
+            and _EXACT_RECIPROCAL[0] <= abs(number) <= _EXACT_RECIPROCAL[1]):
+        return scale(t, 1.0 / number, out=out)
     filled = _scalar_tensor(op, value, t, what)
     try:
         pair = (filled, t) if number_first else (t, filled)

@@ -15,6 +15,7 @@ groups. Every op runs eagerly on the tensors' context and returns the output ten
 
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
 from typing import Any
@@ -75,6 +76,15 @@ def _into(op: str, out: Tensor | None, shape: tuple[int, ...]) -> tuple[int, ...
     return out.shape
 
 
+def as_float(value: Any) -> float:
+    """``float(value)``, an int past float64 included (it becomes infinity, as any number
+    past the type's range does)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def scalar_bits(op: str, value: Any, dtype: dtypes.DType, what: str) -> int:
     """The storage bits of ``value`` as ``dtype`` (exactly what numpy would store)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
@@ -92,7 +102,8 @@ def scalar_bits(op: str, value: Any, dtype: dtypes.DType, what: str) -> int:
         return as_int & 0xFFFFFFFF
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # overflow to inf is the answer
-        source = np.array([float(value)], dtype=np.float32 if dtype is dtypes.bfloat16 else None)
+        source = np.array([as_float(value)],
+                          dtype=np.float32 if dtype is dtypes.bfloat16 else None)
         bits = dtypes.to_storage(source, dtype)
     return int(bits.view(np.uint32 if dtype.itemsize == 4 else np.uint16)[0])
 
@@ -216,7 +227,8 @@ def _scale_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
 
 
 define("scale", ("x",), {"alpha": 1.0}, inplace=True, rule=_scale_rule,
-       reference=lambda a, attrs, s: [a[0] * float(attrs["alpha"])],
+       saturating=("alpha",),
+       reference=lambda a, attrs, s: [a[0] * as_float(attrs["alpha"])],
        lower=_scale_lower, refuse=kernel_dtypes, eager=scale,
        elementwise=Elementwise(1, rewrite=lambda refs, at: (
            "mul", refs[0], ("const", float(at["alpha"])))))

@@ -10,13 +10,14 @@ import numpy as np
 import onnx
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
+from vkumd.framework import dtypes
 from vkumd.framework.frontends.onnx.errors import UnsupportedModelError
 from vkumd.framework.frontends.onnx.files import read_model
 from vkumd.framework.frontends.onnx.importer import Dynamic, Imported, import_model
 from vkumd.framework.frontends.onnx.run import run_graph
+from vkumd.framework.frontends.onnx.state import IR_DTYPES
 from vkumd.framework.graph import Graph, evaluate, run_passes
 
-_INT32 = np.iinfo(np.int32)
 _INTEGER_INPUTS = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
 # Specializations kept per model (one per distinct value of its shape inputs).
 MAX_SPECIALIZATIONS = 16
@@ -112,19 +113,7 @@ class OnnxModel:
                                   f"takes {self.input_names}")
         out: dict[str, np.ndarray] = {}
         for name, elem in zip(imp.input_names, imp.input_types, strict=True):
-            array = np.asarray(inputs[name])
-            if elem == onnx.TensorProto.INT64:
-                if array.size and (array.min() < _INT32.min or array.max() > _INT32.max):
-                    raise VkumdValueError(f"input {name!r} has int64 values outside int32's "
-                                          "range; vkumd stores int64 as int32")
-                array = array.astype(np.int32)
-            elif elem == onnx.TensorProto.BOOL:
-                array = array.astype(np.uint8)
-            elif array.dtype.kind == "f" and array.dtype.itemsize == 8:
-                raise VkumdTypeError(f"input {name!r} is float64; pass float32")
-            elif array.dtype.name == "bfloat16":
-                array = array.astype(np.float32)  # ml_dtypes' type; vkumd rounds it back
-            out[name] = array
+            out[name] = _input_array(name, elem, inputs[name])
         out.update(imp.derived_feeds(inputs))
         return out
 
@@ -139,6 +128,8 @@ class OnnxModel:
 
         Raises:
             VkumdValueError: missing or unknown inputs, int64 values outside int32.
+            VkumdTypeError: an input of another type than the model's (nothing is narrowed
+                silently: float64, float ids and non-bool masks are refused).
             NoDeviceKernel: the graph needs a kernel vkumd lacks.
         """
         imp, feed = self._bind(inputs)
@@ -172,6 +163,27 @@ class OnnxModel:
             target = onnx.helper.tensor_dtype_to_np_dtype(elem)
             out[name] = (array != 0) if target == np.bool_ else array.astype(target, copy=False)
         return out
+
+
+def _input_array(name: str, elem: int, value: Any) -> np.ndarray:
+    """An ONNX input's array as vkumd stores it, by the one conversion rule
+    (:func:`vkumd.framework.dtypes.host_array`): int64 ids within int32 (never wrapped),
+    bool as uint8; nothing else narrowed."""
+    what = f"input {name!r}"
+    array = dtypes.as_array(value, what)
+    if elem == onnx.TensorProto.BOOL:
+        if array.dtype != np.bool_:
+            raise VkumdTypeError(f"{what}: arrays of {array.dtype} are not converted silently; "
+                                 "the graph takes bool; convert first (e.g. a.astype(np.bool_))")
+        return array.view(np.uint8)
+    stored = IR_DTYPES.get(elem)
+    if stored is None:
+        return array  # the import refused the type already
+    if array.dtype.name == "bfloat16" and stored == "bfloat16":
+        array = array.astype(np.float32)  # ml_dtypes' type, widened exactly; stored rounds back
+    array, target = dtypes.host_array(array, expected=dtypes.dtype(stored), what=what)
+    # Checked to fit, so the narrowing to the stored integer type is exact.
+    return array.astype(target.storage, copy=False) if array.dtype.kind in "iu" else array
 
 
 def load(source: str | Path | bytes | onnx.ModelProto, ctx: Any = None,

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from vkumd.framework import dtypes
 from vkumd.framework.execute import CompiledGraph
 from vkumd.framework.execute.lower import NoDeviceKernel, device_reason
 from vkumd.framework.graph import Graph, UnsupportedOpError
@@ -67,7 +68,8 @@ def run_graph(graph: Graph, ctx: Any, inputs: Mapping[str, np.ndarray]
     check_device(graph)
     compiled = _recorded(graph, ctx)
     if compiled is None:
-        tensors = interpret(graph, ctx, {v.name: ctx.tensor(np.asarray(inputs[v.name]), v.dtype)
+        tensors = interpret(graph, ctx, {v.name: ctx.tensor(dtypes.host_array(
+            inputs[v.name], expected=v.dtype, what=f"input {v.name!r}")[0], v.dtype)
                                          for v in graph.inputs}, host=False)
     else:
         result = compiled(**inputs)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import fx
 
+from vkumd.framework import dtypes
 from vkumd.framework.frontends.torch.aten_map import HANDLERS, meta
 from vkumd.framework.frontends.torch.dims import dim_of, ir_dtype, shape_of
 from vkumd.framework.frontends.torch.support import WEIGHT, constant_nodes
@@ -93,8 +94,12 @@ class Converter:
         dtype = ir_dtype(t.dtype)
         if t.dtype == torch.bfloat16:
             data = t.float().numpy()  # numpy has no bfloat16; the graph stores it as such
-        elif t.dtype in (torch.bool, torch.int64):
-            data = t.to(torch.uint8 if t.dtype == torch.bool else torch.int32).numpy()
+        elif t.dtype == torch.bool:
+            data = t.to(torch.uint8).numpy()
+        elif t.dtype == torch.int64:
+            # Checked, never wrapped; a refusal makes the graph run in torch.
+            data = dtypes.host_array(t.contiguous().numpy(), expected=dtypes.int32,
+                                     what=f"weight {name!r}")[0].astype(np.int32)
         else:
             data = t.contiguous().numpy()
         made = self.b.weight(self.b.graph.unique_name(_identifier(name)), data, dtype)

@@ -23,6 +23,7 @@ import torch
 from torch import fx
 
 from vkumd.errors import VkumdError
+from vkumd.framework import dtypes
 from vkumd.framework.execute import CompiledGraph
 from vkumd.framework.execute.lower import check_recordable
 from vkumd.framework.frontends.torch.convert import Converted, Converter
@@ -57,13 +58,17 @@ def warn_fallback(message: str) -> None:
     warnings.warn(message, VkumdFallbackWarning, stacklevel=3)
 
 
-def _to_host(t: torch.Tensor) -> Any:
+def _to_host(t: torch.Tensor, name: str) -> Any:
+    """A placeholder's value as the array its graph input takes: int64 ids checked to fit
+    int32 by the one conversion rule (:func:`vkumd.framework.dtypes.host_array`), never
+    wrapped; bool as uint8; bfloat16 as float32 (rounded back exactly on upload)."""
     t = t.detach()
     if t.device.type != "cpu":
         t = t.cpu()
     if t.dtype == torch.int64:
-        t = t.to(torch.int32)
-    elif t.dtype == torch.bool:
+        return dtypes.host_array(t.contiguous().numpy(), expected=dtypes.int32,
+                                 what=f"input {name!r}")[0].astype(np.int32)
+    if t.dtype == torch.bool:
         t = t.to(torch.uint8)
     elif t.dtype == torch.bfloat16:
         t = t.float()  # the input tensor converts float32 to its bfloat16 storage
@@ -168,7 +173,7 @@ class VkumdGraphModule:
         assert self.compiled is not None and self.converted is not None
         conv = self.converted
         live = {v.name for v in self.compiled.graph.inputs}
-        feeds = {name: _to_host(args[i]) for i, name in conv.inputs.items() if name in live}
+        feeds = {name: _to_host(args[i], name) for i, name in conv.inputs.items() if name in live}
         if conv.ranges:
             env = self._symbols(args)
             for name, (start, end, step) in conv.ranges.items():
