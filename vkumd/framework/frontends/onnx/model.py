@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,8 @@ class OnnxModel:
                  ctx: Any = None, name: str | None = None) -> None:
         self._source, self._dynamic, self._ctx, self._name = source, dynamic, ctx, name
         self._cache: dict[bytes, tuple[Imported, Graph]] = {}
+        # Calls from several threads share one context and one specialization cache.
+        self._lock = threading.Lock()
         self.specialized_on: list[str] = []
         self.graph: Graph | None = None
         try:
@@ -79,12 +82,13 @@ class OnnxModel:
         values = {n: np.asarray(inputs[n]) for n in self.specialized_on if n in inputs}
         key = b"".join(n.encode() + str(a.shape).encode() + a.tobytes()
                        for n, a in sorted(values.items()))
-        if key not in self._cache:
-            if len(self._cache) >= MAX_SPECIALIZATIONS:
-                self._cache.pop(next(iter(self._cache)))
-            imported = import_model(self._source, self._dynamic, values, name=self._name)
-            self._cache[key] = (imported, run_passes(imported.graph))
-        return self._cache[key]
+        with self._lock:
+            if key not in self._cache:
+                if len(self._cache) >= MAX_SPECIALIZATIONS:
+                    self._cache.pop(next(iter(self._cache)))
+                imported = import_model(self._source, self._dynamic, values, name=self._name)
+                self._cache[key] = (imported, run_passes(imported.graph))
+            return self._cache[key]
 
     @property
     def input_names(self) -> list[str]:
@@ -99,11 +103,12 @@ class OnnxModel:
         return [vi.name for vi in self._source.graph.output]
 
     def _context(self) -> Any:
-        if self._ctx is None:
-            from vkumd.framework.context import Context
+        with self._lock:
+            if self._ctx is None:
+                from vkumd.framework.context import Context
 
-            self._ctx = Context()
-        return self._ctx
+                self._ctx = Context()
+            return self._ctx
 
     def _prepare(self, imp: Imported, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
         missing = [n for n in self.input_names if n not in inputs]

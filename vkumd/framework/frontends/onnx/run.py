@@ -8,6 +8,7 @@ result it returns is always the device's.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +23,8 @@ from vkumd.framework.interpret import run_graph as interpret
 from vkumd.framework.tensor import Tensor
 
 _compiled: weakref.WeakKeyDictionary[Graph, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+# Threads making a model's first calls together record its graph once, not once each.
+_compiled_lock = threading.Lock()
 
 
 def check_device(graph: Graph) -> None:
@@ -39,15 +42,16 @@ def check_device(graph: Graph) -> None:
 def _recorded(graph: Graph, ctx: Any) -> Any:
     """The graph's :class:`CompiledGraph` on ``ctx`` (kept per graph), or None when it cannot
     be recorded (its inputs or outputs of a type the executor does not copy)."""
-    cached = _compiled.get(graph)
-    if cached is not None and cached[0] is ctx:
-        return cached[1]
-    try:
-        compiled = CompiledGraph(graph, ctx)
-    except UnsupportedOpError:
-        return None
-    _compiled[graph] = (ctx, compiled)
-    return compiled
+    with _compiled_lock:
+        cached = _compiled.get(graph)
+        if cached is not None and cached[0] is ctx:
+            return cached[1]
+        try:
+            compiled = CompiledGraph(graph, ctx)
+        except UnsupportedOpError:
+            return None
+        _compiled[graph] = (ctx, compiled)
+        return compiled
 
 
 def run_graph(graph: Graph, ctx: Any, inputs: Mapping[str, np.ndarray]

@@ -129,6 +129,8 @@ class VkumdGraphModule:
         names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
         self._weight_index = [i for i, n in enumerate(names) if kinds.get(n) == WEIGHT]
         self._snapshot: list[tuple[int, int, int]] = []
+        # Threads making the first call (or a call after a weight changed) build once.
+        self._build_lock = threading.Lock()
 
     # -- building ----------------------------------------------------------------------------
     def _fingerprint(self, args: Sequence[Any]) -> list[tuple[int, int, int]]:
@@ -162,24 +164,25 @@ class VkumdGraphModule:
     # -- calling -----------------------------------------------------------------------------
     def __call__(self, *args: Any) -> list[Any]:
         """Run the graph; returns one value per FX output, as the FX graph would."""
-        if self.fallback is None and (self.compiled is None
-                                      or self._fingerprint(args) != self._snapshot):
-            if self.compiled is not None:
-                log.info("graph %s: a weight changed; converting again", self.name)
-            self.build(args)
+        with self._build_lock:
+            if self.fallback is None and (self.compiled is None
+                                          or self._fingerprint(args) != self._snapshot):
+                if self.compiled is not None:
+                    log.info("graph %s: a weight changed; converting again", self.name)
+                self.build(args)
+            compiled, conv = self.compiled, self.converted
         if self.fallback is not None:
             result = self.gm(*args)
             return list(result) if isinstance(result, (list, tuple)) else [result]
-        assert self.compiled is not None and self.converted is not None
-        conv = self.converted
-        live = {v.name for v in self.compiled.graph.inputs}
+        assert compiled is not None and conv is not None
+        live = {v.name for v in compiled.graph.inputs}
         feeds = {name: _to_host(args[i], name) for i, name in conv.inputs.items() if name in live}
         if conv.ranges:
             env = self._symbols(args)
             for name, (start, end, step) in conv.ranges.items():
                 lo, hi = (d if isinstance(d, int) else d.bind(env) for d in (start, end))
                 feeds[name] = np.arange(lo, hi, step, dtype=np.int32)
-        results = self.compiled(**feeds)
+        results = compiled(**feeds)
         return [self._output(spec, results, args) for spec in conv.outputs]
 
     def _output(self, spec: tuple[Any, ...], results: list[Tensor], args: Sequence[Any]
