@@ -136,6 +136,20 @@ else
   fi
 fi
 
+# The torch extra (the pinned ~190 MB CPU wheel; unpinned would be a 3 GB CUDA build), so the
+# torch.compile and torch.export tests run instead of skipping. Not fatal: without it they skip,
+# saying why. VKUMD_SKIP_TORCH=1 leaves it out.
+if [ "${VKUMD_SKIP_TORCH:-0}" = 1 ]; then
+  say "VKUMD_SKIP_TORCH=1: not installing torch; the torch tests will skip"
+elif "$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"; then
+  say "torch present"
+else
+  say "installing torch==2.13.0 (the torch extra, CPU wheel) into $venv"
+  if ! "$venv/bin/python" -m pip install -q -e "$here[torch]"; then
+    say "warning: could not install torch; the torch tests will skip"
+  fi
+fi
+
 # The ray extra, for tests/distributed/test_ray.py (about 80 MB; the test runs Ray only inside
 # network and PID namespaces it makes, about 25 s here). Not fatal: without it that test skips.
 if "$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('ray') is None)"; then
