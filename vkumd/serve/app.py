@@ -58,6 +58,7 @@ class Server:
         self.models = tuple(dict.fromkeys(n.strip() for n in names.split(",") if n.strip()))
         self.engine: Any = None
         self.ready = False
+        self.draining = False
         self.failure: str | None = None
         self.started = int(time.time())
 
@@ -96,6 +97,12 @@ class Server:
         else:
             print("vkumd serve: stopped; the model's device memory is freed", file=sys.stderr,
                   flush=True)
+
+    def drain(self) -> None:
+        """Turn ``/health`` to 503 ``draining`` while requests are still served (the
+        shutdown that follows is :meth:`stop`)."""
+        self.draining = True
+        self.metrics.ready.set(0)
 
     def stop(self) -> None:
         """Turn ``/health`` to 503, compute what is queued, free the device."""
@@ -262,6 +269,8 @@ async def health(request: Request) -> Response:
     """``GET /health``: 200 when requests can be embedded, else 503 with the reason."""
     server: Server = request.app.state.server
     reason = server.status()
+    if reason is None and server.draining:
+        reason = "draining: shutting down; requests are still answered"
     if reason is None:
         return JSONResponse({"status": "ok"})
     return JSONResponse({"status": reason}, status_code=503)
