@@ -36,6 +36,7 @@ import argparse
 import concurrent.futures
 import http.client
 import json
+import math
 import os
 import random
 import signal
@@ -238,6 +239,23 @@ def idle(server: Server, enc: object, texts: list[str]) -> dict[str, float]:
             "host": (sum(served) - busy) / len(served) * 1000}
 
 
+def cost_model(enc: object, texts: list[str], one_cpu: float,
+               local_cpu: float) -> dict[str, float]:
+    """CPU a device batch costs in this process, as ``fixed + per_token x padded tokens``,
+    solved from ``encode([text])`` (``one_cpu`` ms a sentence over ``texts[:20]``) and
+    ``encode(texts, batch_size=32)`` (``local_cpu``; sorted by length, so its padded tokens
+    are computed here)."""
+    lengths = [len(ids) for ids in enc.tokenize(texts)]  # type: ignore[attr-defined]
+    ordered = sorted(lengths, reverse=True)
+    padded = sum(len(ordered[i:i + 32]) * ordered[i] for i in range(0, len(ordered), 32))
+    single = statistics.fmean(lengths[:20])
+    per_padded = padded / len(lengths)  # padded tokens a sentence in encode()'s batches
+    batches = len(lengths) / math.ceil(len(lengths) / 32)
+    per_token = (local_cpu - one_cpu / batches) / (per_padded - single / batches)
+    return {"fixed": one_cpu - per_token * single, "per_token": per_token,
+            "tokens": statistics.fmean(lengths)}
+
+
 class Table:
     """Rows of (what, measured, goal, verdict), printed as they come and kept for the end."""
 
@@ -325,6 +343,13 @@ def main() -> int:
         table.add(f"  CPU-normalised: {top} clients / encode",
                   f"{local_cpu / at_top['cpu_ms']:.2f}x", "(>= 0.8x)",
                   local_cpu / at_top["cpu_ms"] >= 0.8)
+        cost = cost_model(enc, short, one_cpu, local_cpu)
+        at = cost["fixed"] / at_top["batch"] + cost["per_token"] * cost["tokens"] * at_top["pad"]
+        table.add("  bound: encode()'s cost at these batches",
+                  f"{at:.1f} ms CPU a sentence at batch {at_top['batch']:.1f}, padding "
+                  f"{at_top['pad']:.2f} (fixed {cost['fixed']:.1f} ms a batch, "
+                  f"{cost['per_token']:.2f} ms a token); server host "
+                  f"{at_top['cpu_ms'] - at:.1f} ms")
         table.add(f"  CPU-normalised: {top} / {levels[0]} client",
                   f"{rates[levels[0]]['cpu_ms'] / at_top['cpu_ms']:.2f}x of the "
                   f"{one_cpu / local_cpu:.2f}x batching gives in process")
