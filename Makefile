@@ -63,8 +63,9 @@ test-device-only: setup
 	LP_NATIVE_VECTOR_WIDTH=256 VKUMD_DEVICE_ONLY_MEMORY=1 VKUMD_VALIDATION=1 \
 		$(PY) -m pytest -q -m "$(DEVICE_ONLY_TESTS)" $(PYTEST_ARGS)
 
-# The Ray tests (tests/distributed/test_ray.py, marked ray): a one-node cluster in a
-# loopback-only namespace and a two-node cluster over a veth pair (docs/scale-out.md). Each
+# The Ray tests (tests/distributed/test_ray.py and tests/serve/test_ray_serve.py, marked
+# ray): one-node clusters in a loopback-only namespace (the second with the server deployed
+# on Ray Serve) and a two-node cluster over a veth pair (docs/scale-out.md). Each
 # starts Ray, which takes 10-40 s on two shared cores; RAY_TEST_BUDGET caps the step (the
 # timeout ends pytest, whose own cleanup stops the clusters by PID). They skip, with the
 # reason, without ray, root or the model; with no test selected (exit 5) the step fails.

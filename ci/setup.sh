@@ -150,14 +150,16 @@ else
   fi
 fi
 
-# The ray extra, for tests/distributed/test_ray.py (about 80 MB; the test runs Ray only inside
-# network and PID namespaces it makes, about 25 s here). Not fatal: without it that test skips.
-if "$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('ray') is None)"; then
-  say "ray present"
+# The ray extra with Ray Serve, for tests/distributed/test_ray.py and tests/serve/test_ray_serve.py
+# (about 80 MB, and Serve's grpcio, fastapi and aiohttp; the tests run Ray only inside network and
+# PID namespaces they make, about 25 s each here). Not fatal: without it those tests skip.
+if "$venv/bin/python" -c "import ray.serve" 2>/dev/null; then
+  say "ray[serve] present"
 else
-  say "installing ray (the ray extra) into $venv"
-  if ! "$venv/bin/python" -m pip install -q "ray>=2.60,<3"; then
-    say "warning: could not install ray; tests/distributed/test_ray.py will skip"
+  say "installing ray[serve] (the ray extra and Ray Serve) into $venv"
+  if ! "$venv/bin/python" -m pip install -q "ray[serve]>=2.60,<3"; then
+    say "warning: could not install ray[serve]; tests/distributed/test_ray.py and"
+    say "tests/serve/test_ray_serve.py will skip"
   fi
 fi
 say "done"

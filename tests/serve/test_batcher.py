@@ -45,6 +45,23 @@ def test_sorted_groups_similar_lengths_under_the_padded_budget() -> None:
     assert pick([40, 20, 60], max_tokens=1000) == [0, 2]  # 20 + 32 < 60: not padded to it
 
 
+def test_sorted_counts_padding_over_the_whole_batch() -> None:
+    # Each 12 is within 32 tokens of 24, but 13 of them padded to 24 would double the work:
+    # the padding is paid in every row, so it is bounded for the batch, not per input.
+    lengths = [24] + [12] * 13
+    chosen = pick(lengths, max_tokens=1000, max_batch=64)
+    assert chosen == [0, 1, 2]  # 24 padding tokens in all; a third 12 makes 36 (> 32)
+    assert pick(lengths[1:], max_tokens=1000, max_batch=64) == list(range(13))  # no padding
+    rng = np.random.default_rng(1)
+    queue = [int(n) for n in rng.integers(10, 26, 40)]
+    while queue:
+        chosen = pick(queue, max_tokens=4096, max_batch=64)
+        real = sum(queue[i] for i in chosen)
+        padded = len(chosen) * max(queue[i] for i in chosen)
+        assert padded - real <= max(32, real // 4), (chosen, [queue[i] for i in chosen])
+        queue = [n for i, n in enumerate(queue) if i not in chosen]
+
+
 def test_sorted_padding_beats_fifo_on_a_mixed_queue() -> None:
     rng = np.random.default_rng(0)
     lengths = [int(n) for n in np.where(rng.random(400) < 0.1, 200, rng.integers(8, 20, 400))]

@@ -21,9 +21,9 @@ def create_app(config: ServeConfig | None = None) -> Any:
 
 
 def run(config: ServeConfig) -> None:
-    """Serve ``config`` with uvicorn until SIGINT or SIGTERM (which stop taking requests,
-    finish those in flight and free the device)."""
-    import uvicorn
+    """Serve ``config`` with uvicorn until SIGINT or SIGTERM (which turn ``/health`` to 503
+    for ``config.drain_grace_s`` seconds, then stop taking requests, finish those accepted
+    and free the device)."""
+    from vkumd.serve.runner import serve
 
-    uvicorn.run(create_app(config), host=config.host, port=config.port,
-                log_level=config.log_level, lifespan="on", timeout_graceful_shutdown=30)
+    serve(create_app(config), config)

@@ -93,6 +93,10 @@ FLAGS: tuple[Flag, ...] = (
          "costs about 2 us a character whatever the model keeps)", "N"),
     Flag("auto-truncate", "VKUMD_SERVE_AUTO_TRUNCATE", False, "switch",
          "truncate texts longer than the model's maximum instead of refusing them (400)"),
+    Flag("drain-grace-s", "VKUMD_SERVE_DRAIN_GRACE_S", 5.0, float,
+         "on SIGTERM, answer GET /health 503 and keep serving this long before closing the "
+         "listener (so a load balancer stops sending first); then finish what was accepted",
+         "S"),
     Flag("log-level", "VKUMD_SERVE_LOG_LEVEL", "info", str,
          "uvicorn's log level (critical, error, warning, info, debug)", "LEVEL"),
 )
@@ -122,6 +126,7 @@ class ServeConfig:
     max_body_bytes: int = 16 << 20
     max_input_chars: int = 100_000
     auto_truncate: bool = False
+    drain_grace_s: float = 5.0
     log_level: str = "info"
 
     def check(self) -> ServeConfig:
@@ -137,7 +142,7 @@ class ServeConfig:
             if value < low:
                 raise VkumdValueError(f"serve: {name.replace('_', '-')}={value}; it must be "
                                       f">= {low}")
-        for name in ("max_wait_ms", "queue_timeout_s"):
+        for name in ("max_wait_ms", "queue_timeout_s", "drain_grace_s"):
             if getattr(self, name) < 0:
                 raise VkumdValueError(f"serve: {name.replace('_', '-')}={getattr(self, name)}; "
                                       "it must be >= 0")
