@@ -135,15 +135,9 @@ class Engine:
         return None if error is None else str(error)
 
     def close(self) -> None:
-        """Free the encoder and its context.
-
-        On a lost device only the context is closed: the encoder's recordings would wait on
-        their last replay first, which a lost device refuses (leaving their command buffers
-        and descriptor sets behind), while closing the context waits for the device as a
-        whole and then releases every recording it made.
-        """
+        """Free the encoder and its context (also after a device loss: a recording released
+        then frees what it held once the device is idle)."""
         try:
-            if self.lost is None:
-                self.encoder.close()
+            self.encoder.close()
         finally:
             self._ctx.close()
