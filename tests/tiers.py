@@ -148,6 +148,7 @@ HARDENED: dict[str, str] = {
     "tests/serve/test_bad_requests.py": "the server's bad-request corpus",
     "tests/serve/test_fuzz.py": "request-body fuzz against the server",
     "tests/serve/test_faults.py": "device faults under the server's batcher",
+    "tests/fuzz/test_fuzz_model_files.py": "model-file fuzz: ONNX, safetensors, config.json",
 }
 
 TIERS: dict[str, dict[str, str]] = {"smoke": SMOKE, "fast": FAST, "transfers": TRANSFERS,
