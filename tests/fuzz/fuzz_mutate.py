@@ -194,6 +194,33 @@ def mutate_json_object(data: dict[str, Any], rng: random.Random,
     return encode_text(dumps(out))
 
 
+# Changes that keep a BERT config.json valid for the same weights but change the result.
+_VALID_CONFIG: dict[str, list[Any]] = {
+    "hidden_act": ["gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish"],
+    "layer_norm_eps": [1e-5, 1e-6, 0.0, 1.0, 1e-30, 1e30, 1e300],
+}
+_OPTIONAL_CONFIG = ["hidden_act", "layer_norm_eps", "type_vocab_size", "pad_token_id",
+                    "position_embedding_type", "architectures"]
+
+
+def mutate_config(data: dict[str, Any], rng: random.Random) -> bytes:
+    """A config.json mutation: one case in four keeps it valid (another activation or eps,
+    an optional field dropped, an unknown one added), the rest as
+    :func:`mutate_json_object`."""
+    if rng.random() >= 0.25:
+        return mutate_json_object(data, rng)
+    out = dict(data)
+    roll = rng.random()
+    if roll < 0.6:
+        key = rng.choice(sorted(_VALID_CONFIG))
+        out[key] = rng.choice(_VALID_CONFIG[key])
+    elif roll < 0.8:
+        out.pop(rng.choice(_OPTIONAL_CONFIG), None)
+    else:
+        out[rng.choice(["torch_dtype", "use_cache", "x" * 100])] = odd_value(rng)
+    return encode_text(dumps(out))
+
+
 def split_safetensors(blob: bytes) -> tuple[dict[str, Any], bytes]:
     """The header object and the payload of a well-formed safetensors file."""
     (length,) = struct.unpack("<Q", blob[:8])

@@ -28,8 +28,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fuzz_mutate import mutate_json_object, mutate_safetensors  # noqa: E402
+from fuzz_mutate import mutate_config, mutate_safetensors  # noqa: E402
 from fuzz_seeds import onnx_seeds, write_tiny_model  # noqa: E402
+from fuzz_worker import STAGE_FILE  # noqa: E402
 
 FORMATS = ("onnx", "safetensors", "config")
 CASE_TIMEOUT_S = 20.0
@@ -188,6 +189,9 @@ class Worker:
             self.start()
         self.conn.send((fmt, str(path), seed))
         record = self._wait(CASE_TIMEOUT_S)
+        stage = path / STAGE_FILE
+        if record.get("entry") == "worker" and stage.exists():
+            record["entry"] = stage.read_text()
         if record.get("peak_kib", 0) > RSS_BUDGET_KIB:
             record = {**record, "kind": "rss", "message": f"peak RSS {record['peak_kib'] >> 10}"
                       f" MiB over {RSS_BUDGET_KIB >> 10} MiB (was: {record['kind']})",
@@ -243,7 +247,7 @@ class Cases:
             elif fmt == "safetensors":
                 data, mutation = mutate_safetensors(original, rng), "safetensors"
             else:
-                data, mutation = mutate_json_object(json.loads(original), rng), "config"
+                data, mutation = mutate_config(json.loads(original), rng), "config"
             (case / target).write_bytes(data)
         shrink = False
         if seed >= 0 and rng.random() < SPECIAL_RATE:

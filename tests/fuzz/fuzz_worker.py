@@ -57,11 +57,23 @@ class Outcome(Exception):
                        "message": message[:2000], "where": where}
 
 
+# Where the case is, written before each step: after a crash or a hang the parent reads
+# it to name the entry point (or the oracle) that did not come back.
+STAGE_FILE = "stage"
+_stage_path: list[Path] = []
+
+
+def _stage(name: str) -> None:
+    if _stage_path:
+        _stage_path[0].write_text(name)
+
+
 def _call(entry: str, fn: Callable[[], Any]) -> Any:
     """``fn()``, with a vkumd error ending the case as ``refused`` and any other as
     ``untyped``."""
     from vkumd.errors import VkumdError
 
+    _stage(entry)
     try:
         return fn()
     except VkumdError as exc:
@@ -71,6 +83,7 @@ def _call(entry: str, fn: Callable[[], Any]) -> Any:
 
 
 def _oracle(entry: str, fn: Callable[[], Any]) -> Any:
+    _stage(f"the oracle of {entry}")
     try:
         return fn()
     except RefusedByReference as exc:
@@ -256,6 +269,7 @@ def serve(conn: Any) -> None:
     while (request := conn.recv()) is not None:
         fmt, root, seed = request
         used = _used(ctx)
+        _stage_path[:] = [Path(root) / STAGE_FILE]
         errors.clear()
         _reset_peak()
         try:
@@ -267,6 +281,7 @@ def serve(conn: Any) -> None:
                       "message": traceback.format_exc()[-2000:], "where": _where(exc)}
         gc.collect()
         leaked = 0
+        _stage("the context check after the case")
         try:
             broken = _still_works(ctx)
             leaked = _used(ctx) - used
