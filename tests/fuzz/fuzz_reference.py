@@ -34,7 +34,8 @@ def _is_count(value: Any) -> bool:
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     """Every tensor of a safetensors file (floats as float64), checked strictly: the length
     prefix within the file, a JSON object of entries with a known dtype, a shape of counts
-    and ``data_offsets`` within the payload that hold exactly the shape's bytes."""
+    and ``data_offsets`` within the payload that hold exactly the shape's bytes. Extra keys
+    in an entry and the metadata's contents are ignored (they change no tensor)."""
     data = path.read_bytes()
     if len(data) < 8:
         raise RefusedByReference(f"{len(data)} bytes, no length prefix")
@@ -47,13 +48,13 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
         raise RefusedByReference(f"header is not JSON ({type(exc).__name__})") from None
     if not isinstance(header, dict):
         raise RefusedByReference("header is not an object")
-    meta = header.pop("__metadata__", {})
-    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
-        raise RefusedByReference(f"__metadata__ {meta!r} is not a map of strings")
+    # The metadata is free text no reader here uses; whatever it holds, the tensors read
+    # the same, so accepting it is not a wrong result.
+    header.pop("__metadata__", None)
     payload = memoryview(data)[8 + length:]
     out = {}
     for name, entry in header.items():
-        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+        if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
             raise RefusedByReference(f"{name!r}: entry {entry!r}")
         dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
         if not isinstance(dtype, str) or dtype not in _ITEM:

@@ -34,6 +34,7 @@ from fuzz_worker import STAGE_FILE  # noqa: E402
 
 FORMATS = ("onnx", "safetensors", "config")
 CASE_TIMEOUT_S = 20.0
+FIRST_CASE_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 120.0
 RSS_BUDGET_KIB = 1536 * 1024  # 1.5 GiB for the worker, its context and the case together
 PASSING = ("ok", "refused")
@@ -185,10 +186,12 @@ class Worker:
 
     def run(self, fmt: str, path: Path, seed: int) -> dict[str, Any]:
         """One case's record; the worker is restarted when it did not survive the case."""
-        if self.process is None:
+        fresh = self.process is None
+        if fresh:
             self.start()
         self.conn.send((fmt, str(path), seed))
-        record = self._wait(CASE_TIMEOUT_S)
+        # A fresh worker's first case also builds its pipelines (LLVM, on a loaded machine).
+        record = self._wait(FIRST_CASE_TIMEOUT_S if fresh else CASE_TIMEOUT_S)
         stage = path / STAGE_FILE
         if record.get("entry") == "worker" and stage.exists():
             record["entry"] = stage.read_text()
