@@ -73,6 +73,10 @@ class Result:
         and quoted names)."""
         r = self.record
         where = r.get("where") or _general(r.get("message", ""))
+        if r["kind"] in ("crash", "hang", "rss"):  # no traceback: what the file was instead
+            where += " (" + (self.mutation if self.mutation.startswith(
+                ("model.onnx is", "model.safetensors is", "config.json is", "shrunk"))
+                else "mutated content") + ")"
         return (self.fmt, r["kind"], r.get("entry", ""), r.get("exc_type", ""), where)
 
     def describe(self) -> str:
