@@ -121,6 +121,7 @@ TRANSFERS: dict[str, str] = {
                                              "layer's synchronization validation",
     "tests/frontends/test_onnx_bert_block.py": "an ONNX BERT block end to end",
     "tests/frontends/test_onnx_int8_minilm.py": "the int8 MiniLM export end to end",
+    "tests/frontends/test_onnx_lifetime.py": "an ONNX model's device memory given back",
     "tests/distributed/test_data_parallel.py": "one batch split across contexts",
 }
 
