@@ -121,6 +121,7 @@ TRANSFERS: dict[str, str] = {
                                              "layer's synchronization validation",
     "tests/frontends/test_onnx_bert_block.py": "an ONNX BERT block end to end",
     "tests/frontends/test_onnx_int8_minilm.py": "the int8 MiniLM export end to end",
+    "tests/frontends/test_onnx_lifetime.py": "an ONNX model's device memory given back",
     "tests/distributed/test_data_parallel.py": "one batch split across contexts",
 }
 
@@ -148,6 +149,7 @@ HARDENED: dict[str, str] = {
     "tests/serve/test_bad_requests.py": "the server's bad-request corpus",
     "tests/serve/test_fuzz.py": "request-body fuzz against the server",
     "tests/serve/test_faults.py": "device faults under the server's batcher",
+    "tests/fuzz/test_fuzz_model_files.py": "model-file fuzz: ONNX, safetensors, config.json",
 }
 
 TIERS: dict[str, dict[str, str]] = {"smoke": SMOKE, "fast": FAST, "transfers": TRANSFERS,

@@ -90,9 +90,9 @@ def _run_poisoned(model: vkumd.onnx.OnnxModel, feeds: dict) -> np.ndarray:
     no standalone int32 comparison, the mask's ``Cast`` to bool), freed pool blocks, which
     the interpreter's fresh tensors are carved from."""
     model(**feeds)
-    cached = run._compiled.get(model.graph)  # the recording is the runner's; reached on purpose
-    if cached is not None:
-        poison(cached[1])
+    recorded = run.recording(model.graph)
+    if recorded is not None:
+        poison(recorded)
     else:
         ctx = model._context()
         ctx.synchronize()

@@ -9,7 +9,6 @@ result it returns is always the device's.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,7 +21,11 @@ from vkumd.framework.graph import Graph, UnsupportedOpError
 from vkumd.framework.interpret import run_graph as interpret
 from vkumd.framework.tensor import Tensor
 
-_compiled: weakref.WeakKeyDictionary[Graph, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+# The graph's recording, kept on the graph itself: a CompiledGraph holds its graph, so in a
+# dict keyed weakly by the graph the entry would keep its own key (and the recording's
+# device memory) alive for the context's life. On the graph the two form a cycle the
+# collector frees with the model.
+_RECORDING = "_onnx_recording"
 # Threads making a model's first calls together record its graph once, not once each.
 _compiled_lock = threading.Lock()
 
@@ -39,18 +42,25 @@ def check_device(graph: Graph) -> None:
             raise NoDeviceKernel(f"{reason} ({node.describe()})")
 
 
+def recording(graph: Graph) -> Any:
+    """The :class:`CompiledGraph` that :func:`run_graph` recorded for ``graph``, or None
+    (not run yet, or run through the interpreter)."""
+    cached = getattr(graph, _RECORDING, None)
+    return None if cached is None else cached[1]
+
+
 def _recorded(graph: Graph, ctx: Any) -> Any:
     """The graph's :class:`CompiledGraph` on ``ctx`` (kept per graph), or None when it cannot
     be recorded (its inputs or outputs of a type the executor does not copy)."""
     with _compiled_lock:
-        cached = _compiled.get(graph)
+        cached = getattr(graph, _RECORDING, None)
         if cached is not None and cached[0] is ctx:
             return cached[1]
         try:
             compiled = CompiledGraph(graph, ctx)
         except UnsupportedOpError:
             return None
-        _compiled[graph] = (ctx, compiled)
+        setattr(graph, _RECORDING, (ctx, compiled))
         return compiled
 
 
