@@ -147,6 +147,9 @@ _BERT = {"model_type": "bert", "architectures": ["BertModel"], "vocab_size": 100
     ({"num_hidden_layers": 10**9}, r"field 'num_hidden_layers' = 1000000000 is more than 1024"),
     ({"num_attention_heads": 10**12}, r"field 'num_attention_heads' = 1000000000000 is more"),
     ({"layer_norm_eps": "1e-12"}, r"field 'layer_norm_eps' = '1e-12'"),
+    ({"layer_norm_eps": 1e300}, r"field 'layer_norm_eps' = 1e\+300; it must be a number from"),
+    ({"layer_norm_eps": 10**400}, r"field 'layer_norm_eps' = 1000"),
+    ({"layer_norm_eps": -1e-5}, r"field 'layer_norm_eps' = -1e-05"),
 ])
 def test_config_fields_of_the_wrong_type_or_size(tmp_path: Path, changes: dict, text: str
                                                  ) -> None:

@@ -9,7 +9,6 @@ refusal names the file and the field.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +72,10 @@ class SentenceConfig:
     pooling: str
     normalize: bool
     max_seq_length: int
+
+
+# The largest float32: the kernels take layer-norm eps as one.
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 def read_json(path: Path) -> Any:
@@ -143,10 +146,10 @@ def read_bert_config(path: Path) -> BertConfig:
         raise ModelFileError(f"{path}: field 'hidden_act' = {act!r}; supported: "
                              f"{', '.join(ACTIVATIONS)}")
     eps = data.get("layer_norm_eps", 1e-12)
-    if (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps)
-            or eps < 0):
+    if (isinstance(eps, bool) or not isinstance(eps, (int, float))
+            or not 0 <= eps <= FLOAT32_MAX):
         raise ModelFileError(f"{path}: field 'layer_norm_eps' = {eps!r}; it must be a "
-                             "number >= 0")
+                             f"number from 0 to {FLOAT32_MAX:.4g} (float32's largest)")
     config = BertConfig(
         vocab_size=_int(path, data, "vocab_size"),
         hidden_size=_int(path, data, "hidden_size"),
