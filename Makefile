@@ -4,6 +4,7 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
 .PHONY: setup demo test test-fast test-hardened test-main test-device-only test-coopmat test-ray \
+	test-torch \
 	lint bench bench-check soak clean
 
 setup:
@@ -28,11 +29,14 @@ lint: setup
 # kernel family with device-only memory (discrete-GPU transfers) at 8-wide subgroups. Then
 # the cooperative-matrix lane: Mesa 26's lavapipe, only the tests marked coopmat, and a
 # missing capability fails instead of skipping. Last, the Ray tests (marked ray), which
-# start Ray clusters in network namespaces, in a step of their own with a time budget.
-test: lint test-main test-device-only test-coopmat test-ray
+# start Ray clusters in network namespaces, in a step of their own with a time budget. The
+# tests that import torch (marked torch) run in a process of their own (test-torch): torch
+# in the main lane's process would make every later gc.collect() scan its objects.
+test: lint test-main test-torch test-device-only test-coopmat test-ray
 
 test-fast: setup
-	VKUMD_VALIDATION=1 $(PY) -m pytest -q -m "(fast or smoke) and not ray and not coopmat" \
+	VKUMD_VALIDATION=1 $(PY) -m pytest -q \
+		-m "(fast or smoke) and not ray and not coopmat and not torch" \
 		$(PYTEST_ARGS)
 
 # Fuzzing (hypothesis) at FUZZ_SCALE times each test's examples (522 tests, 7.8 minutes
@@ -42,13 +46,18 @@ test-fast: setup
 # `make soak`.
 FUZZ_SCALE ?= 10
 test-hardened: setup
-	VKUMD_VALIDATION=1 $(PY) -m pytest -q -m "hardened and not ray" \
+	VKUMD_VALIDATION=1 $(PY) -m pytest -q -m "hardened and not ray and not torch" \
 		--fuzz-scale=$(FUZZ_SCALE) $(PYTEST_ARGS)
 	LP_NATIVE_VECTOR_WIDTH=256 VKUMD_DEVICE_ONLY_MEMORY=1 VKUMD_VALIDATION=1 \
-		$(PY) -m pytest -q -m "hardened and not ray" $(PYTEST_ARGS)
+		$(PY) -m pytest -q -m "hardened and not ray and not torch" $(PYTEST_ARGS)
 
 test-main: setup
-	VKUMD_VALIDATION=1 $(PY) -m pytest -q -m "not ray" $(PYTEST_ARGS)
+	VKUMD_VALIDATION=1 $(PY) -m pytest -q -m "not ray and not torch" $(PYTEST_ARGS)
+
+# The torch.compile / torch.export tests and the other tests that import torch (about a
+# minute here); they skip, saying why, where ci/setup.sh could not install torch.
+test-torch: setup
+	VKUMD_VALIDATION=1 $(PY) -m pytest -q -m torch $(PYTEST_ARGS)
 
 # Tensors in memory the host never maps (VKUMD_DEVICE_ONLY_MEMORY=1), so every upload and
 # read-back goes through staging copies as on a discrete GPU; lavapipe maps all of its memory
@@ -59,7 +68,7 @@ test-main: setup
 # AVX-512 hosts vkumd picks 16-wide for the main lane (vkumd/vk/driver_settings.py), so
 # every kernel family runs at both widths.
 # DEVICE_ONLY_TESTS="not ray" runs the whole suite this way.
-DEVICE_ONLY_TESTS ?= (transfers or smoke) and not ray and not coopmat
+DEVICE_ONLY_TESTS ?= (transfers or smoke) and not ray and not coopmat and not torch
 test-device-only: setup
 	LP_NATIVE_VECTOR_WIDTH=256 VKUMD_DEVICE_ONLY_MEMORY=1 VKUMD_VALIDATION=1 \
 		$(PY) -m pytest -q -m "$(DEVICE_ONLY_TESTS)" $(PYTEST_ARGS)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,8 @@ os.environ.setdefault("VKUMD_VALIDATION", "1")
 os.environ.setdefault("VKUMD_SYNC_VALIDATION", "1")
 
 import tiers  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 from vkumd import settings  # noqa: E402
 from vkumd.vk.instance import (  # noqa: E402
@@ -43,6 +46,18 @@ def pytest_configure(config: pytest.Config) -> None:
                             "purpose; the fixture checks that it arrived instead of failing")
     for name, meaning in tiers.MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {meaning}")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave the torch lane's modules uncollected when ``-m`` excludes torch: collecting them
+    imports torch, which then slows every gc.collect() of the run (tests/tiers.py, TORCH)."""
+    if "not torch" not in (config.getoption("markexpr") or ""):
+        return None
+    try:
+        relative = collection_path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return None
+    return True if relative in tiers.TORCH else None
 
 
 @pytest.hookimpl(tryfirst=True)

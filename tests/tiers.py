@@ -152,14 +152,28 @@ HARDENED: dict[str, str] = {
     "tests/fuzz/test_fuzz_model_files.py": "model-file fuzz: ONNX, safetensors, config.json",
 }
 
+# The tests that import torch. torch in a process makes every later gc.collect() scan its
+# ~280k objects (0.2-0.7 s a call here), which the bad-input corpus and the lifetime checks
+# call per case: these run in a lane of their own (make test-torch), and a run whose -m
+# excludes torch does not even collect their modules (tests/conftest.py).
+TORCH: dict[str, str] = {
+    "tests/frontends/test_torch_compile.py": "torch.compile and torch.export on vkumd",
+    "tests/frontends/test_torch_fallback.py": "what falls back to torch, and why",
+    "tests/framework/test_input_conversion.py::test_torch_bridge_refuses_ids_past_int32":
+        "the torch bridge's input rule",
+    "tests/bench/test_gpu_scripts.py::test_compare_refuses_a_torch_peer_it_cannot_have":
+        "bench/gpu's torch peer",
+}
+
 TIERS: dict[str, dict[str, str]] = {"smoke": SMOKE, "fast": FAST, "transfers": TRANSFERS,
-                                    "hardened": HARDENED}
+                                    "hardened": HARDENED, "torch": TORCH}
 
 MARKERS = {
     "smoke": "a kernel family's central reference check (test-fast; device-only lane)",
     "fast": "device-free or second-long unit tests (make test-fast)",
     "transfers": "host<->device transfer paths (the device-only lane runs these)",
     "hardened": "soak, fuzz, exhaustion, faults, bad inputs (make test-hardened)",
+    "torch": "imports torch; runs in a lane of its own (make test-torch)",
 }
 
 
