@@ -18,12 +18,14 @@ onnx = pytest.importorskip("onnx", reason="the ONNX frontend needs the onnx pack
 from isolated import run_isolated  # noqa: E402
 from onnx import TensorProto as T  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
+from onnx_models import Net, erf_gelu  # noqa: E402
 
 import vkumd.onnx  # noqa: E402
 from vkumd.errors import VkumdError  # noqa: E402
 from vkumd.framework.frontends.onnx.errors import (  # noqa: E402
     MalformedGraphError,
     OnnxFileError,
+    UnsupportedModelError,
 )
 from vkumd.models import ModelFileError  # noqa: E402
 
@@ -390,3 +392,58 @@ def test_model_file_errors_share_the_loaders_base() -> None:
     assert vkumd.onnx.MalformedGraphError is MalformedGraphError
     assert issubclass(OnnxFileError, ModelFileError)
     assert issubclass(MalformedGraphError, OnnxFileError)
+
+
+def _node(op: str, inputs: list[str], outputs: tuple[str, ...] = ("y",), **attrs) -> list:
+    return [helper.make_node(op, inputs, list(outputs), name="n", **attrs)]
+
+
+@pytest.mark.parametrize("nodes, outputs, opset, error, text", [
+    (_node("Relu", ["x"]), [_F("y", T.UNDEFINED, None)], 17, MalformedGraphError,
+     r"declares output 'y' with element type 0"),
+    (_node("Relu", ["x"]), [_F("y", T.INT64, None)], 17, MalformedGraphError,
+     r"declares output 'y' as INT64, but computes it as float32"),
+    (_node("Relu", ["x"]), [_F("y", T.UINT2, None)], 17, UnsupportedModelError,
+     r"graph output node 'y': UINT2 tensors are not supported"),
+    (_node("ReduceMax", ["x"], keepdims=3), None, 17, MalformedGraphError,
+     r"ReduceMax node 'n': attribute 'keepdims' = 3, but it is a boolean"),
+    (_node("Gemm", ["x", "x"], transB=-1), None, 17, MalformedGraphError,
+     r"attribute 'transB' = -1"),
+    (_node("Erf", ["x"]), None, 7, MalformedGraphError,
+     r"Erf node 'n': operator 'Erf' is not defined at the model's opset 7; it exists from "
+     r"opset 9"),
+    (_node("Add", ["x", "x"]), None, 6, UnsupportedModelError,
+     r"Add node 'n': at opset 6 it broadcasts as ONNX did before opset 7"),
+    (_node("Relu", ["x"]), None, 99, OnnxFileError, r"imports opset 99 of ONNX's default"),
+    (_node("Relu", ["x"]), None, 0, OnnxFileError, r"imports opset 0 of ONNX's default"),
+    (_node("MatMul", ["x", "x", "x"]), None, 17, MalformedGraphError,
+     r"MatMul node 'n' has 3 inputs; MatMul \(opset 17\) takes 2"),
+    (_node("Add", ["x"]), None, 17, MalformedGraphError, r"Add node 'n' has 1 inputs"),
+    (_node("Relu", ["x"], ("y", "z")), None, 17, MalformedGraphError,
+     r"Relu node 'n' has 2 outputs; Relu \(opset 17\) takes 1"),
+])
+def test_nodes_and_outputs_are_checked_against_onnx_schemas(nodes, outputs, opset, error,
+                                                            text: str) -> None:
+    model = _model(nodes, outputs=outputs)
+    model.opset_import[0].version = opset
+    with pytest.raises(error, match=text):
+        vkumd.onnx.load(model.SerializeToString())
+
+
+def test_an_undeclared_attribute_is_refused_inside_a_fused_idiom() -> None:
+    n = Net()
+    out = erf_gelu(n, "x")
+    n.nodes[-1].attribute.append(helper.make_attribute("axis", 1))
+    with pytest.raises(UnsupportedModelError, match=r"Mul node 'mul_\d+': attribute 'axis' "
+                       r"is not declared by Mul at opset 17"):
+        vkumd.onnx.load(n.model([_F("x", T.FLOAT, [2, 3])], [out]))
+
+
+def test_declared_output_types_stored_otherwise_are_restored() -> None:
+    shape = helper.make_node("Shape", ["x"], ["s"])
+    cast = helper.make_node("Cast", ["x"], ["b"], to=T.BOOL)
+    model = _model([shape, cast], outputs=[_F("s", T.INT64, None), _F("b", T.BOOL, None)])
+    got = vkumd.onnx.load(model.SerializeToString()).evaluate(
+        x=np.array([[0, 1, 2], [3, 0, 5]], np.float32))
+    assert got["s"].dtype == np.int64 and got["s"].tolist() == [2, 3]
+    assert got["b"].dtype == np.bool_ and got["b"].tolist() == [[0, 1, 1], [1, 0, 1]]

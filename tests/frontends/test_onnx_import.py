@@ -95,7 +95,8 @@ def test_a_where_on_integers_says_there_is_no_device_kernel(ctx: object) -> None
     n = Net()
     c = helper.make_tensor_value_info("c", T.BOOL, [4])
     a = helper.make_tensor_value_info("a", T.INT32, [4])
-    loaded = vkumd.onnx.load(n.model([c, a], [n.op("Where", "c", "a", "a")]), ctx=ctx)
+    loaded = vkumd.onnx.load(n.model([c, a], [n.op("Where", "c", "a", "a")], [T.INT32]),
+                             ctx=ctx)
     with pytest.raises(vkumd.onnx.NoDeviceKernel, match="where has no device kernel for int32"):
         loaded(c=np.array([1, 0, 1, 0], bool), a=np.arange(4, dtype=np.int32))
 

@@ -11,7 +11,8 @@ loader checks one:
   checked against the file's size before it is read;
 - the graph is well formed: one writer per name, no node writing a graph input or an
   initializer, every declared output produced, every name read defined, no cycle (nodes out
-  of order are sorted, as onnxruntime does).
+  of order are sorted, as onnxruntime does);
+- its nodes and outputs are what ONNX's schemas allow at its opset (:mod:`.schema`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from google.protobuf.message import DecodeError
 from onnx import helper
 
 from vkumd.framework.frontends.onnx.errors import MalformedGraphError, OnnxFileError
+from vkumd.framework.frontends.onnx.schema import check_model, node_label
 from vkumd.framework.untrusted import open_regular, pread_exact, read_regular
 
 # protobuf refuses to serialize a message past 2 GiB; a bigger .onnx file is not a model.
@@ -52,7 +54,8 @@ def read_model(source: str | Path | bytes | onnx.ModelProto) -> tuple[onnx.Model
     Raises:
         OnnxFileError: the file cannot be read or decoded, or a tensor or external-data
             reference is malformed.
-        MalformedGraphError: the graph is not well formed (:func:`ordered_nodes`).
+        MalformedGraphError: the graph is not well formed (:func:`ordered_nodes`), or a
+            node or output breaks ONNX's schemas (:func:`~.schema.check_model`).
     """
     if isinstance(source, onnx.ModelProto):
         model, where, base = source, f"model {source.graph.name or '(unnamed)'!r}", None
@@ -67,6 +70,7 @@ def read_model(source: str | Path | bytes | onnx.ModelProto) -> tuple[onnx.Model
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             _load_external(tensor, owner, where, base)
     ordered_nodes(model.graph, where)
+    check_model(model, where)
     return model, where
 
 
@@ -177,10 +181,6 @@ def _load_external(tensor: onnx.TensorProto, owner: str, where: str, base: Path 
     tensor.data_location = onnx.TensorProto.DEFAULT
 
 
-def _node_name(node: onnx.NodeProto, index: int) -> str:
-    return f"{node.op_type} node {node.name or f'#{index}'!r}"
-
-
 def ordered_nodes(graph: onnx.GraphProto, where: str) -> list[onnx.NodeProto]:
     """The graph's nodes, checked and in an order where each follows what it reads.
 
@@ -213,12 +213,12 @@ def ordered_nodes(graph: onnx.GraphProto, where: str) -> list[onnx.NodeProto]:
                 continue
             if name in producer:
                 raise MalformedGraphError(
-                    f"{where}: {_node_name(nodes[producer[name]], producer[name])} and "
-                    f"{_node_name(node, i)} both write {name!r}; a name has one writer "
+                    f"{where}: {node_label(nodes[producer[name]], producer[name])} and "
+                    f"{node_label(node, i)} both write {name!r}; a name has one writer "
                     "(onnxruntime refuses this model too)")
             if name in sources:
                 raise MalformedGraphError(
-                    f"{where}: {_node_name(node, i)} writes {name!r}, which is a "
+                    f"{where}: {node_label(node, i)} writes {name!r}, which is a "
                     f"{sources[name]}; a node output may not shadow one (onnxruntime refuses "
                     "this model too)")
             producer[name] = i
@@ -230,7 +230,7 @@ def ordered_nodes(graph: onnx.GraphProto, where: str) -> list[onnx.NodeProto]:
     for i, node in enumerate(nodes):
         for name in node.input:
             if name and name not in producer and name not in sources:
-                raise MalformedGraphError(f"{where}: {_node_name(node, i)} reads {name!r}, "
+                raise MalformedGraphError(f"{where}: {node_label(node, i)} reads {name!r}, "
                                           "which no node, graph input or initializer defines")
         deps.append({producer[n] for n in node.input if n in producer})
     if all(j < i for i, d in enumerate(deps) for j in d):
@@ -260,6 +260,6 @@ def _sorted(nodes: list[onnx.NodeProto], deps: list[set[int]], where: str) -> li
         name = next(n for n in nodes[stuck].input
                     if n and any(waiting[j] for j in deps[stuck] if n in nodes[j].output))
         raise MalformedGraphError(f"{where}: the nodes form a cycle: "
-                                  f"{_node_name(nodes[stuck], stuck)} reads {name!r}, which "
+                                  f"{node_label(nodes[stuck], stuck)} reads {name!r}, which "
                                   "depends on its own result; an ONNX graph is acyclic")
     return order

@@ -22,6 +22,7 @@ from vkumd.framework.frontends.onnx import derived as derived_mod
 from vkumd.framework.frontends.onnx import ops_linalg, ops_logic, ops_math, ops_shape  # noqa: F401
 from vkumd.framework.frontends.onnx.derived import Derived
 from vkumd.framework.frontends.onnx.errors import (
+    MalformedGraphError,
     NeedsConstant,
     OnHost,
     OnnxFileError,
@@ -33,7 +34,15 @@ from vkumd.framework.frontends.onnx.errors import (
 from vkumd.framework.frontends.onnx.files import ordered_nodes, read_model
 from vkumd.framework.frontends.onnx.fold import too_big
 from vkumd.framework.frontends.onnx.patterns import attention_idioms, fuse_erf_gelu
-from vkumd.framework.frontends.onnx.state import CONVERTERS, State, ir_dtype, node_attrs
+from vkumd.framework.frontends.onnx.schema import legacy_broadcast, undeclared_attributes
+from vkumd.framework.frontends.onnx.state import (
+    CONVERTERS,
+    IR_DTYPES,
+    State,
+    ir_dtype,
+    node_attrs,
+    type_name,
+)
 from vkumd.framework.graph import Dim, Graph, GraphBuilder, sym
 
 Dynamic = Mapping[str, Mapping[int, str]]
@@ -211,18 +220,29 @@ def _import(model: onnx.ModelProto, where: str, dynamic: Dynamic | None,
         out.input_names.append(vi.name)
         out.input_types.append(elem)
         out.input_shapes.append(tuple(shape))
+    for vi in g.output:
+        try:
+            ir_dtype(vi.type.tensor_type.elem_type)
+        except Unsupported as exc:
+            refusals.append(Refusal(vi.name, "graph output", str(exc)))
     poisoned: set[str] = {r.name for r in refusals}
-    for node in attention_idioms(fuse_erf_gelu(ordered_nodes(g, where), st.env), st.env):
-        _convert(st, node, refusals, poisoned)
+    nodes = ordered_nodes(g, where)
+    # Before the idioms are fused, which would drop the attributes of the nodes they join.
+    undeclared = _undeclared(nodes, st.opset, refusals, poisoned)
+    for node in attention_idioms(fuse_erf_gelu(nodes, st.env), st.env):
+        if id(node) not in undeclared:
+            _convert(st, node, refusals, poisoned)
     outputs = []
     for vi in g.output:
         if vi.name in poisoned or vi.name not in st.env:
             continue
         try:
-            outputs.append(st.value(vi.name))
+            value = st.value(vi.name)
         except Unsupported as exc:
             refusals.append(Refusal(vi.name, "graph output", str(exc)))
             continue
+        _check_output_type(vi, value.dtype.name, where)
+        outputs.append(value)
         out.output_names.append(vi.name)
         out.output_types.append(vi.type.tensor_type.elem_type)
     if refusals:
@@ -234,6 +254,31 @@ def _import(model: onnx.ModelProto, where: str, dynamic: Dynamic | None,
                           for name, onnx_name in out.derived.items()}
     out.derived_env = _closure(st.env, list(out.derived.values()))
     return out
+
+
+def _undeclared(nodes: list[onnx.NodeProto], opset: int, refusals: list[Refusal],
+                poisoned: set[str]) -> set[int]:
+    """Refuse the default-domain nodes with attributes their schema does not declare;
+    returns their ids (they are not converted)."""
+    refused = set()
+    for node in nodes:
+        why = undeclared_attributes(node, opset) if node.domain in ("", "ai.onnx") else None
+        if why is not None:
+            refusals.append(Refusal(node.name, node.op_type, why))
+            poisoned.update(node.output)
+            refused.add(id(node))
+    return refused
+
+
+def _check_output_type(vi: onnx.ValueInfoProto, computed: str, where: str) -> None:
+    """Refuse a graph output whose declared element type is not what the graph computes
+    (compared as vkumd stores them: an int64 output computed as int32, a bool one as uint8,
+    are restored to their declared type on return)."""
+    declared = vi.type.tensor_type.elem_type
+    if IR_DTYPES[declared] != computed:
+        raise MalformedGraphError(
+            f"{where}: the graph declares output {vi.name!r} as {type_name(declared)}, but "
+            f"computes it as {computed}; declare the type the graph computes (or add a Cast)")
 
 
 def _closure(env: Mapping[str, object], names: list[str]) -> dict[str, np.ndarray | Derived]:
@@ -262,6 +307,13 @@ def _convert(st: State, node: onnx.NodeProto, refusals: list[Refusal], poisoned:
     spec = CONVERTERS.get(node.op_type) if ours else None
     if any(n in poisoned for n in node.input if n):
         poisoned.update(node.output)  # its cause is already listed
+        return
+    if ours and legacy_broadcast(node.op_type, st.opset):
+        refusals.append(Refusal(node.name, node.op_type, f"at opset {st.opset} it broadcasts as "
+                                "ONNX did before opset 7 (by its 'broadcast' attribute), which "
+                                "vkumd does not implement; convert the model to opset 7 or "
+                                "later (onnx.version_converter)"))
+        poisoned.update(node.output)
         return
     bounds = [st.env[n] for n in node.input if n and n in st.env]
     static = ours and all(isinstance(b, (np.ndarray, Derived)) for b in bounds)
