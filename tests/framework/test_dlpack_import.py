@@ -12,26 +12,13 @@ import pytest
 
 import vkumd
 from vkumd.errors import VkumdValueError
+from vkumd.framework.dlpack_check import DLDataType, DLDevice, DLTensor
 
 KDLCPU, KDLFLOAT = 1, 2
 
 
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
 class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
                 ("deleter", ctypes.c_void_p)]
 
 
@@ -49,9 +36,9 @@ class NullProducer:
         self._managed = _DLManagedTensor()
         t = self._managed.dl_tensor
         t.data = None
-        t.device = _DLDevice(KDLCPU, 0)
+        t.device = DLDevice(KDLCPU, 0)
         t.ndim = len(shape)
-        t.dtype = _DLDataType(KDLFLOAT, 32, 1)
+        t.dtype = DLDataType(KDLFLOAT, 32, 1)
         t.shape = self._shape
 
     def __dlpack_device__(self) -> tuple[int, int]:

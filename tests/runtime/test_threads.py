@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from thread_runner import run_threads
 
 import vkumd
 from vkumd import ops
@@ -25,29 +26,6 @@ from vkumd.testing.numerics import rel_error
 from vkumd.vk.binding import ffi, lib, vk
 
 JOIN_TIMEOUT_S = 60.0
-
-
-def _run_threads(targets: list[Callable[[], None]], timeout: float = JOIN_TIMEOUT_S) -> None:
-    """Run each target in its own thread; re-raise the first error; fail if one hangs."""
-    errors: list[BaseException] = []
-
-    def guarded(target: Callable[[], None]) -> None:
-        try:
-            target()
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=guarded, args=(t,), daemon=True) for t in targets]
-    for thread in threads:
-        thread.start()
-    end = time.monotonic() + timeout
-    for thread in threads:
-        thread.join(max(0.0, end - time.monotonic()))
-    hung = [thread.name for thread in threads if thread.is_alive()]
-    if hung:
-        pytest.fail(f"{len(hung)} thread(s) still running after {timeout} s: {hung}")
-    if errors:
-        raise errors[0]
 
 
 @pytest.fixture
@@ -143,7 +121,8 @@ def test_eight_threads_share_the_default_stream_and_own_streams(fresh_ctx, racy)
     ctx = fresh_ctx
     privates = [ctx.stream(name=f"thread {i}", max_batch_dispatches=5) for i in range(8)]
     deadline = time.monotonic() + 2.5
-    _run_threads([lambda i=i: _worker(ctx, i, deadline, privates[i]) for i in range(8)])
+    run_threads([lambda i=i: _worker(ctx, i, deadline, privates[i]) for i in range(8)],
+                JOIN_TIMEOUT_S)
     ctx.synchronize()
     assert ctx.default_stream.done
     for stream in privates:
@@ -182,7 +161,7 @@ def test_pollers_do_not_recycle_work_still_in_flight(fresh_ctx, racy) -> None:
         while not stop.is_set():
             assert isinstance(stream.done, bool)
 
-    _run_threads([produce, poll, poll, poll_done])
+    run_threads([produce, poll, poll, poll_done], JOIN_TIMEOUT_S)
     stream.synchronize()
     assert stream.done and all(event.done for event in events)
     stream.release()
@@ -265,7 +244,7 @@ def test_fences_polled_from_two_threads_retire_each_fence_once(ctx, monkeypatch)
                 pass  # the other thread is kept out (by the lock): go on alone
 
     monkeypatch.setattr(timeline_module, "lib", _GatedLib(lib, "vkGetFenceStatus", meet_once))
-    _run_threads([timeline.completed, timeline.completed], timeout=10.0)
+    run_threads([timeline.completed, timeline.completed], timeout=10.0)
     monkeypatch.undo()
     assert timeline.completed() == 2
     for _ in range(3):  # reuses the retired fences: one of them twice would be reset in use
@@ -297,7 +276,7 @@ def test_fence_waits_and_polls_from_threads_while_one_submits(ctx, racy) -> None
             assert timeline.completed() >= target
             submitter.collect()
 
-    _run_threads([submit, wait_and_poll, wait_and_poll, wait_and_poll])
+    run_threads([submit, wait_and_poll, wait_and_poll, wait_and_poll], JOIN_TIMEOUT_S)
     submitter.wait(timeline.submitted)
     assert timeline.completed() == timeline.submitted == 1500
     submitter.release()

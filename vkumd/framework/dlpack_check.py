@@ -22,18 +22,18 @@ from vkumd.errors import VkumdValueError
 _LEGACY_NAME = b"dltensor"
 
 
-class _DLDevice(ctypes.Structure):
+class DLDevice(ctypes.Structure):
     _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
 
 
-class _DLDataType(ctypes.Structure):
+class DLDataType(ctypes.Structure):
     _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
 
 
-class _DLTensor(ctypes.Structure):
+class DLTensor(ctypes.Structure):
     # dlpack.h's DLTensor, the first member of the legacy DLManagedTensor.
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
                 ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
 
 
@@ -78,7 +78,7 @@ def checked_producer(source: Any) -> Any:
     """
     capsule = source.__dlpack__()
     if _IS_VALID(capsule, _LEGACY_NAME):
-        tensor = _DLTensor.from_address(_GET_POINTER(capsule, _LEGACY_NAME))
+        tensor = DLTensor.from_address(_GET_POINTER(capsule, _LEGACY_NAME))
         if not tensor.data and tensor.ndim >= 0:
             count = math.prod(tensor.shape[i] for i in range(tensor.ndim)) if tensor.ndim else 1
             if count != 0:

@@ -14,12 +14,12 @@ import functools
 import math
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
+from thread_runner import run_threads
 
 import vkumd
 from vkumd import ops
@@ -69,29 +69,6 @@ def racy() -> Iterator[None]:
     sys.setswitchinterval(before)
 
 
-def _run_threads(targets: list[Callable[[], None]]) -> None:
-    """Run each target in its own thread; re-raise the first error; fail if one hangs."""
-    errors: list[BaseException] = []
-
-    def guarded(target: Callable[[], None]) -> None:
-        try:
-            target()
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=guarded, args=(t,), daemon=True) for t in targets]
-    for thread in threads:
-        thread.start()
-    end = time.monotonic() + JOIN_TIMEOUT_S
-    for thread in threads:
-        thread.join(max(0.0, end - time.monotonic()))
-    hung = [thread.name for thread in threads if thread.is_alive()]
-    if hung:
-        pytest.fail(f"{len(hung)} thread(s) still running after {JOIN_TIMEOUT_S} s: {hung}")
-    if errors:
-        raise errors[0]
-
-
 @pytest.mark.parametrize("streams", ["default stream", "a stream per thread"])
 def test_threads_sharing_one_compiled_function_get_their_own_results(
         ctx, racy, monkeypatch, streams) -> None:
@@ -133,7 +110,7 @@ def test_threads_sharing_one_compiled_function_get_their_own_results(
             if why is not None:
                 wrong.append(f"thread {index} call {call} (batch {batch}): {why}")
 
-    _run_threads([functools.partial(caller, i) for i in range(THREADS)])
+    run_threads([functools.partial(caller, i) for i in range(THREADS)], JOIN_TIMEOUT_S)
     ctx.synchronize()
     total = THREADS * CALLS
     assert not wrong, f"{len(wrong)} of {total} calls wrong:\n" + "\n".join(wrong[:10])
