@@ -23,15 +23,20 @@ _LEGACY_NAME = b"dltensor"
 
 
 class DLDevice(ctypes.Structure):
+    """dlpack.h's DLDevice: the device type and id of a tensor's memory."""
+
     _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
 
 
 class DLDataType(ctypes.Structure):
+    """dlpack.h's DLDataType: type code, bits per lane and lanes."""
+
     _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
 
 
 class DLTensor(ctypes.Structure):
-    # dlpack.h's DLTensor, the first member of the legacy DLManagedTensor.
+    """dlpack.h's DLTensor, the first member of the legacy DLManagedTensor."""
+
     _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
                 ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
                 ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
