@@ -1,7 +1,7 @@
 """``vkumd serve``: the embeddings server on 127.0.0.1:8080 by default (docs/serving.md).
 
     vkumd serve                                   # all-MiniLM-L6-v2, no keys, loopback only
-    vkumd serve --api-key-file keys.txt --host 0.0.0.0 --port 8000
+    vkumd serve --api-key-file keys.txt --port 8000   # keys required, still loopback
     VKUMD_SERVE_BATCH_POLICY=fifo vkumd serve     # TEI's batcher, to compare
 
 Every option has an environment variable (shown with its default below); the option wins.

@@ -49,7 +49,8 @@ def _bool(text: str) -> bool:
 
 FLAGS: tuple[Flag, ...] = (
     Flag("host", "VKUMD_SERVE_HOST", "127.0.0.1", str,
-         "address to listen on; 0.0.0.0 exposes the server to the network", "ADDR"),
+         "address to listen on; any but loopback exposes the server to the network",
+         "ADDR"),
     Flag("port", "VKUMD_SERVE_PORT", 8080, int, "TCP port", "N"),
     Flag("model", "VKUMD_SERVE_MODEL", "all-MiniLM-L6-v2", str,
          "model directory or installed model name", "PATH"),
