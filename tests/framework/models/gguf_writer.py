@@ -37,11 +37,18 @@ class Typed:
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A tensor to write: its numpy-order shape, GGUF type and stored bytes."""
+    """A tensor to write: its numpy-order shape, GGUF type and stored bytes.
+
+    For broken files: ``offset`` places it (relative to the data section) instead of after
+    the previous one, ``type_id`` and ``dims`` (GGUF order) replace what is written in the
+    table."""
 
     shape: tuple[int, ...]
     qtype: str
     data: bytes
+    offset: int | None = None
+    type_id: int | None = None
+    dims: tuple[int, ...] | None = None
 
 
 def _infer(value: Any) -> str:
@@ -110,21 +117,19 @@ def gguf_bytes(metadata: dict[str, Any], tensors: dict[str, TensorSpec], *,
     for key, value in meta.items():
         vtype = _infer(value)
         out += _string(key) + struct.pack("<I", VTYPE[vtype][0]) + encode_value(value, vtype)
-    offset = 0
-    placed = []
+    end = 0
+    data = bytearray()
     for name, spec in tensors.items():
-        offset = -(-offset // alignment) * alignment
-        dims = tuple(reversed(spec.shape))
-        out += _string(name) + struct.pack(f"<I{len(dims)}QIQ", len(dims), *dims,
-                                           GGML_TYPE[spec.qtype], offset)
-        placed.append((offset, spec.data))
-        offset += len(spec.data)
+        offset = -(-end // alignment) * alignment if spec.offset is None else spec.offset
+        dims = tuple(reversed(spec.shape)) if spec.dims is None else spec.dims
+        tid = GGML_TYPE[spec.qtype] if spec.type_id is None else spec.type_id
+        out += _string(name) + struct.pack(f"<I{len(dims)}QIQ", len(dims), *dims, tid, offset)
+        if offset + len(spec.data) > len(data):
+            data += b"\0" * (offset + len(spec.data) - len(data))
+        data[offset:offset + len(spec.data)] = spec.data
+        end = max(end, offset + len(spec.data))
     out += b"\0" * (-len(out) % alignment)
-    base = len(out)
-    for rel, data in placed:
-        out += b"\0" * (base + rel - len(out))
-        out += data
-    return bytes(out)
+    return bytes(out + data)
 
 
 def write_gguf(path: str | Path, metadata: dict[str, Any], tensors: dict[str, TensorSpec], *,
