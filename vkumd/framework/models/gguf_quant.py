@@ -85,18 +85,20 @@ def dequantize(raw: np.ndarray, qtype: str, k: int) -> np.ndarray:
     nb = expected // QTYPES[qtype][1]
     blocks = np.ascontiguousarray(raw).reshape(n, nb, QTYPES[qtype][1])
     d = blocks[..., 0:2].copy().view("<f2").astype(np.float32)  # [n, nb, 1]
-    if qtype == "Q8_0":
-        q = blocks[..., 2:].view(np.int8).astype(np.float32)
-        values = d * q
-    else:
-        packed = blocks[..., -16:]
-        nibbles = np.concatenate([packed & 0x0F, packed >> 4], axis=-1).astype(np.float32)
-        if qtype == "Q4_0":
-            values = d * (nibbles - 8.0)
-        else:
-            m = blocks[..., 2:4].copy().view("<f2").astype(np.float32)
-            values = d * nibbles + m
+    with np.errstate(invalid="ignore", over="ignore"):  # a NaN or inf scale decodes as such
+        values = _decode(blocks, d, qtype)
     return values.reshape(n, nb * BLOCK)[:, :k].astype(np.float32, copy=False)
+
+
+def _decode(blocks: np.ndarray, d: np.ndarray, qtype: str) -> np.ndarray:
+    if qtype == "Q8_0":
+        return d * blocks[..., 2:].view(np.int8).astype(np.float32)
+    packed = blocks[..., -16:]
+    nibbles = np.concatenate([packed & 0x0F, packed >> 4], axis=-1).astype(np.float32)
+    if qtype == "Q4_0":
+        return d * (nibbles - 8.0)
+    m = blocks[..., 2:4].copy().view("<f2").astype(np.float32)
+    return d * nibbles + m
 
 
 def quantize(w: np.ndarray, qtype: str) -> np.ndarray:
