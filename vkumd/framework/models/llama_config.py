@@ -108,8 +108,8 @@ def _need(meta: dict[str, Any], key: str, source: str, kind: type = int) -> Any:
     ok = (isinstance(value, (int, float)) and not isinstance(value, bool)) if kind is float \
         else (isinstance(value, kind) and not isinstance(value, bool))
     if not ok:
-        raise ModelFileError(f"{source}: metadata {key!r} is {value!r}; a "
-                             f"{kind.__name__} was expected")
+        raise ModelFileError(f"{source}: metadata {key!r} is {value!r}; "
+                             f"{'a number' if kind is float else 'an integer'} was expected")
     return value
 
 
