@@ -170,7 +170,13 @@ def test_hf_directory_tokenizes_the_same(tmp_path: Path) -> None:
         assert hf.encode(text, add_special_tokens=False).ids == ours.encode(text).ids
 
 
+def need_jinja2() -> None:
+    pytest.importorskip("jinja2", reason="jinja2 is not installed (pip install jinja2, or "
+                        "vkumd[models]); model chat templates other than ChatML need it")
+
+
 def test_chat_templates() -> None:
+    need_jinja2()
     config = tiny_config()
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     text = render_chat(config, msgs)
@@ -185,6 +191,7 @@ def test_chat_templates() -> None:
 
 
 def test_smollm2_template_adds_its_system_prompt() -> None:
+    need_jinja2()
     with GGUFFile(need_smollm2()) as f:
         config = config_from_gguf(f)
     text = render_chat(config, [{"role": "user", "content": "Hi"}])
@@ -207,6 +214,7 @@ def test_bad_messages(messages: object, error: type[Exception], match: str) -> N
 
 
 def test_template_failures_are_clear() -> None:
+    need_jinja2()
     refusing = tiny_config(chat_template="{{ raise_exception('no system role') }}")
     with pytest.raises(VkumdValueError, match="refused the messages: no system role"):
         render_chat(refusing, [{"role": "user", "content": "x"}])
