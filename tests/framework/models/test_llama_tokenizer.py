@@ -239,3 +239,18 @@ def test_bad_vocabularies(tmp_path: Path, metadata: dict, error: type[Exception]
     write_tiny_gguf(path, metadata=metadata)
     with GGUFFile(path) as f, pytest.raises(error, match=match):
         tokenizer_from_gguf(f)
+
+
+@pytest.mark.parametrize("pre,pieces", [
+    ("smollm", ["Ġ", "1", "2", "3", "4", "5", "Ġab", "'s"]),
+    ("default", ["Ġ12345", "Ġab", "'s"]),
+    ("llama-bpe", ["Ġ", "123", "45", "Ġab", "'s"]),
+])
+def test_pre_tokenizers_split_digits_as_llama_cpp_does(tmp_path: Path, pre: str,
+                                                       pieces: list[str]) -> None:
+    path = tmp_path / "t.gguf"
+    write_tiny_gguf(path, metadata={"tokenizer.ggml.pre": pre})
+    with GGUFFile(path) as f:
+        tok = tokenizer_from_gguf(f)
+    assert [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(" 12345 ab's")] == pieces
+    assert tok.decode(tok.encode(" 12345 ab's").ids) == " 12345 ab's"
