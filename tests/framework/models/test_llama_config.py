@@ -30,7 +30,7 @@ def test_smollm2_config_and_weights() -> None:
     assert (config.num_heads, config.num_kv_heads, config.head_dim) == (9, 3, 64)
     assert config.rope_theta == 100000.0 and config.rope_pairs == "adjacent"
     assert config.rms_eps == pytest.approx(1e-5) and config.vocab_size == 49152
-    assert config.tie_embeddings and config.bos_id is None and config.eos_ids == (2,)
+    assert config.tie_embeddings and config.bos_id is None and config.eos_ids == (2, 0)
     assert config.context_length == 8192 and "<|im_start|>" in config.chat_template
     assert len(weights) == 2 + 30 * 9 and "output" not in weights
     assert weights["embed"].qtype == "Q8_0" and weights["embed"].data.shape == (49152, 18 * 34)
@@ -106,7 +106,7 @@ def test_hf_config_refusals(tmp_path: Path) -> None:
     root = tmp_path / "hf"
     write_tiny_hf(root)
     good = json.loads((root / "config.json").read_text())
-    assert config_from_hf(root).eos_ids == (2,)
+    assert config_from_hf(root).eos_ids == (2, 0)
     cases = [({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]},
               UnsupportedModelError, "LlamaForCausalLM only"),
              ({"rope_scaling": {"type": "linear", "factor": 2}}, UnsupportedModelError,

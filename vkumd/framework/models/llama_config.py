@@ -19,6 +19,9 @@ from vkumd.framework.models.gguf import GGUFFile
 from vkumd.framework.untrusted import read_regular
 
 ROPE_PAIRS = ("adjacent", "halves")
+# Tokens that end generation besides the declared end-of-sequence/turn ids (llama.cpp's list).
+END_OF_GENERATION = frozenset({"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                               "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>"})
 _MAX_CONFIG_BYTES = 1 << 20
 # Every size is checked against this: far past any real model, small enough that products
 # of two of them stay exact integers.
@@ -43,7 +46,7 @@ class LlamaConfig:
         context_length: the longest context the model was trained for.
         tie_embeddings: the output head is the token embedding.
         bos_id: the token put before a prompt, or None when the model adds none.
-        eos_ids: tokens that end generation.
+        eos_ids: tokens that end generation (the declared end of sequence first).
         chat_template: the model's Jinja chat template, or None.
     """
 
@@ -150,9 +153,11 @@ def config_from_gguf(gguf: GGUFFile) -> LlamaConfig:
     else:  # llama.cpp's default: SentencePiece vocabularies add one, byte-level BPE does not
         add_bos = meta.get("tokenizer.ggml.model") == "llama"
     bos = meta.get("tokenizer.ggml.bos_token_id") if add_bos else None
-    eos = tuple(dict.fromkeys(meta[k] for k in ("tokenizer.ggml.eos_token_id",
-                                                "tokenizer.ggml.eot_token_id",
-                                                "tokenizer.ggml.eom_token_id") if k in meta))
+    eos = [meta[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                             "tokenizer.ggml.eom_token_id") if k in meta]
+    if isinstance(tokens, list):  # llama.cpp also ends generation at these, when present
+        eos += [i for i, t in enumerate(tokens) if t in END_OF_GENERATION]
+    eos = tuple(dict.fromkeys(eos))
     template = meta.get("tokenizer.chat_template")
     return LlamaConfig(
         vocab_size=vocab, hidden_size=hidden,
