@@ -50,6 +50,7 @@ def test_smollm2_config_and_weights() -> None:
     ({"llama.attention.layer_norm_rms_epsilon": Typed("FLOAT32", -1.0)}, ModelFileError,
      "rms_eps is -1.0"),
     ({"llama.context_length": 0}, ModelFileError, "context_length is 0"),
+    ({"llama.rope.freq_base": "big"}, ModelFileError, "freq_base' is 'big'; a number"),
     ({"tokenizer.ggml.eos_token_id": 5000}, ModelFileError, "5000 is outside"),
 ])
 def test_bad_gguf_configs(tmp_path: Path, changes: dict, error: type[Exception], match: str
@@ -111,7 +112,9 @@ def test_hf_config_refusals(tmp_path: Path) -> None:
               UnsupportedModelError, "LlamaForCausalLM only"),
              ({"rope_scaling": {"type": "linear", "factor": 2}}, UnsupportedModelError,
               "rope_scaling"),
-             ({"hidden_size": None}, ModelFileError, "'hidden_size' is None")]
+             ({"hidden_size": None}, ModelFileError, "'hidden_size' is None"),
+             ({"rope_theta": "1e4"}, ModelFileError, "'rope_theta' is '1e4'; a number"),
+             ({"num_key_value_heads": 5}, ModelFileError, "do not group")]
     for change, error, match in cases:
         (root / "config.json").write_text(json.dumps({**good, **change}))
         with pytest.raises(error, match=match):
@@ -135,3 +138,29 @@ def test_hf_weights_refusals(tmp_path: Path) -> None:
     (root / "model.safetensors.index.json").write_text("{}")
     with pytest.raises(ModelFileError, match="sharded"):
         load_hf_weights(root, config)
+
+
+def test_any_wrong_value_is_a_model_file_error(tmp_path: Path) -> None:
+    path = tmp_path / "w.gguf"
+    keys = ["llama.block_count", "llama.context_length", "llama.embedding_length",
+            "llama.feed_forward_length", "llama.attention.head_count",
+            "llama.attention.head_count_kv", "llama.rope.freq_base",
+            "llama.attention.layer_norm_rms_epsilon", "llama.rope.dimension_count",
+            "llama.vocab_size", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.bos_token_id"]
+    values = ["x", True, [1, 2], Typed("INT32", -3), 0, Typed("UINT64", 2**40),
+              Typed("FLOAT32", float("nan")), Typed("FLOAT32", float("inf"))]
+    accepted = []
+    for key in keys:
+        for value in values:
+            extra = {"tokenizer.ggml.add_bos_token": True} if "bos" in key else {}
+            write_tiny_gguf(path, metadata={key: value, **extra})
+            with GGUFFile(path) as f:
+                try:
+                    config_from_gguf(f)
+                except ModelFileError:
+                    continue
+            accepted.append((key, getattr(value, "value", value)))
+    # Only values that still describe a consistent model pass.
+    assert accepted == [("llama.rope.freq_base", 2**40),
+                        ("llama.attention.layer_norm_rms_epsilon", 2**40),
+                        ("tokenizer.ggml.eos_token_id", 0), ("tokenizer.ggml.bos_token_id", 0)]
