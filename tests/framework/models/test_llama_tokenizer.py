@@ -254,3 +254,13 @@ def test_pre_tokenizers_split_digits_as_llama_cpp_does(tmp_path: Path, pre: str,
         tok = tokenizer_from_gguf(f)
     assert [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(" 12345 ab's")] == pieces
     assert tok.decode(tok.encode(" 12345 ab's").ids) == " 12345 ab's"
+
+
+def test_without_jinja2_chatml_still_renders(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "jinja2", None)  # import now fails
+    monkeypatch.setitem(__import__("sys").modules, "jinja2.sandbox", None)
+    msgs = [{"role": "user", "content": "Hi"}]
+    assert render_chat(tiny_config(), msgs) == chatml(msgs)
+    other = tiny_config(chat_template="{% for m in messages %}{{ m.content }}{% endfor %}")
+    with pytest.raises(VkumdValueError, match="needs jinja2"):
+        render_chat(other, msgs)
