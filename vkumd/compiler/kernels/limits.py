@@ -56,3 +56,6 @@ ROPE_PAIRS = ("adjacent", "halves")
 
 # The cache update (kv_cache.py): cache types (new is converted to the cache's).
 KV_CACHE_DTYPES = ("float32", "float16")
+
+# argmax (reduce.py): row lengths it takes (indices pass through float32 reductions).
+ARGMAX_MAX_COLS = 1 << 24
