@@ -8,7 +8,8 @@
 //
 // ROPE 1 rotates new as it is written (the keys' rotary embedding at their positions, as
 // rope.comp computes it; pairs (2i, 2i+1) or (i, i + half_dim) of each head): each
-// invocation then writes one pair, and the rotated keys never make a trip to memory.
+// invocation then owns one (token, pair) and loops over the heads, which share its angle;
+// the rotated keys never make a trip to memory.
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 #extension GL_EXT_shader_16bit_storage : require
 #include "common.glsl"
@@ -55,7 +56,7 @@ layout(std430, binding = 1) readonly buffer New { NEW_ELEM new_rows[]; };
 layout(std430, binding = 2) readonly buffer Positions { int positions[]; };
 
 layout(push_constant) uniform KvWrite {
-    uint total;    // slots * seq * row: new's elements (ROPE 1: its pairs, half that)
+    uint total;    // slots * seq * row: new's elements (ROPE 1: slots * seq * half_dim)
     uint seq;
     uint row;      // kv_heads * head_dim
     uint max_len;  // the cache's positions per slot
@@ -69,15 +70,14 @@ layout(push_constant) uniform KvWrite {
 
 #if ROPE
 void main() {
-    uint pairs_per_row = pc.row / 2u;
-    uint per_slot = pc.seq * pairs_per_row;
+    uint per_slot = pc.seq * pc.half_dim;
+    uint head_dim = 2u * pc.half_dim;
+    uint heads = pc.row / head_dim;
     for (uint index = VKUMD_FIRST_INDEX; index < pc.total; index += VKUMD_THREAD_COUNT) {
         uint b = index / per_slot;
         uint rest = index - b * per_slot;
-        uint s = rest / pairs_per_row;
-        uint pair = rest - s * pairs_per_row;  // head h, pair i
-        uint h = pair / pc.half_dim;
-        uint i = pair - h * pc.half_dim;
+        uint s = rest / pc.half_dim;
+        uint i = rest - s * pc.half_dim;
         int p = positions[b] + int(s);
         if (p < 0 || uint(p) >= pc.max_len) {
             continue;
@@ -85,14 +85,17 @@ void main() {
         float theta = rope_angle(p, i, uvec2(pc.r_hi, pc.r_lo), uvec2(pc.c_hi, pc.c_lo));
         float c = cos(theta);
         float sn = sin(theta);
-        uint first = h * 2u * pc.half_dim + (pc.halves != 0u ? i : 2u * i);
+        uint first = pc.halves != 0u ? i : 2u * i;
         uint second = first + (pc.halves != 0u ? pc.half_dim : 1u);
         uint from = (b * pc.seq + s) * pc.row;
         uint to = (b * pc.max_len + uint(p)) * pc.row;
-        float x0 = NEW_FLOAT(new_rows[from + first]);
-        float x1 = NEW_FLOAT(new_rows[from + second]);
-        cache[to + first] = TO_CACHE(x0 * c - x1 * sn);
-        cache[to + second] = TO_CACHE(x0 * sn + x1 * c);
+        for (uint h = 0u; h < heads; ++h) {
+            uint at = h * head_dim;
+            float x0 = NEW_FLOAT(new_rows[from + at + first]);
+            float x1 = NEW_FLOAT(new_rows[from + at + second]);
+            cache[to + at + first] = TO_CACHE(x0 * c - x1 * sn);
+            cache[to + at + second] = TO_CACHE(x0 * sn + x1 * c);
+        }
     }
 }
 #else

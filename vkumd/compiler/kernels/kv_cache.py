@@ -59,8 +59,8 @@ def kv_write_plan(caps: DeviceCaps, cache_code: str, new_code: str, slots: int, 
     row = heads * head_dim
     total = slots * seq * row
     words = (0, 0, 0, 0, 0)
-    if rope is not None:
-        total //= 2
+    if rope is not None:  # one invocation per (token, pair), looping over the heads
+        total = slots * seq * (head_dim // 2)
         words = (ROPE_PAIRS.index(rope[1]), *rope_words(rope[0], head_dim))
     push = KV_WRITE_PUSH.pack(total, seq, row, max_len, head_dim // 2, *words)
     groups = -(-total // ELEMENTWISE_WORKGROUP)
