@@ -13,14 +13,18 @@ Importing this package declares them all; ``vkumd.framework.ops`` does so on imp
 
 from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     activation,
+    argmax,
     arith,
     attention,
     compare,
     fused,
+    generation,
+    kv_cache,
     layout,
     matmul,
     norms,
     reductions,
+    rotary,
     softmax,
     unary,
     windows,
