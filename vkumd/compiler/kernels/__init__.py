@@ -12,6 +12,7 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     gather,
     norm,
     permute,
+    qmatmul,
     reduce,
     softmax,
 )

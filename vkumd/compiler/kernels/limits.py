@@ -47,3 +47,8 @@ ATTENTION_HEAD_DIM_MULTIPLE = 4
 
 # GEMM (gemm.py): the storage types of A and B.
 GEMM_DTYPES = ("float32", "float16", "bfloat16", "int8")
+
+# Quantized weights (qmatmul.py): GGUF block formats as (values per block, bytes per block),
+# kept as their raw bytes on the device; the activations' dtypes the kernels take.
+QTYPES = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20)}
+QMATMUL_DTYPES = ("float32", "float16")
