@@ -62,6 +62,10 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_attention.py::test_tiled_float16": "attention, float16",
     "tests/framework/test_attention.py::test_decode_path": "attention, decode",
     "tests/framework/graph/test_fusion_norm.py": "fused residual + norm (add_norm)",
+    "tests/framework/test_qmatmul.py::test_matches_float64":
+        "quantized matmul (Q8_0, Q4_0, Q4_1), both paths",
+    "tests/framework/test_qmatmul.py::test_qembedding_rows_and_out_of_range_ids":
+        "quantized embedding",
 }
 
 # Device-free modules, or ones that take a second or two, for the fast tier.
