@@ -42,6 +42,9 @@
 #ifndef MT
 #define MT 1
 #endif
+#ifndef XCACHE
+#define XCACHE 0
+#endif
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 4;
@@ -103,6 +106,18 @@ float x1(uint row, uint k) {
 #endif
 }
 
+#if XCACHE > 0
+// The lane's x values, loaded once per MT rows and reused for every output row: lane l
+// takes blocks l + S * j, so its j-th block's values sit at xc[r][8 * j ..]. lavapipe keeps
+// a private array as one vector per element, and the index j is the same on every lane, so
+// a read here is a plain vector load where a read of xs is a per-lane gather (measured the
+// larger part of the loads per block).
+vec4 xc[MT][XCACHE * 8];
+#define XAT(r, row, j, k) xc[r][(j) * 8u + ((k) & 31u) / 4u]
+#else
+#define XAT(r, row, j, k) x4(row, k)
+#endif
+
 // 32-bit word `i` of the block payload after the block's header, the block at unit `at`.
 #if QTYPE == Q4_1
 #define HEADER_UNITS 1
@@ -125,7 +140,7 @@ vec4 signed_bytes(uint w) {
 }
 
 // Adds block `b` of the weight row starting at unit `row_at` into acc, for rows m0.. of x.
-void block(uint row_at, uint b, uint m0, inout float acc[MT]) {
+void block(uint row_at, uint b, uint j, uint m0, inout float acc[MT]) {
 #if QTYPE == Q4_1
     uint at = row_at + b * 5u;
     vec2 dm = unpackHalf2x16(ws[at]);
@@ -148,7 +163,7 @@ void block(uint row_at, uint b, uint m0, inout float acc[MT]) {
         uint row = min(m0 + r, pc.m - 1u);  // rows past M read row M-1; never stored
         float s = 0.0;
         [[unroll]] for (uint i = 0; i < 8; ++i) {
-            s += dot(q[i], x4(row, k0 + 4u * i));
+            s += dot(q[i], XAT(r, row, j, k0 + 4u * i));
         }
         acc[r] += d * s;
     }
@@ -165,8 +180,8 @@ void block(uint row_at, uint b, uint m0, inout float acc[MT]) {
         float s = 0.0;
         vec4 sx = vec4(0.0);
         [[unroll]] for (uint i = 0; i < 4; ++i) {
-            vec4 a = x4(row, k0 + 4u * i);
-            vec4 c = x4(row, k0 + 16u + 4u * i);
+            vec4 a = XAT(r, row, j, k0 + 4u * i);
+            vec4 c = XAT(r, row, j, k0 + 16u + 4u * i);
             s += dot(lo[i], a) + dot(hi[i], c);
             sx += a + c;
         }
@@ -213,21 +228,35 @@ float tail_dot(uint row_at, uint b, uint row) {
 void main() {
     uint lane = gl_SubgroupInvocationID;
     uint lanes = gl_SubgroupSize;
-    for (uint j = 0; j < ROWS; ++j) {
-        uint n = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS + j;
-        if (n >= pc.n) {
-            return;
+    uint first = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS;
+    // MT rows of x at a time: a second pass over a weight row's blocks finds them in the
+    // cache, so the weights still come from memory once.
+    for (uint m0 = 0; m0 < pc.m; m0 += MT) {
+#if XCACHE > 0
+        [[unroll]] for (uint r = 0; r < MT; ++r) {
+            uint row = min(m0 + r, pc.m - 1u);  // rows past M read row M-1; never stored
+            for (uint j = 0; j < XCACHE; ++j) {
+                uint b = min(lane + j * lanes, max(pc.full, 1u) - 1u);  // stays inside K
+                for (uint i = 0; i < 8; ++i) {
+                    xc[r][j * 8u + i] = pc.full > 0 ? x4(row, b * 32u + 4u * i) : vec4(0.0);
+                }
+            }
         }
-        uint row_at = n * pc.row_units;
-        // MT rows of x at a time: a second pass over the row's blocks finds them in the
-        // cache, so the weights still come from memory once.
-        for (uint m0 = 0; m0 < pc.m; m0 += MT) {
+#endif
+        for (uint t = 0; t < ROWS; ++t) {
+            uint n = first + t;
+            if (n >= pc.n) {
+                break;
+            }
+            uint row_at = n * pc.row_units;
             float acc[MT];
             [[unroll]] for (uint r = 0; r < MT; ++r) {
                 acc[r] = 0.0;
             }
+            uint j = 0;
             for (uint b = lane; b < pc.full; b += lanes) {
-                block(row_at, b, m0, acc);
+                block(row_at, b, j, m0, acc);
+                ++j;
             }
             if (pc.full < pc.blocks && lane == pc.full % lanes) {
                 [[unroll]] for (uint r = 0; r < MT; ++r) {

@@ -109,6 +109,18 @@ def test_every_decode_row_count(ctx, m: int) -> None:
     assert choose_path(ctx.caps, m) == ("vec" if m <= VEC_MAX_M else "gemm")
 
 
+@pytest.mark.parametrize("qtype", list(QTYPES))
+def test_long_rows_read_x_from_memory(ctx, qtype: str) -> None:
+    # 73 blocks: more per lane than the kernel keeps in registers, plus a partial block.
+    rng = np.random.default_rng()
+    n, k = 11, 32 * 73 + 12
+    w = random_blocks(rng, n, k, qtype)
+    x = stored_x(rng, (2, k), "float32")
+    got = ops.qmatmul(ctx.tensor(x), ctx.tensor(w), qtype=qtype, in_features=k,
+                      out=poisoned(ctx, (2, n), "float32"), path="vec")
+    assert_close(got.numpy().astype(np.float64), reference(x, w, qtype, k), "float32", qtype)
+
+
 @pytest.mark.parametrize("path", ["vec", "gemm"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_bias_residual_and_batch_dims(ctx, dtype: str, path: str) -> None:

@@ -15,6 +15,9 @@ X_CODES = type_codes(QMATMUL_DTYPES)
 # Rows of x the matrix-vector kernel accumulates at once (it loops over chunks of them).
 VEC_ROW_TILES = (1, 2, 4)
 ROWS = "ROWS"  # specialization constant: output rows per workgroup
+# Blocks per lane whose x values the matrix-vector kernel keeps in registers (0: none, x
+# read from memory in every block).
+XCACHE_BLOCKS = (0, 1, 2, 3, 4, 6, 8)
 
 QMATVEC_PUSH = PushLayout("m:u32", "n:u32", "k:u32", "full:u32", "blocks:u32",
                           "row_units:u32", "flags:u32")
@@ -22,9 +25,13 @@ QDEQUANT_PUSH = PushLayout("rows:u32", "blocks:u32", "k:u32", "row_units:u32", "
 
 
 def _vec_variants(caps: DeviceCaps) -> list[dict]:
-    return [{"QTYPE": q, "DTYPE": d, "XVEC": v, "MT": mt, WORKGROUP: caps.subgroup_size,
-             ROWS: 4}
-            for q in QTYPES for d in X_CODES.values() for v in (1, 4) for mt in VEC_ROW_TILES]
+    # The decode shapes worth building ahead: every format and dtype, the row tiles, K of
+    # 576 and 1536 at this subgroup size.
+    caches = sorted({min((c for c in XCACHE_BLOCKS if c * caps.subgroup_size >= full),
+                         default=0) for full in (18, 48)})
+    return [{"QTYPE": q, "DTYPE": d, "XVEC": 4, "MT": mt, "XCACHE": c,
+             WORKGROUP: caps.subgroup_size, ROWS: 8}
+            for q in QTYPES for d in X_CODES.values() for mt in VEC_ROW_TILES for c in caches]
 
 
 QMATVEC = register(Kernel(
@@ -33,7 +40,7 @@ QMATVEC = register(Kernel(
     buffers=5,
     push=QMATVEC_PUSH,
     defines={"QTYPE": tuple(QTYPES), "DTYPE": tuple(X_CODES.values()), "XVEC": (1, 4),
-             "MT": VEC_ROW_TILES},
+             "MT": VEC_ROW_TILES, "XCACHE": XCACHE_BLOCKS},
     spec_constants={WORKGROUP: 0, ROWS: 1},
     requires=frozenset({"storage16", "subgroup_arithmetic"}),
     variants=_vec_variants,

@@ -32,6 +32,7 @@ from vkumd.compiler.kernels.qmatmul import (
     ROWS,
     VEC_ROW_TILES,
     X_CODES,
+    XCACHE_BLOCKS,
 )
 from vkumd.compiler.kernels.rows import grid
 from vkumd.compiler.launch import Launch, Operand
@@ -43,7 +44,7 @@ from vkumd.vk.caps import DeviceCaps
 # each loaded value across rows (the vec kernel loads x once per block and row).
 VEC_MAX_M = 16
 # Output rows per workgroup of the vec kernel.
-VEC_ROWS = 4
+VEC_ROWS = 8
 PATHS = ("vec", "gemm")
 _DEQUANT_WORKGROUP = 64
 
@@ -109,8 +110,12 @@ def _qmatmul_plan(caps: DeviceCaps, p: QMatmulProblem, force: str | None, _knobs
 def _vec_plan(caps: DeviceCaps, p: QMatmulProblem, blocks: int) -> FixedLaunch:
     mt = next((t for t in VEC_ROW_TILES if t >= p.m), VEC_ROW_TILES[-1])
     xvec = 4 if p.k % 4 == 0 else 1
+    # x in registers when each lane's share of a row's blocks is small enough.
+    per_lane = -(-(p.k // 32) // caps.subgroup_size)
+    xcache = min((c for c in XCACHE_BLOCKS if c >= per_lane), default=0)
     program = QMATVEC.specialize({"QTYPE": p.qtype, "DTYPE": X_CODES[p.dtype], "XVEC": xvec,
-                                  "MT": mt, WORKGROUP: caps.subgroup_size, ROWS: VEC_ROWS})
+                                  "MT": mt, "XCACHE": xcache,
+                                  WORKGROUP: caps.subgroup_size, ROWS: VEC_ROWS})
     unit = 4 if p.qtype == "Q4_1" else 2  # the shader's weight word: 32 or 16 bits
     flags = (1 if p.bias else 0) | (2 if p.residual else 0)
     push = QMATVEC_PUSH.pack(p.m, p.n, p.k, p.k // 32, blocks,
