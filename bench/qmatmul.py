@@ -64,6 +64,31 @@ def fmt(t: tuple[float, float, float], scale: float = 1e3) -> str:
     return f"{t[0] * scale:8.3f} [{t[1] * scale:.3f}-{t[2] * scale:.3f}]"
 
 
+def _decode_shape(ctx, rng, m: int, n: int, k: int, qtype: str, copies: int, repeats: int
+                  ) -> tuple[tuple[float, ...], float, float, float]:
+    """(vkumd's per-call times, GB/s, numpy dequantise + matvec s, numpy float32 matvec s)."""
+    raw = [blocks(rng, n, k, qtype) for _ in range(copies)]
+    ws = [ctx.tensor(r) for r in raw]
+    x_host = rng.standard_normal((m, k)).astype(np.float32)
+    x = ctx.tensor(x_host)
+    out = ctx.empty((m, n), "float32")
+
+    def run() -> None:
+        for w in ws:
+            ops.qmatmul(x, w, qtype=qtype, in_features=k, out=out)
+        ctx.synchronize()
+
+    per = tuple(v / copies for v in timed(run, repeats))
+    gbs = raw[0].nbytes / per[0] / 1e9
+    few = raw[:3]
+    deq = timed(lambda: [x_host @ dequantize(r, qtype, k).T for r in few], 3)[0] / len(few)
+    dense = [dequantize(r, qtype, k) for r in raw]
+    mv = timed(lambda: [x_host @ d.T for d in dense], repeats)[0] / copies
+    for w in ws:
+        w.release()
+    return per, gbs, deq, mv
+
+
 def decode(ctx, rng, m: int, repeats: int) -> None:
     print(f"\ndecode, M = {m}: ms per call (median [range]), GB/s of weights")
     print(f"{'shape':>22} {'vkumd ms':>26} {'GB/s':>6} {'numpy deq+mv ms':>18} "
@@ -71,32 +96,38 @@ def decode(ctx, rng, m: int, repeats: int) -> None:
     step, step_np = 0.0, 0.0
     for name, n, k, qtype, count in DECODE:
         copies = LAYERS if count > 1 else 1
-        raw = [blocks(rng, n, k, qtype) for _ in range(copies)]
-        ws = [ctx.tensor(r) for r in raw]
-        x_host = rng.standard_normal((m, k)).astype(np.float32)
-        x = ctx.tensor(x_host)
-        out = ctx.empty((m, n), "float32")
-
-        def run():
-            for w in ws:
-                ops.qmatmul(x, w, qtype=qtype, in_features=k, out=out)
-            ctx.synchronize()
-        t = timed(run, repeats)
-        per = tuple(v / copies for v in t)
-        gbs = raw[0].nbytes / per[0] / 1e9
-        deq = timed(lambda: [x_host @ dequantize(r, qtype, k).T for r in raw[:3]], 3)
-        deq = tuple(v / 3 for v in deq)
-        dense = [dequantize(r, qtype, k) for r in raw[:copies]]
-        mv = timed(lambda: [x_host @ d.T for d in dense], repeats)
-        mv = tuple(v / copies for v in mv)
+        per, gbs, deq, mv = _decode_shape(ctx, rng, m, n, k, qtype, copies, repeats)
         step += per[0] * count
-        step_np += mv[0] * count
+        step_np += mv * count
         print(f"{name + f' {n}x{k} {qtype}':>22} {fmt(per):>26} {gbs:6.2f} "
-              f"{deq[0] * 1e3:18.3f} {mv[0] * 1e3:16.3f}")
-        for w in ws:
-            w.release()
+              f"{deq * 1e3:18.3f} {mv * 1e3:16.3f}")
     print(f"step estimate ({sum(c for *_, c in DECODE)} products): vkumd {step * 1e3:.1f} ms, "
           f"numpy float32 matvec on dequantised weights {step_np * 1e3:.1f} ms")
+
+
+def _gflops(flops: int, t: tuple[float, float, float]) -> str:
+    return f"{flops / t[0] / 1e9:7.2f} [{flops / t[2] / 1e9:.2f}-{flops / t[1] / 1e9:.2f}]"
+
+
+def _prefill_dtype(ctx, x_host: np.ndarray, w, dense: np.ndarray, dtype: str, repeats: int
+                   ) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """(qmatmul's times, matmul's on float weights of ``dtype``)."""
+    m, k = x_host.shape
+    x = ctx.tensor(x_host, dtype=dtype)
+    out = ctx.empty((m, dense.shape[0]), dtype)
+    wf = ctx.tensor(dense, dtype=dtype)
+
+    def q() -> None:
+        ops.qmatmul(x, w, qtype="Q4_1", in_features=k, out=out)
+        ctx.synchronize()
+
+    def f() -> None:
+        ops.matmul(x, wf, trans_b=True, out=out)
+        ctx.synchronize()
+
+    result = timed(q, repeats), timed(f, repeats)
+    wf.release()
+    return result
 
 
 def prefill(ctx, rng, m: int, repeats: int) -> None:
@@ -108,25 +139,13 @@ def prefill(ctx, rng, m: int, repeats: int) -> None:
     print(f"\nprefill {m}x{n}x{k} Q4_1: GFLOP/s median [range]")
     x_host = rng.standard_normal((m, k)).astype(np.float32)
     for dtype in ("float32", "float16"):
-        x = ctx.tensor(x_host, dtype=dtype)
-        out = ctx.empty((m, n), dtype)
-        wf = ctx.tensor(dense, dtype=dtype)
-
-        def q():
-            ops.qmatmul(x, w, qtype="Q4_1", in_features=k, out=out)
-            ctx.synchronize()
-
-        def f():
-            ops.matmul(x, wf, trans_b=True, out=out)
-            ctx.synchronize()
-        tq, tf = timed(q, repeats), timed(f, repeats)
-        print(f"  {dtype}: qmatmul {flops / tq[0] / 1e9:7.2f} [{flops / tq[2] / 1e9:.2f}-"
-              f"{flops / tq[1] / 1e9:.2f}]   matmul on {dtype} weights "
-              f"{flops / tf[0] / 1e9:7.2f} [{flops / tf[2] / 1e9:.2f}-{flops / tf[1] / 1e9:.2f}]")
-        wf.release()
+        tq, tf = _prefill_dtype(ctx, x_host, w, dense, dtype, repeats)
+        print(f"  {dtype}: qmatmul {_gflops(flops, tq)}   matmul on {dtype} weights "
+              f"{_gflops(flops, tf)}")
     tn = timed(lambda: x_host @ dense.T, repeats)
-    print(f"  numpy float32 matmul {flops / tn[0] / 1e9:7.2f}   numpy dequantise + matmul "
-          f"{flops / timed(lambda: x_host @ dequantize(raw, 'Q4_1', k).T, 3)[0] / 1e9:7.2f}")
+    td = timed(lambda: x_host @ dequantize(raw, "Q4_1", k).T, 3)
+    print(f"  numpy float32 matmul {_gflops(flops, tn)}   numpy dequantise + matmul "
+          f"{_gflops(flops, td)}")
 
 
 def main() -> None:
