@@ -23,6 +23,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     layout,
     matmul,
     norms,
+    quantized,
     reductions,
     rotary,
     softmax,
