@@ -8,7 +8,8 @@
 //   Q4_1: f16 d, f16 m, 16 bytes of nibbles      x = d * nib + m     (20 bytes)
 // where nibble byte j holds value j (low nibble) and value j + 16 (high nibble).
 //
-// A workgroup is one subgroup and owns ROWS output rows. Its lanes split a row's blocks
+// A workgroup is one subgroup and owns pc.rows consecutive output rows (many on lavapipe,
+// which pays per workgroup). Its lanes split a row's blocks
 // (lane l takes blocks l, l + S, ...) and each lane keeps MT accumulators, one per row of x,
 // so each weight block is dequantised once per MT rows and read from memory once per
 // dispatch; a subgroup sum finishes each output. MT stays small: lavapipe's compile time
@@ -47,7 +48,6 @@
 #endif
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const uint ROWS = 4;
 
 #if DTYPE == F32
 #define ELEM float
@@ -84,6 +84,7 @@ layout(push_constant) uniform Problem {
     uint blocks;      // blocks per row (full, or full + 1 with a partial last block)
     uint row_units;   // WUNITs per weight row
     uint flags;       // 1: bias, 2: residual
+    uint rows;        // output rows per workgroup
 } pc;
 
 // The four x values k .. k + 3 of row `row` (k a multiple of 4, k + 3 < K).
@@ -228,7 +229,7 @@ float tail_dot(uint row_at, uint b, uint row) {
 void main() {
     uint lane = gl_SubgroupInvocationID;
     uint lanes = gl_SubgroupSize;
-    uint first = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS;
+    uint first = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * pc.rows;
     // MT rows of x at a time: a second pass over a weight row's blocks finds them in the
     // cache, so the weights still come from memory once.
     for (uint m0 = 0; m0 < pc.m; m0 += MT) {
@@ -243,7 +244,7 @@ void main() {
             }
         }
 #endif
-        for (uint t = 0; t < ROWS; ++t) {
+        for (uint t = 0; t < pc.rows; ++t) {
             uint n = first + t;
             if (n >= pc.n) {
                 break;
