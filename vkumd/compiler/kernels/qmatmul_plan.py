@@ -4,7 +4,7 @@
 ``qmatmul``'s two paths compute the same function, ``x @ dequant(w)^T (+ bias) (+ residual)``
 with float32 accumulation:
 
-- ``"vec"`` (:data:`VEC_MAX_M` rows of x or fewer: decode): ``shaders/qmatmul_vec.comp``
+- ``"vec"`` (few rows of x: decode; :func:`choose_path`): ``shaders/qmatmul_vec.comp``
   reads each weight block once and dequantises it in registers; each lane accumulates every
   row of x, so a step of 8 sequences reads the weights once, like a step of 1.
 - ``"gemm"`` (prefill): ``shaders/qdequant.comp`` writes ``dequant(w)`` in x's dtype to
@@ -41,8 +41,12 @@ from vkumd.errors import VkumdValueError
 from vkumd.vk.caps import DeviceCaps
 
 # Rows of x up to which the matrix-vector path runs; past it the GEMM, whose tiles reuse
-# each loaded value across rows (the vec kernel loads x once per block and row).
+# each loaded value across rows. On lavapipe each extra row costs the vec kernel nearly a
+# whole M = 1 pass (1536 x 576 Q4_1, one thread, CPU ms, vec / gemm: M 1: 1.5 / 6.1;
+# 2: 4.2 / 9.2; 4: 7.4 / 5.7; 8: 9.4 / 9.1; 16: 23 / 7.9), hence the lower CPU bound. The
+# GPU bound is the decode batch the design targets, not yet measured.
 VEC_MAX_M = 16
+CPU_VEC_MAX_M = 3
 # Output rows per workgroup of the vec kernel on a GPU, and at least that many on a CPU
 # driver, where the rows are spread over at most CPU_GROUPS_PER_THREAD workgroups per
 # thread: lavapipe pays per workgroup (1536 x 576 at M = 1: 768 groups of 2 rows 12.6 ms,
@@ -61,7 +65,7 @@ def row_bytes(qtype: str, k: int) -> int:
 
 def choose_path(caps: DeviceCaps, m: int) -> str:
     """``"vec"`` for decode-sized M, else ``"gemm"``."""
-    return "vec" if m <= VEC_MAX_M else "gemm"
+    return "vec" if m <= (CPU_VEC_MAX_M if caps.device_type == "cpu" else VEC_MAX_M) else "gemm"
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,7 @@ def qmatmul_plan(caps: DeviceCaps, problem: QMatmulProblem, force: str | None = 
     Raises:
         VkumdValueError: an unknown path, or a grid past the device's limits.
     """
-    knobs = (VEC_MAX_M, VEC_ROWS, CPU_GROUPS_PER_THREAD, os.cpu_count())
+    knobs = (VEC_MAX_M, CPU_VEC_MAX_M, VEC_ROWS, CPU_GROUPS_PER_THREAD, os.cpu_count())
     return _qmatmul_plan(caps, problem, force, knobs)
 
 
