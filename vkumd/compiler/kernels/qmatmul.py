@@ -13,7 +13,7 @@ from vkumd.vk.caps import DeviceCaps
 
 X_CODES = type_codes(QMATMUL_DTYPES)
 # Rows of x the matrix-vector kernel accumulates at once (it loops over chunks of them).
-VEC_ROW_TILES = (1, 2, 4)
+VEC_ROW_TILES = (1, 2)
 # Blocks per lane whose x values the matrix-vector kernel keeps in registers (0: none, x
 # read from memory in every block).
 XCACHE_BLOCKS = (0, 1, 2, 3, 4, 6, 8)

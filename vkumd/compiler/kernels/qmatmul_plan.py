@@ -41,12 +41,13 @@ from vkumd.errors import VkumdValueError
 from vkumd.vk.caps import DeviceCaps
 
 # Rows of x up to which the matrix-vector path runs; past it the GEMM, whose tiles reuse
-# each loaded value across rows. On lavapipe each extra row costs the vec kernel nearly a
-# whole M = 1 pass (1536 x 576 Q4_1, one thread, CPU ms, vec / gemm: M 1: 1.5 / 6.1;
-# 2: 4.2 / 9.2; 4: 7.4 / 5.7; 8: 9.4 / 9.1; 16: 23 / 7.9), hence the lower CPU bound. The
-# GPU bound is the decode batch the design targets, not yet measured.
+# each loaded value across rows. lavapipe, 1536 x 576 Q4_1, one thread, CPU ms, vec / gemm
+# (dequantise + GEMM): M 1: 0.9 / 7.3; 2: 0.8 / 6.0; 4: 1.6 / 6.2; 8: 2.9 / 6.5;
+# 16: 6.4 / 7.0.
 VEC_MAX_M = 16
-CPU_VEC_MAX_M = 3
+# Rows of x the vec kernel accumulates per pass over a weight row (VEC_ROW_TILES; more rows
+# loop, finding the row in the cache): on lavapipe 4 rows per pass ran 4.9x one row's time,
+# 2 rows 2.1x (1536 x 576 Q4_1, one thread), so the largest tile is 2.
 # Output rows per workgroup of the vec kernel on a GPU, and at least that many on a CPU
 # driver, where the rows are spread over at most CPU_GROUPS_PER_THREAD workgroups per
 # thread: lavapipe pays per workgroup (1536 x 576 at M = 1: 768 groups of 2 rows 12.6 ms,
@@ -65,7 +66,7 @@ def row_bytes(qtype: str, k: int) -> int:
 
 def choose_path(caps: DeviceCaps, m: int) -> str:
     """``"vec"`` for decode-sized M, else ``"gemm"``."""
-    return "vec" if m <= (CPU_VEC_MAX_M if caps.device_type == "cpu" else VEC_MAX_M) else "gemm"
+    return "vec" if m <= VEC_MAX_M else "gemm"
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def qmatmul_plan(caps: DeviceCaps, problem: QMatmulProblem, force: str | None = 
     Raises:
         VkumdValueError: an unknown path, or a grid past the device's limits.
     """
-    knobs = (VEC_MAX_M, CPU_VEC_MAX_M, VEC_ROWS, CPU_GROUPS_PER_THREAD, os.cpu_count())
+    knobs = (VEC_MAX_M, VEC_ROWS, CPU_GROUPS_PER_THREAD, os.cpu_count())
     return _qmatmul_plan(caps, problem, force, knobs)
 
 
