@@ -166,10 +166,7 @@ def prepare(config: Any, weights: Mapping[str, Any], compute: str = "quantized"
 def _dequantized(w: Any, shape: tuple[int, ...]) -> np.ndarray:
     if w.qtype in FLOAT_QTYPES:
         return np.asarray(w.data, dtype=np.float32).reshape(shape)
-    # Imported here: only the float paths of quantized files need the block decoder.
-    from vkumd.framework.models.gguf import dequantize
-
-    return dequantize(np.asarray(w.data), w.qtype, shape[1]).reshape(shape)
+    return np.asarray(w.dequantize(), dtype=np.float32).reshape(shape)
 
 
 def upload(ctx: Any, weights: LlamaWeights) -> LlamaWeights:
@@ -200,7 +197,8 @@ def linear(weights: LlamaWeights, name: str, x: Any, residual: Any = None) -> An
     qtype = weights.qtypes[name]
     if qtype == "float":
         return ops.matmul(x, w, residual=residual, trans_b=True)
-    return ops.qmatmul(x, w, qtype=qtype, in_features=x.shape[-1], residual=residual)
+    return ops.qmatmul(x, w, qtype=qtype, in_features=_expected_shape(weights.config, name)[1],
+                       residual=residual)
 
 
 def embed(weights: LlamaWeights, ids: Any) -> Any:
