@@ -47,3 +47,12 @@ ATTENTION_HEAD_DIM_MULTIPLE = 4
 
 # GEMM (gemm.py): the storage types of A and B.
 GEMM_DTYPES = ("float32", "float16", "bfloat16", "int8")
+
+# Rotary embedding (rope.py) over x[batch, seq, heads, head_dim]: its types, and its pair
+# conventions in the order of the kernel's flag: (2i, 2i+1) as GGUF, (i, i + d/2) as
+# Hugging Face.
+ROPE_DTYPES = FLOAT_DTYPES
+ROPE_PAIRS = ("adjacent", "halves")
+
+# The cache update (kv_cache.py): cache types (new is converted to the cache's).
+KV_CACHE_DTYPES = ("float32", "float16")
