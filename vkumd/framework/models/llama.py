@@ -252,8 +252,9 @@ class Decode:
     def attend(self, layer: int, q: Any, k: Any, v: Any) -> Any:
         """Write ``k``, ``v`` into the layer's cache, then attend over it."""
         cache_k, cache_v = self.keys[layer], self.values[layer]
-        ops.kv_write(cache_k, _as(k, cache_k.dtype), self.positions)
-        ops.kv_write(cache_v, _as(v, cache_v.dtype), self.positions)
+        # kv_write converts to the cache's dtype as it stores.
+        ops.kv_write(cache_k, k, self.positions)
+        ops.kv_write(cache_v, v, self.positions)
         out = attention_path(self.path, _as(q, cache_k.dtype), cache_k, cache_v,
                              key_lengths=self.lengths, layout="bshd")
         return _as(out, q.dtype)
