@@ -1,6 +1,6 @@
-"""LlamaRunner on a small random model against a float64 numpy forward: prefill logits, greedy
-decode steps, slots decoding together at different lengths, slot reuse, the recorded step
-replayed within and across cache-length buckets, and bad inputs."""
+"""LlamaRunner on a small random model against the float64 numpy forward (llama_reference):
+prefill logits, greedy decode steps, slots decoding together at different lengths, slot
+reuse, the recorded step replayed within and across cache-length buckets, and bad inputs."""
 
 from __future__ import annotations
 
@@ -10,17 +10,11 @@ import numpy as np
 import pytest
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
+from vkumd.framework.models.llama_runner import LlamaRunner
 from vkumd.testing.numerics import rel_error
+from vkumd.vk.errors import OutOfDeviceMemory
 
-pytest.importorskip("vkumd.framework.ops", reason="vkumd ops")
-from vkumd.framework import ops  # noqa: E402
-
-if not all(hasattr(ops, name) for name in ("rope", "kv_write", "swiglu")):
-    pytest.skip("ops.rope, ops.kv_write and ops.swiglu are not merged yet",
-                allow_module_level=True)
-
-from vkumd.framework.models.llama_runner import LlamaRunner  # noqa: E402
-from vkumd.vk.errors import OutOfDeviceMemory  # noqa: E402
+from .llama_reference import greedy, reference_logits
 
 
 @dataclass(frozen=True)
@@ -73,54 +67,6 @@ def random_weights(config: Config, seed: int = 0) -> dict[str, Weight]:
     return out
 
 
-# -- a float64 numpy forward, written from the model's definition --------------------------
-def _rms(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
-
-
-def _rope(x: np.ndarray, start: int, config: Config) -> np.ndarray:
-    """x [seq, heads, d] at positions start.."""
-    seq, _, d = x.shape
-    pos = np.arange(start, start + seq, dtype=np.float64)[:, None, None]
-    freq = config.rope_theta ** (-2.0 * np.arange(d // 2) / d)
-    angle = pos * freq
-    cos, sin = np.cos(angle), np.sin(angle)
-    if config.rope_pairs == "adjacent":
-        a, b = x[..., 0::2], x[..., 1::2]
-        out = np.empty_like(x)
-        out[..., 0::2] = a * cos - b * sin
-        out[..., 1::2] = a * sin + b * cos
-        return out
-    a, b = x[..., : d // 2], x[..., d // 2:]
-    return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
-
-
-def reference_logits(config: Config, w: dict[str, np.ndarray], ids: list[int]) -> np.ndarray:
-    """Logits after every token of ``ids``: [len, vocab], float64."""
-    d, heads, kv = config.head_dim, config.num_heads, config.num_kv_heads
-    n = len(ids)
-    x = w["embed"][ids]
-    for i in range(config.num_layers):
-        p = {f: w[f"layers.{i}.{f}"] for f in ("attn_norm", "q", "k", "v", "o", "ffn_norm",
-                                                "gate", "up", "down")}
-        h = _rms(x, p["attn_norm"], config.rms_eps)
-        q = _rope((h @ p["q"].T).reshape(n, heads, d), 0, config)
-        k = _rope((h @ p["k"].T).reshape(n, kv, d), 0, config)
-        v = (h @ p["v"].T).reshape(n, kv, d)
-        k, v = np.repeat(k, heads // kv, axis=1), np.repeat(v, heads // kv, axis=1)
-        scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(d)
-        scores = np.where(np.tril(np.ones((n, n), bool))[None], scores, -np.inf)
-        scores = np.exp(scores - scores.max(-1, keepdims=True))
-        scores /= scores.sum(-1, keepdims=True)
-        a = np.einsum("hqk,khd->qhd", scores, v).reshape(n, heads * d)
-        x = x + a @ p["o"].T
-        h = _rms(x, p["ffn_norm"], config.rms_eps)
-        g, u = h @ p["gate"].T, h @ p["up"].T
-        x = x + (g / (1 + np.exp(-g)) * u) @ p["down"].T
-    x = _rms(x, w["norm"], config.rms_eps)
-    return x @ w["output" if "output" in w else "embed"].T
-
-
 def float64(weights: dict[str, Weight]) -> dict[str, np.ndarray]:
     return {name: np.asarray(w.data, np.float64).reshape(w.shape) for name, w in weights.items()}
 
@@ -128,14 +74,9 @@ def float64(weights: dict[str, Weight]) -> dict[str, np.ndarray]:
 def greedy_reference(config: Config, w: dict[str, np.ndarray], ids: list[int], steps: int
                      ) -> tuple[list[int], list[np.ndarray]]:
     """Greedy tokens and the logits each step saw (the prompt's last first)."""
-    seq = list(ids)
-    tokens, logits = [], []
-    for _ in range(steps):
-        last = reference_logits(config, w, seq)[-1]
-        logits.append(last)
-        tokens.append(int(np.argmax(last)))
-        seq.append(tokens[-1])
-    return tokens, logits
+    tokens = greedy(config, w, list(ids), steps)
+    logits = reference_logits(config, w, list(ids) + tokens[:-1])[len(ids) - 1:]
+    return tokens, list(logits)
 
 
 CONFIG = Config()
