@@ -216,6 +216,9 @@ def test_full_slot_is_refused(ctx):
         r.decode({0: 4})
         with pytest.raises(VkumdValueError, match="full"):
             r.decode({0: 5})
+    r.close()  # a second close does nothing
+    with pytest.raises(VkumdValueError, match="closed"):
+        r.prefill(0, [1])
 
 
 def test_cache_that_does_not_fit_is_refused(ctx):
@@ -226,3 +229,18 @@ def test_cache_that_does_not_fit_is_refused(ctx):
         LlamaRunner(ctx, CONFIG, WEIGHTS, compute="int4")
     with pytest.raises(VkumdValueError, match="cache_dtype"):
         LlamaRunner(ctx, CONFIG, WEIGHTS, cache_dtype="bfloat16")
+
+
+def test_weights_that_do_not_fit_the_config_are_refused(ctx):
+    missing = dict(WEIGHTS)
+    del missing["layers.1.up"]
+    with pytest.raises(VkumdValueError, match="'layers.1.up' is missing"):
+        LlamaRunner(ctx, CONFIG, missing, compute="float32")
+    wrong = dict(WEIGHTS)
+    wrong["layers.0.k"] = Weight("F32", (8, 48), np.zeros((8, 48), np.float32))
+    with pytest.raises(VkumdValueError, match=r"'layers.0.k' has shape \(8, 48\)"):
+        LlamaRunner(ctx, CONFIG, wrong, compute="float32")
+    with pytest.raises(VkumdValueError, match="key/value heads"):
+        LlamaRunner(ctx, Config(num_kv_heads=4), WEIGHTS, compute="float32")
+    with pytest.raises(VkumdTypeError, match="slots must be an int"):
+        LlamaRunner(ctx, CONFIG, WEIGHTS, slots=2.0)
