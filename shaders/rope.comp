@@ -5,13 +5,8 @@
 // ("halves", Hugging Face). One invocation per (row, pair), looping over the heads, which
 // share the angle; grid-stride over rows * half.
 //
-// The angle is reduced exactly, in fixed point, before any float32 rounding: a float32
-// p * inv_freq is off by up to p * 2^-24 radians (5e-4 at p = 8192), and sin/cos of a large
-// argument lose more. The host passes r = theta^(-2/head_dim) and 1/(2 pi) as 64-bit binary
-// fractions (0.64 fixed point); f_i = r^i / (2 pi) is formed here by squaring (a 64-bit
-// product truncates at 2^-64), and frac(p * f_i), the angle in turns, is read from the low
-// words of the 96-bit integer product. Only that fraction, in [-1/2, 1/2), goes through
-// float32: the angle's error is then below 2e-7 radians at any position.
+// The angle is reduced exactly, in fixed point, before any float32 rounding
+// (include/rope_angle.glsl).
 //
 // x and out may be one buffer (in place): each invocation reads its two elements before it
 // writes them.
@@ -19,6 +14,7 @@
 #extension GL_EXT_shader_16bit_storage : require
 #include "common.glsl"
 #include "elementwise_types.glsl"
+#include "rope_angle.glsl"
 
 #ifndef DTYPE
 #define DTYPE F32
@@ -57,45 +53,6 @@ layout(push_constant) uniform Rope {
     uint c_lo;
 } pc;
 
-// The high 64 bits of the 128-bit product of two 0.64 fractions (truncated).
-uvec2 mul_fraction(uvec2 a, uvec2 b) {  // .x high word, .y low word
-    uint hh, hl, h1, l1, h2, l2, h0, l0;
-    umulExtended(a.x, b.x, hh, hl);
-    umulExtended(a.x, b.y, h1, l1);
-    umulExtended(a.y, b.x, h2, l2);
-    umulExtended(a.y, b.y, h0, l0);
-    uint c1, c2;
-    uint middle = uaddCarry(l1, l2, c1);
-    middle = uaddCarry(middle, h0, c2);
-    uint carry = c1 + c2;
-    uint c3, c4, c5;
-    uint low = uaddCarry(hl, h1, c3);
-    low = uaddCarry(low, h2, c4);
-    low = uaddCarry(low, carry, c5);
-    return uvec2(hh + c3 + c4 + c5, low);
-}
-
-// The angle of pair i at position p, in radians, in [-pi, pi).
-float angle(int p, uint i) {
-    uvec2 f = uvec2(pc.c_hi, pc.c_lo);
-    uvec2 base = uvec2(pc.r_hi, pc.r_lo);
-    for (uint e = i; e != 0u; e >>= 1) {
-        if ((e & 1u) != 0u) {
-            f = mul_fraction(f, base);
-        }
-        base = mul_fraction(base, base);
-    }
-    // |p| * f = hi1 * 2^32 + (lo1 + hi0) + lo0 * 2^-32 in units of 2^-32 turns: the integer
-    // turns (hi1 and the carry out of lo1 + hi0) drop out, the top fraction word remains.
-    uint a = uint(abs(p));
-    uint hi1, lo1, hi0, lo0;
-    umulExtended(a, f.x, hi1, lo1);
-    umulExtended(a, f.y, hi0, lo0);
-    int turns = int(lo1 + hi0);  // the fraction as [-1/2, 1/2)
-    float t = float(turns) * (1.0 / 4294967296.0);
-    return (p < 0 ? -t : t) * 6.2831853071795865;
-}
-
 void main() {
     uint total = pc.rows * pc.half_dim;
     uint head_dim = 2u * pc.half_dim;
@@ -104,7 +61,7 @@ void main() {
         uint i = index - row * pc.half_dim;
         uint b = row / pc.seq;
         int p = positions[b] + int(row - b * pc.seq);
-        float theta = angle(p, i);
+        float theta = rope_angle(p, i, uvec2(pc.r_hi, pc.r_lo), uvec2(pc.c_hi, pc.c_lo));
         float c = cos(theta);
         float s = sin(theta);
         uint first = pc.halves != 0u ? i : 2u * i;

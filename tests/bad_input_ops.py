@@ -68,6 +68,7 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "add_layer_norm": lambda e, x: ops.add_layer_norm(e.t(), x),
     "fused_elementwise": lambda e, x: ops.fused_elementwise([e.t(), x], RELU_OF_SUM),
     "swiglu": lambda e, x: ops.swiglu(e.t(), x),
+    "argmax": lambda e, x: ops.argmax(x),
     "rope": lambda e, x: ops.rope(x, e.ints([0, 1]), theta=10000.0),
     "kv_write": lambda e, x: ops.kv_write(x, e.t((2, 1, 1, 4)), e.ints([0, 1])),
 }

@@ -14,6 +14,7 @@ from vkumd.framework.execute import CompiledGraph
 from vkumd.framework.graph import GraphBuilder, GraphError, evaluate, run_passes
 from vkumd.framework.graph.memory import plan_memory
 from vkumd.framework.interpret import run_graph
+from vkumd.framework.opset.rotary import rope_reference
 
 
 def written(cache: np.ndarray, new: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -199,3 +200,120 @@ def test_bad_inputs(ctx) -> None:
         (VkumdTypeError, lambda: ops.kv_write(np.zeros((2, 8, 3, 4), np.float16), new, pos)),
     ], "kv_write")
     np.testing.assert_array_equal(cache.numpy(), 0)  # nothing refused wrote anything
+
+
+@pytest.mark.parametrize("pairs", ["adjacent", "halves"])
+@pytest.mark.parametrize("cache_dtype", ["float32", "float16"])
+def test_rotation_on_the_way_in(ctx, cache_dtype: str, pairs: str) -> None:
+    """kv_write(rope_theta=...) stores rope(new) exactly as the two ops do, rows past the end
+    dropped, at large positions too."""
+    rng = np.random.default_rng()
+    cache = rng.standard_normal((3, 9000, 3, 10)).astype(cache_dtype)
+    new = rng.standard_normal((3, 4, 3, 10)).astype(np.float32)
+    positions = np.array([8997, 0, 4000], np.int32)
+    t = ctx.tensor(cache)
+    ops.kv_write(t, ctx.tensor(new), ctx.tensor(positions), rope_theta=100000.0,
+                 rope_pairs=pairs)
+    rotated = rope_reference(new.astype(np.float64), positions, 100000.0, pairs)
+    want = np.array(cache, np.float64)
+    for b in range(3):
+        for s in range(4):
+            if positions[b] + s < 9000:
+                want[b, positions[b] + s] = rotated[b, s]
+    got = t.numpy().astype(np.float64)
+    np.testing.assert_array_equal(got[0, :8997], cache[0, :8997])  # untouched
+    tol = 1e-6 if cache_dtype == "float32" else 2e-3
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+    two_ops = ctx.tensor(cache)
+    ops.kv_write(two_ops, ops.rope(ctx.tensor(new), ctx.tensor(positions), theta=100000.0,
+                                   pairs=pairs), ctx.tensor(positions))
+    np.testing.assert_array_equal(got, two_ops.numpy().astype(np.float64))
+
+
+def test_rope_fusion_pass(ctx) -> None:
+    """The decode graph's key rotation folds into its cache write (one node fewer), gives the
+    same results, and the pass switches off by name."""
+    graph = _decode_graph(2, 16, 2, 1, 8)
+    fused = run_passes(graph)
+    plain = run_passes(graph, disable=["rope_fusion"])
+    assert [n.op for n in fused.nodes].count("rope") == 1  # q's stays: attention reads it
+    assert [n.op for n in plain.nodes].count("rope") == 2
+    writes = [n for n in fused.nodes if n.op == "kv_write"]
+    assert sorted(str(n.attrs.get("rope_theta")) for n in writes) == ["10000.0", "None"]
+    rng = np.random.default_rng()
+    data = {"q": rng.standard_normal((2, 1, 2, 8)).astype(np.float32),
+            "k": rng.standard_normal((2, 1, 1, 8)).astype(np.float32),
+            "v": rng.standard_normal((2, 1, 1, 8)).astype(np.float32),
+            "pos": np.array([3, 11], np.int32), "lengths": np.array([4, 12], np.int32)}
+    caches = {n: rng.standard_normal((2, 16, 1, 8)).astype(np.float32)
+              for n in ("k_cache", "v_cache")}
+    want = evaluate(graph, {**data, **caches})[0]
+    assert np.abs(evaluate(fused, {**data, **caches})[0] - want).max() < 1e-12
+    results = []
+    for g in (fused, plain):
+        tensors = {n: ctx.tensor(c) for n, c in caches.items()}
+        (got,) = CompiledGraph(g, ctx)(**data, **tensors)
+        results.append((got.numpy(), tensors["k_cache"].numpy()))
+        assert np.linalg.norm(got.numpy() - want) / np.linalg.norm(want) < 1e-5
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
+def test_rope_attribute_bad_values(ctx) -> None:
+    cache = ctx.tensor(np.zeros((2, 8, 3, 4), np.float32))
+    pos = ctx.tensor(np.zeros(2, np.int32))
+    odd = ctx.tensor(np.zeros((2, 8, 3, 5), np.float32))
+    assert_each_raises(ctx, [
+        (VkumdValueError, lambda: ops.kv_write(cache, ctx.tensor(np.ones((2, 1, 3, 4),
+                                                                         np.float32)), pos,
+                                               rope_theta=0.5)),
+        (VkumdValueError, lambda: ops.kv_write(cache, ctx.tensor(np.ones((2, 1, 3, 4),
+                                                                         np.float32)), pos,
+                                               rope_theta=10.0, rope_pairs="neox")),
+        (VkumdValueError, lambda: ops.kv_write(odd, ctx.tensor(np.ones((2, 1, 3, 5),
+                                                                       np.float32)), pos,
+                                               rope_theta=10.0)),
+    ], "kv_write")
+
+
+def test_a_captured_decode_step_replays_with_new_positions(ctx) -> None:
+    """The decode loop's shape: rope + kv_write (rotating on the way in) + attention captured
+    once, then replayed per token with new inputs written to the same tensors; each step
+    matches the float64 reference over the cache it grew."""
+    slots, max_len, heads, kv_heads, dim = 2, 12, 3, 1, 8
+    rng = np.random.default_rng()
+    q = ctx.empty((slots, 1, heads, dim), "float16")
+    k, v = (ctx.empty((slots, 1, kv_heads, dim)) for _ in range(2))
+    pos, lengths = ctx.empty((slots,), "int32"), ctx.empty((slots,), "int32")
+    caches = [ctx.zeros((slots, max_len, kv_heads, dim), "float16") for _ in range(2)]
+    out = ctx.empty((slots, 1, heads, dim), "float16")
+    with ctx.capture() as step:
+        qr = ops.rope(q, pos, theta=10000.0, pairs="halves")
+        ops.kv_write(caches[0], k, pos, rope_theta=10000.0, rope_pairs="halves")
+        ops.kv_write(caches[1], v, pos)
+        ops.attention(qr, caches[0], caches[1], key_lengths=lengths, layout="bshd", out=out)
+    ref_k = np.zeros((slots, max_len, kv_heads, dim))
+    ref_v = np.zeros_like(ref_k)
+    start = np.array([0, 4], np.int32)
+    for t in range(5):
+        here = start + t
+        data = [stored(rng.standard_normal(x.shape), "float16") for x in (q, k, v)]
+        for tensor_, array in zip((q, k, v), data, strict=True):
+            tensor_.write(array.astype(tensor_.dtype.numpy))
+        pos.write(here)
+        lengths.write(here + 1)
+        step.replay()
+        rotated_k = rope_reference(data[1], here, 10000.0, "halves")
+        for b in range(slots):
+            ref_k[b, here[b]] = stored(rotated_k[b, 0], "float16")
+            ref_v[b, here[b]] = data[2][b, 0]
+        got = out.numpy()
+        qr_ref = stored(rope_reference(data[0], here, 10000.0, "halves"), "float16")
+        for b in range(slots):
+            n = here[b] + 1
+            scores = np.einsum("hd,nd->hn", qr_ref[b, 0], ref_k[b, :n, 0]) / np.sqrt(dim)
+            w = np.exp(scores - scores.max(-1, keepdims=True))
+            w /= w.sum(-1, keepdims=True)
+            want = w @ ref_v[b, :n, 0]
+            err = np.linalg.norm(got[b, 0] - want) / np.linalg.norm(want)
+            assert err < 2e-3, (t, b, err)
+    np.testing.assert_array_equal(caches[0].numpy()[0, 5:], 0)  # nothing past slot 0's tokens

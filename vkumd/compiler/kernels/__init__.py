@@ -13,6 +13,7 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     kv_cache,
     norm,
     permute,
+    qmatmul,
     reduce,
     rope,
     softmax,

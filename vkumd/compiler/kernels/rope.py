@@ -48,18 +48,25 @@ def fraction_words(value: Fraction | float) -> tuple[int, int]:
     return bits >> 32, bits & 0xFFFFFFFF
 
 
+def rope_words(theta: float, head_dim: int) -> tuple[int, int, int, int]:
+    """The push words of the angles (``include/rope_angle.glsl``): ``theta ** (-2 /
+    head_dim)`` (float64; in (0, 1) for theta > 1) and ``1 / (2 pi)`` as 0.64 fractions."""
+    return (*fraction_words(theta ** (-2.0 / head_dim)), *fraction_words(_INV_TWO_PI))
+
+
 @functools.lru_cache(maxsize=4096)
 def rope_plan(caps: DeviceCaps, code: str, batch: int, seq: int, heads: int, head_dim: int,
               theta: float, pairs: str) -> FixedLaunch:
     """Rotate ``x[batch, seq, heads, head_dim]`` (``head_dim`` even, ``theta`` > 1).
     Operands: x, positions (int32 [batch]), out (may be x)."""
     half = head_dim // 2
-    ratio = theta ** (-2.0 / head_dim)  # float64; in (0, 1) for theta > 1
-    r_hi, r_lo = fraction_words(ratio)
-    c_hi, c_lo = fraction_words(_INV_TWO_PI)
+    r_hi, r_lo, c_hi, c_lo = rope_words(theta, head_dim)
     program = ROPE.specialize({"DTYPE": code, WORKGROUP: ELEMENTWISE_WORKGROUP})
     rows = batch * seq
     push = ROPE_PUSH.pack(rows, seq, heads, half, ROPE_PAIRS.index(pairs), r_hi, r_lo,
                           c_hi, c_lo)
     groups = -(-(rows * half) // ELEMENTWISE_WORKGROUP)
+    # The elementwise kernels' grid although a pair costs far more than an add: with fewer
+    # pieces per workgroup (1 to 16) lavapipe ran rope and kv_write no faster at decode sizes
+    # and up to 1.5x slower at a 128-token prefill (2 busy cores, per-workgroup cost).
     return FixedLaunch(program, push, looped_grid(caps, groups), (2,))

@@ -13,6 +13,7 @@ Importing this package declares them all; ``vkumd.framework.ops`` does so on imp
 
 from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     activation,
+    argmax,
     arith,
     attention,
     compare,
@@ -22,6 +23,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     layout,
     matmul,
     norms,
+    quantized,
     reductions,
     rotary,
     softmax,

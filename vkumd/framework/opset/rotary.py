@@ -92,10 +92,6 @@ def _rope_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tensor
     if x.ndim != 4:
         raise VkumdValueError(f"rope: x has shape {format_shape(x.shape)}; rope takes "
                               "[batch, seq, heads, head_dim] (attention's layout='bshd')")
-    head_dim = dims.resolve(x.shape[3])
-    if isinstance(head_dim, int) and head_dim % 2:
-        raise VkumdValueError(f"rope: head_dim {head_dim} is odd; rotary embedding turns "
-                              "pairs of elements, so head_dim must be even")
     if positions.dtype is not dtypes.int32:
         raise VkumdTypeError(f"rope: positions is {positions.dtype.name}; it must be int32 "
                              f"[{x.shape[0]}] (cast() converts)")
@@ -103,14 +99,23 @@ def _rope_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tensor
         raise VkumdValueError(f"rope: positions has shape {format_shape(positions.shape)}; "
                               f"expected [{x.shape[0]}], the first position of each of x's "
                               "rows")
-    theta = real("rope", attrs["theta"], "theta")
-    if not theta > 1.0:
-        raise VkumdValueError(f"rope: theta={attrs['theta']!r}; the frequency base must be "
-                              "above 1 (10000 in Llama 2)")
-    if attrs["pairs"] not in ROPE_PAIRS:
-        raise VkumdValueError(f"rope: pairs={attrs['pairs']!r}; use "
-                              f"{' or '.join(map(repr, ROPE_PAIRS))}")
+    check_rotation("rope", dims.resolve(x.shape[3]), attrs["theta"], attrs["pairs"])
     return [x]
+
+
+def check_rotation(op: str, head_dim: Any, theta: Any, pairs: Any, prefix: str = "") -> None:
+    """Refuse an odd head_dim, a theta that is not a finite number above 1 and an unknown pair
+    convention (``prefix`` names the attributes: ``kv_write``'s ``rope_theta``)."""
+    if isinstance(head_dim, int) and head_dim % 2:
+        raise VkumdValueError(f"{op}: head_dim {head_dim} is odd; rotary embedding turns "
+                              "pairs of elements, so head_dim must be even")
+    value = real(op, theta, f"{prefix}theta")
+    if not value > 1.0:
+        raise VkumdValueError(f"{op}: {prefix}theta={theta!r}; the frequency base must be "
+                              "above 1 (10000 in Llama 2)")
+    if pairs not in ROPE_PAIRS:
+        raise VkumdValueError(f"{op}: {prefix}pairs={pairs!r}; use "
+                              f"{' or '.join(map(repr, ROPE_PAIRS))}")
 
 
 def rope_reference(x: np.ndarray, positions: np.ndarray, theta: float, pairs: str
