@@ -50,3 +50,15 @@ def test_tiny_gguf_greedy_matches_float64(ctx, tmp_path, qtype, compute):
         assert tokens == want_tokens
         if compute == "quantized" and qtype != "F16":
             assert runner.weight_bytes < sum(w.nbytes for w in stored.values()) / 4
+
+
+def test_traced_qmatmul_takes_no_forced_path():
+    """The runner's prefill traces qmatmul; a forced kernel path cannot be recorded."""
+    from vkumd.framework.graph import TracedTensor, TraceError, Tracer
+
+    tracer = Tracer("qmatmul_path")
+    x = TracedTensor(tracer.input("x", (2, 32), "float32"), tracer)
+    w = TracedTensor(tracer.weight("w", np.zeros((4, 34), np.uint8)), tracer)
+    assert ops.qmatmul(x, w, qtype="Q8_0", in_features=32).shape == (2, 4)
+    with pytest.raises(TraceError, match="drop path="):
+        ops.qmatmul(x, w, qtype="Q8_0", in_features=32, path="vec")
