@@ -132,6 +132,9 @@ TRANSFERS: dict[str, str] = {
                                                         "result read back",
     "tests/framework/models/test_encoder.py": "the sentence encoder end to end",
     "tests/framework/models/test_bert_graph.py": "the BERT graph end to end",
+    "tests/framework/models/test_llama_runner.py": "the Llama runner: prefill, recorded decode",
+    "tests/framework/models/test_llama_tiny_gguf.py": "a tiny GGUF Llama end to end",
+    "tests/framework/models/test_llama_runner_smollm2.py": "SmolLM2 runner: 1-5 min",
     "tests/frontends/test_onnx_import.py": "ONNX models end to end",
     "tests/frontends/test_onnx_derived.py": "ONNX models with masks end to end",
     "tests/runtime/test_sync_validation.py": "barriers around staging copies, checked by the "
