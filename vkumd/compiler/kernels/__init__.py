@@ -8,6 +8,7 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     activation,
     add_norm,
     attention,
+    conv,
     fused_elementwise,
     gather,
     kv_cache,

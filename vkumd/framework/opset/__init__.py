@@ -17,6 +17,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     arith,
     attention,
     compare,
+    conv,
     fused,
     generation,
     kv_cache,

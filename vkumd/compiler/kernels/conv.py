@@ -1,0 +1,68 @@
+"""The convolution kernel, ``shaders/conv2d.comp``, and its planner.
+
+A direct kernel, one invocation per output element, correct for every case the op takes
+(strides, dilation, asymmetric padding, groups including depthwise); 1-D convolution is a
+height-1 2-D one. The implicit-GEMM path over the GEMM family's tiles is still to come
+(issue 26); this kernel stays as the fallback for the shapes it will not take.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from vkumd.compiler.kernels.elementwise_plan import ELEMENTWISE_WORKGROUP, FixedLaunch, looped_grid
+from vkumd.compiler.kernels.limits import CONV_DTYPES
+from vkumd.compiler.kernels.type_codes import type_codes
+from vkumd.compiler.push import PushLayout
+from vkumd.compiler.registry import WORKGROUP, Kernel, register
+from vkumd.errors import VkumdValueError
+from vkumd.vk.caps import DeviceCaps
+
+CONV_CODES = type_codes(CONV_DTYPES)
+CONV_PUSH = PushLayout("total:u32", "c_in:u32", "h:u32", "w:u32", "c_out:u32", "oh:u32",
+                       "ow:u32", "kh:u32", "kw:u32", "sy:u32", "sx:u32", "dy:u32", "dx:u32",
+                       "pt:i32", "pl:i32", "groups:u32", "has_bias:u32")
+# The kernel indexes with 32-bit unsigned integers.
+_MAX_ELEMENTS = (1 << 32) - 1
+
+
+def _conv_variants(caps: DeviceCaps) -> list[dict]:
+    codes = [c for c in CONV_CODES.values() if caps.storage_16bit or c == "F32"]
+    return [{"DTYPE": c, WORKGROUP: ELEMENTWISE_WORKGROUP} for c in codes]
+
+
+CONV2D = register(Kernel(
+    name="conv2d",
+    source="conv2d.comp",
+    buffers=4,
+    push=CONV_PUSH,
+    defines={"DTYPE": tuple(CONV_CODES.values())},
+    spec_constants={WORKGROUP: 0},
+    variants=_conv_variants,
+))
+
+
+@functools.lru_cache(maxsize=4096)
+def conv2d_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
+                w_shape: tuple[int, int, int, int], out_hw: tuple[int, int],
+                stride: tuple[int, int], dilation: tuple[int, int], pads: tuple[int, int],
+                groups: int, has_bias: bool) -> FixedLaunch:
+    """Convolve ``x[n, c_in, h, w]`` with ``w[c_out, c_in / groups, kh, kw]``; ``pads`` is
+    (top, left) (the bottom and right pads only shape ``out_hw``).
+    Operands: x, w, bias (w again when there is none), out ``[n, c_out, *out_hw]``.
+
+    Raises:
+        VkumdValueError: a tensor past the kernel's 32-bit indexing.
+    """
+    n, c_in, h, w = x_shape
+    c_out, _, kh, kw = w_shape
+    total = n * c_out * out_hw[0] * out_hw[1]
+    for what, size in (("x", n * c_in * h * w), ("out", total)):
+        if size > _MAX_ELEMENTS:
+            raise VkumdValueError(f"conv2d: {what} has {size} elements; the kernel indexes at "
+                                  f"most {_MAX_ELEMENTS} (split the batch)")
+    program = CONV2D.specialize({"DTYPE": code, WORKGROUP: ELEMENTWISE_WORKGROUP})
+    push = CONV_PUSH.pack(total, c_in, h, w, c_out, out_hw[0], out_hw[1], kh, kw, *stride,
+                          *dilation, *pads, groups, int(has_bias))
+    groups_needed = -(-total // ELEMENTWISE_WORKGROUP)
+    return FixedLaunch(program, push, looped_grid(caps, groups_needed), (3,))
