@@ -1,0 +1,78 @@
+"""The ONNX vision converters (Conv) on single-node models against ONNX's reference
+evaluator: 1-D and 2-D, every auto_pad, strides, dilations, groups, asymmetric pads; and bad
+attributes refused with the node named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="the ONNX frontend needs the onnx package")
+
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import vkumd.onnx  # noqa: E402
+from vkumd.errors import VkumdError  # noqa: E402
+
+
+def single_node(op: str, x_shape: tuple[int, ...], weights: dict[str, np.ndarray],
+                **attrs: object) -> onnx.ModelProto:
+    """A model of one ``op`` node reading input ``x`` and the initializers ``weights``."""
+    node = helper.make_node(op, ["x", *weights], ["y"], name="the_node", **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", T.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def run_both(ctx, model: onnx.ModelProto, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    got = vkumd.onnx.load(model, ctx=ctx)(x=x)["y"]
+    return got, want
+
+
+# (x shape, w shape, has bias, attributes)
+CONVS = [
+    ((2, 3, 11, 13), (5, 3, 3, 3), True, {"pads": [1, 2, 0, 1]}),
+    ((2, 3, 11, 13), (4, 3, 5, 5), False, {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((2, 3, 11, 13), (4, 3, 4, 2), True, {"auto_pad": "SAME_LOWER", "strides": [2, 1]}),
+    ((1, 4, 9, 10), (4, 2, 3, 3), True, {"auto_pad": "VALID", "group": 2,
+                                         "dilations": [2, 1]}),
+    ((2, 6, 11, 13), (6, 1, 3, 3), True, {"group": 6, "strides": [2, 1],
+                                          "pads": [1, 1, 1, 1], "kernel_shape": [3, 3]}),
+    ((3, 4, 17), (5, 4, 3), True, {"pads": [2, 1], "strides": [2]}),
+    ((3, 4, 17), (6, 2, 4), False, {"auto_pad": "SAME_LOWER", "group": 2,
+                                    "dilations": [2]}),
+]
+
+
+@pytest.mark.parametrize("case", CONVS, ids=str)
+def test_conv_matches_reference(ctx, case) -> None:
+    x_shape, w_shape, has_bias, attrs = case
+    rng = np.random.default_rng()
+    weights = {"w": rng.standard_normal(w_shape).astype(np.float32)}
+    if has_bias:
+        weights["b"] = rng.standard_normal(w_shape[0]).astype(np.float32)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    got, want = run_both(ctx, single_node("Conv", x_shape, weights, **attrs), x)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"group": 4},                       # does not divide 6 channels
+    {"auto_pad": "SAME"},               # not an ONNX mode
+    {"pads": [-1, 0, 0, 0]},
+    {"kernel_shape": [5, 5]},           # the weight is 3x3
+    {"strides": [1, 1, 1]},
+])
+def test_conv_bad_attributes_name_the_node(ctx, attrs: dict) -> None:
+    w = np.ones((6, 3, 3, 3), np.float32) if "group" not in attrs else np.ones((4, 1, 3, 3),
+                                                                                 np.float32)
+    model = single_node("Conv", (1, 6, 8, 8), {"w": w}, **attrs)
+    with pytest.raises(VkumdError) as info:
+        vkumd.onnx.load(model, ctx=ctx)
+    assert "the_node" in str(info.value)
