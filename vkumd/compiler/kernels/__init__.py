@@ -13,6 +13,7 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     gather,
     kv_cache,
     norm,
+    pool,
     permute,
     qmatmul,
     reduce,

@@ -24,6 +24,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     layout,
     matmul,
     norms,
+    pool,
     quantized,
     reductions,
     rotary,

@@ -104,3 +104,49 @@ def conv(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     if one_d:
         y = st.b.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
     return [y]
+
+
+_POOL_ATTRS = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides")
+
+
+@converter("MaxPool", "AveragePool",
+           attrs=(*_POOL_ATTRS, "storage_order", "count_include_pad"))
+def pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """Max and average pooling, 1-D or 2-D (ONNX's strides default to 1, not the kernel)."""
+    if len(node.output) > 1 and node.output[1]:
+        raise Unsupported("MaxPool's Indices output is not supported")
+    if node.op_type == "MaxPool" and "count_include_pad" in attrs:
+        raise Unsupported("count_include_pad is an AveragePool attribute")
+    x = st.value(node.input[0])
+    n = _spatial(node.op_type, x)
+    if "kernel_shape" not in attrs:
+        raise Unsupported("kernel_shape is required")
+    kernel = _ints(attrs, "kernel_shape", n, 1)
+    strides = _ints(attrs, "strides", n, 1)
+    dilations = _ints(attrs, "dilations", n, 1)
+    pads = explicit_pads(attrs, tuple(x.shape[2:]), kernel, strides, dilations)
+    one_d = n == 1
+    kw: dict[str, Any] = {
+        "stride": (1, strides[0]) if one_d else tuple(strides),
+        "dilation": (1, dilations[0]) if one_d else tuple(dilations),
+        "pads": _pads_2d(pads, one_d), "ceil_mode": bool(attrs.get("ceil_mode", 0))}
+    kernel2 = (1, kernel[0]) if one_d else tuple(kernel)
+    x2 = _as_2d(st, x, one_d)
+    if node.op_type == "MaxPool":
+        y = st.b.max_pool2d(x2, kernel=kernel2, **kw)
+    else:
+        y = st.b.avg_pool2d(x2, kernel=kernel2,
+                            count_include_pad=bool(attrs.get("count_include_pad", 0)), **kw)
+    if one_d:
+        y = st.b.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
+    return [y]
+
+
+@converter("GlobalAveragePool")
+def global_average_pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
+                        ) -> list[Bound | None]:
+    """The mean of every channel's plane, kept with size-1 spatial dimensions."""
+    x = st.value(node.input[0])
+    n = _spatial("GlobalAveragePool", x)
+    y = st.b.global_avg_pool(_as_2d(st, x, n == 1))
+    return [st.b.reshape(y, (y.shape[0], y.shape[1], 1)) if n == 1 else y]
