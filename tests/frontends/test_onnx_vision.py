@@ -28,8 +28,17 @@ def single_node(op: str, x_shape: tuple[int, ...], weights: dict[str, np.ndarray
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def run_both(ctx, model: onnx.ModelProto, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+def run_both(ctx, model: onnx.ModelProto, x: np.ndarray, runtime: bool = False
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """vkumd's output and ONNX's reference evaluator's (onnxruntime's when ``runtime``)."""
+    if runtime:
+        ort = pytest.importorskip("onnxruntime", reason="this case is checked against "
+                                  "onnxruntime (ONNX's reference evaluator is wrong there)")
+        session = ort.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        want = session.run(None, {"x": x})[0]
+    else:
+        want = ReferenceEvaluator(model).run(None, {"x": x})[0]
     got = vkumd.onnx.load(model, ctx=ctx)(x=x)["y"]
     return got, want
 
@@ -75,4 +84,45 @@ def test_conv_bad_attributes_name_the_node(ctx, attrs: dict) -> None:
     model = single_node("Conv", (1, 6, 8, 8), {"w": w}, **attrs)
     with pytest.raises(VkumdError) as info:
         vkumd.onnx.load(model, ctx=ctx)
+    assert "the_node" in str(info.value)
+
+
+POOLS = [
+    ("MaxPool", (2, 3, 11, 13), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                 "auto_pad": "SAME_LOWER"}),
+    ("MaxPool", (2, 3, 11, 13), {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]}),
+    ("MaxPool", (2, 3, 11, 13), {"kernel_shape": [3, 2], "strides": [2, 2], "ceil_mode": 1,
+                                 "pads": [1, 0, 0, 1]}),
+    ("AveragePool", (2, 3, 11, 13), {"kernel_shape": [3, 3], "strides": [2, 1],
+                                     "pads": [1, 0, 2, 1], "count_include_pad": 1}),
+    ("AveragePool", (2, 3, 11, 13), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                     "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+    ("AveragePool", (3, 4, 17), {"kernel_shape": [4], "strides": [3], "auto_pad": "SAME_UPPER"}),
+    ("GlobalAveragePool", (2, 5, 11, 13), {}),
+    ("GlobalAveragePool", (2, 5, 9), {}),
+]
+
+
+@pytest.mark.parametrize("case", POOLS, ids=str)
+def test_pool_matches_reference(ctx, case) -> None:
+    op, x_shape, attrs = case
+    x = np.random.default_rng().standard_normal(x_shape).astype(np.float32)
+    # onnx 1.23's reference MaxPool gives SAME_LOWER at stride 2 one window too few per axis
+    # (11 -> 5, not ceil(11 / 2) = 6 as the spec and onnxruntime say).
+    runtime = op == "MaxPool" and attrs.get("auto_pad") == "SAME_LOWER"
+    got, want = run_both(ctx, single_node(op, x_shape, {}, **attrs), x, runtime)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("MaxPool", {"kernel_shape": [2, 2], "auto_pad": "SAME"}),
+    ("MaxPool", {"strides": [2, 2]}),                              # no kernel_shape
+    ("MaxPool", {"kernel_shape": [2, 2], "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [2, 2], "pads": [2, 0, 0, 0]}),  # pad >= kernel
+    ("AveragePool", {"kernel_shape": [9, 2]}),                     # larger than the input
+])
+def test_pool_bad_attributes_name_the_node(ctx, op: str, attrs: dict) -> None:
+    with pytest.raises(VkumdError) as info:
+        vkumd.onnx.load(single_node(op, (1, 2, 8, 8), {}, **attrs), ctx=ctx)
     assert "the_node" in str(info.value)
