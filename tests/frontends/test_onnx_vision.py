@@ -126,3 +126,23 @@ def test_pool_bad_attributes_name_the_node(ctx, op: str, attrs: dict) -> None:
     with pytest.raises(VkumdError) as info:
         vkumd.onnx.load(single_node(op, (1, 2, 8, 8), {}, **attrs), ctx=ctx)
     assert "the_node" in str(info.value)
+
+
+@pytest.mark.parametrize("x_shape", [(2, 3, 11, 13), (2, 5, 9)], ids=str)
+def test_batch_normalization_matches_reference(ctx, x_shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng()
+    c = x_shape[1]
+    weights = {name: rng.standard_normal(c).astype(np.float32)
+               for name in ("scale", "bias", "mean")}
+    weights["var"] = (rng.standard_normal(c) ** 2 + 0.1).astype(np.float32)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    got, want = run_both(ctx, single_node("BatchNormalization", x_shape, weights,
+                                          epsilon=1e-3), x)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_batch_normalization_training_is_refused(ctx) -> None:
+    weights = {name: np.ones(3, np.float32) for name in ("scale", "bias", "mean", "var")}
+    model = single_node("BatchNormalization", (1, 3, 4, 4), weights, training_mode=1)
+    with pytest.raises(VkumdError, match="the_node.*training_mode"):
+        vkumd.onnx.load(model, ctx=ctx)

@@ -1,4 +1,5 @@
-"""The convolution kernel, ``shaders/conv2d.comp``, and its planner.
+"""The convolution kernel, ``shaders/conv2d.comp``, the inference batch-norm kernel
+(``shaders/batch_norm.comp``) and their planners.
 
 A direct kernel, one invocation per output element, correct for every case the op takes
 (strides, dilation, asymmetric padding, groups including depthwise); 1-D convolution is a
@@ -66,3 +67,33 @@ def conv2d_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
                           *dilation, *pads, groups, int(has_bias))
     groups_needed = -(-total // ELEMENTWISE_WORKGROUP)
     return FixedLaunch(program, push, looped_grid(caps, groups_needed), (3,))
+
+
+BATCH_NORM_PUSH = PushLayout("total:u32", "channels:u32", "inner:u32", "eps:f32")
+BATCH_NORM = register(Kernel(
+    name="batch_norm",
+    source="batch_norm.comp",
+    buffers=6,
+    push=BATCH_NORM_PUSH,
+    defines={"DTYPE": tuple(CONV_CODES.values())},
+    spec_constants={WORKGROUP: 0},
+    variants=_conv_variants,
+))
+
+
+@functools.lru_cache(maxsize=4096)
+def batch_norm_plan(caps: DeviceCaps, code: str, total: int, channels: int, inner: int,
+                    eps: float) -> FixedLaunch:
+    """Inference batch normalisation of ``x[N, channels, inner]`` (``total`` elements).
+    Operands: x, scale, bias, mean, var, out (may be x).
+
+    Raises:
+        VkumdValueError: a tensor past the kernel's 32-bit indexing.
+    """
+    if total > _MAX_ELEMENTS:
+        raise VkumdValueError(f"batch_norm: x has {total} elements; the kernel indexes at "
+                              f"most {_MAX_ELEMENTS} (split the batch)")
+    program = BATCH_NORM.specialize({"DTYPE": code, WORKGROUP: ELEMENTWISE_WORKGROUP})
+    push = BATCH_NORM_PUSH.pack(total, channels, inner, eps)
+    return FixedLaunch(program, push, looped_grid(caps, -(-total // ELEMENTWISE_WORKGROUP)),
+                       (5,))

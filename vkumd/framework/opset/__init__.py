@@ -16,6 +16,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     argmax,
     arith,
     attention,
+    batch_norm,
     compare,
     conv,
     fused,

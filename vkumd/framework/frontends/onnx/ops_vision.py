@@ -150,3 +150,19 @@ def global_average_pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
     n = _spatial("GlobalAveragePool", x)
     y = st.b.global_avg_pool(_as_2d(st, x, n == 1))
     return [st.b.reshape(y, (y.shape[0], y.shape[1], 1)) if n == 1 else y]
+
+
+@converter("BatchNormalization", attrs=("epsilon", "momentum", "training_mode", "spatial"))
+def batch_normalization(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
+                        ) -> list[Bound | None]:
+    """Inference batch normalisation with the running statistics (momentum only matters in
+    training, which vkumd refuses)."""
+    if int(attrs.get("training_mode", 0)) or any(node.output[1:]):
+        raise Unsupported("training_mode (and its running-statistics outputs) is not "
+                          "supported; vkumd runs inference")
+    if int(attrs.get("spatial", 1)) != 1:
+        raise Unsupported("spatial=0 (per-element statistics, opset < 9) is not supported")
+    x = st.value(node.input[0])
+    scale, bias, mean, var = (st.value(node.input[i]) for i in range(1, 5))
+    return [st.b.batch_norm(x, scale, bias, mean, var,
+                            eps=float(attrs.get("epsilon", 1e-5)))]
