@@ -33,7 +33,7 @@ layout(std430, binding = 2) readonly buffer B { ELEM bias[]; };  // w when has_b
 layout(std430, binding = 3) writeonly buffer Out { ELEM result[]; };
 
 layout(push_constant) uniform Conv {
-    uint total;     // n * c_out * oh * ow
+    uint total;     // invocations: n * (c_out / OC_BLOCK) * oh * ow
     uint c_in;
     uint h;
     uint w;
@@ -52,24 +52,37 @@ layout(push_constant) uniform Conv {
     uint has_bias;
 } pc;
 
+#ifndef OC_BLOCK
+#define OC_BLOCK 1
+#endif
+
+// OC_BLOCK output channels of one group per invocation (the planner picks 4 where the
+// group's output channels allow): each input element loaded serves OC_BLOCK products.
+// pc.total counts invocations: n * (c_out / OC_BLOCK) * oh * ow.
 void main() {
     uint cin_g = pc.c_in / pc.groups;
     uint cout_g = pc.c_out / pc.groups;
+    uint taps = pc.kh * pc.kw;
+    uint blocks = pc.c_out / OC_BLOCK;
     for (uint index = VKUMD_FIRST_INDEX; index < pc.total; index += VKUMD_THREAD_COUNT) {
         uint ox = index % pc.ow;
         uint rest = index / pc.ow;
         uint oy = rest % pc.oh;
         rest /= pc.oh;
-        uint oc = rest % pc.c_out;
-        uint n = rest / pc.c_out;
+        uint oc = (rest % blocks) * OC_BLOCK;
+        uint n = rest / blocks;
         uint ic0 = (oc / cout_g) * cin_g;
         int y0 = int(oy * pc.sy) - pc.pt;
         int x0 = int(ox * pc.sx) - pc.pl;
-        float acc = pc.has_bias != 0u ? TO_F(bias[oc]) : 0.0;
-        uint wbase = oc * cin_g * pc.kh * pc.kw;
+        float acc[OC_BLOCK];
+        for (uint b = 0u; b < OC_BLOCK; ++b) {
+            acc[b] = pc.has_bias != 0u ? TO_F(bias[oc + b]) : 0.0;
+        }
+        uint wstride = cin_g * taps;  // between consecutive output channels' filters
+        uint wbase = oc * wstride;
         for (uint c = 0u; c < cin_g; ++c) {
             uint xplane = (n * pc.c_in + ic0 + c) * pc.h;
-            uint wplane = wbase + c * pc.kh * pc.kw;
+            uint wplane = wbase + c * taps;
             for (uint ky = 0u; ky < pc.kh; ++ky) {
                 int iy = y0 + int(ky * pc.dy);
                 if (iy < 0 || iy >= int(pc.h)) {
@@ -80,11 +93,18 @@ void main() {
                 for (uint kx = 0u; kx < pc.kw; ++kx) {
                     int ix = x0 + int(kx * pc.dx);
                     if (ix >= 0 && ix < int(pc.w)) {
-                        acc += TO_F(x[xrow + uint(ix)]) * TO_F(w[wrow + kx]);
+                        float v = TO_F(x[xrow + uint(ix)]);
+                        for (uint b = 0u; b < OC_BLOCK; ++b) {
+                            acc[b] += v * TO_F(w[wrow + kx + b * wstride]);
+                        }
                     }
                 }
             }
         }
-        result[index] = FROM_F(acc);
+        uint plane = pc.oh * pc.ow;
+        uint at = (n * pc.c_out + oc) * plane + oy * pc.ow + ox;
+        for (uint b = 0u; b < OC_BLOCK; ++b) {
+            result[at + b * plane] = FROM_F(acc[b]);
+        }
     }
 }

@@ -10,6 +10,7 @@ import pytest
 from transformer_checks import assert_close, assert_each_raises, poisoned, sample, tensor
 
 from vkumd import ops
+from vkumd.compiler.kernels import conv as conv_kernels
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.execute import CompiledGraph
 from vkumd.framework.graph import GraphBuilder, evaluate
@@ -67,6 +68,29 @@ def test_matches_float64(ctx, dtype: str, case) -> None:
                      dilation=dilation, pads=pads, groups=groups, out=out)
     assert got is out
     assert_close(got.numpy().astype(np.float64), want, dtype, f"conv2d {case}")
+
+
+@pytest.mark.parametrize("block", [1, 4])
+def test_output_channel_blocks(ctx, monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+    """Both kernel variants (one and four output channels per invocation), forced, on the
+    cases whose groups have a multiple of 4 output channels."""
+    monkeypatch.setattr(conv_kernels, "conv2d_block", lambda c_out, groups: block)
+    conv_kernels.conv2d_plan.cache_clear()
+    rng = np.random.default_rng()
+    for shape, c_out, kernel, stride, pads, groups in [
+            ((2, 3, 11, 13), 8, (3, 3), (2, 1), (1, 0, 2, 1), 1),
+            ((1, 4, 9, 10), 8, (3, 2), (1, 2), (0, 1, 1, 0), 2),
+            ((2, 2, 7, 5), 4, (1, 1), (1, 1), (0, 0, 0, 0), 1)]:
+        x = sample(rng, "float32", shape)
+        w = sample(rng, "float32", (c_out, shape[1] // groups, *kernel))
+        bias = sample(rng, "float32", (c_out,))
+        want = pixelwise(x, w, bias, stride, (1, 1), pads, groups)
+        out = poisoned(ctx, want.shape, "float32")
+        ops.conv2d(ctx.tensor(x.astype(np.float32)), ctx.tensor(w.astype(np.float32)),
+                   ctx.tensor(bias.astype(np.float32)), stride=stride, pads=pads,
+                   groups=groups, out=out)
+        assert_close(out.numpy().astype(np.float64), want, "float32", f"block {block}")
+    conv_kernels.conv2d_plan.cache_clear()
 
 
 def test_default_output_and_record_reference(ctx) -> None:
