@@ -50,6 +50,8 @@ CASES = [
     ((2, 6, 11, 13), 12, (5, 5), (2, 1), (1, 1), (2, 2, 2, 2), 6, False),  # multiplier 2
     ((1, 8, 7, 5), 4, (3, 3), (1, 1), (1, 1), (4, 4, 4, 4), 4, True),     # pads > half kernel
     ((3, 2, 1, 17), 3, (1, 5), (1, 3), (1, 2), (0, 2, 0, 1), 1, True),    # 1-D as height 1
+    ((2, 5, 11, 13), 7, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, True),   # pointwise: GEMM
+    ((3, 6, 1, 9), 4, (1, 1), (1, 1), (2, 2), (0, 0, 0, 0), 1, False),    # GEMM, no bias
 ]
 
 
@@ -146,3 +148,22 @@ def test_bad_inputs(ctx) -> None:
                                             ctx.tensor(np.ones((4, 4, 3, 3), np.int32)))),
         (VkumdValueError, lambda: ops.conv2d(x, w, out=ctx.empty((2, 4, 5, 5)))),
     ], "conv2d")
+
+
+def test_pointwise_convolution_runs_as_a_gemm(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1x1, stride-1, unpadded, one-group convolution never reaches the direct kernel."""
+    import vkumd.framework.opset.conv as conv_op
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("the direct kernel was planned for a pointwise convolution")
+
+    monkeypatch.setattr(conv_op, "conv2d_plan", refuse)
+    rng = np.random.default_rng()
+    x = rng.standard_normal((2, 6, 5, 7)).astype(np.float32)
+    w = rng.standard_normal((3, 6, 1, 1)).astype(np.float32)
+    bias = rng.standard_normal(3).astype(np.float32)
+    got = ops.conv2d(ctx.tensor(x), ctx.tensor(w), ctx.tensor(bias))
+    assert_close(got.numpy().astype(np.float64),
+                 pixelwise(x, w, bias, (1, 1), (1, 1), (0, 0, 0, 0), 1), "float32")
+    with pytest.raises(AssertionError, match="direct kernel"):
+        ops.conv2d(ctx.tensor(x), ctx.tensor(w), stride=(2, 1))

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from vkumd.compiler.kernels.conv import CONV_CODES, conv2d_plan
+from vkumd.compiler.kernels.conv import CONV_CODES, conv2d_is_gemm, conv2d_plan
 from vkumd.compiler.kernels.limits import CONV_DTYPES
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.graph.dims import Dim, format_shape
@@ -23,7 +23,10 @@ from vkumd.framework.graph.registry import TensorType, define
 from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_context, check_storage, check_tensor, output
 from vkumd.framework.ops.contract import Verdicts, concrete_rule, recall, remember
+from vkumd.framework.opset.arith import add
 from vkumd.framework.opset.common import attrs_of
+from vkumd.framework.opset.layout import reshape
+from vkumd.framework.opset.matmul import matmul
 from vkumd.framework.tensor import Tensor
 
 _VERDICTS: Verdicts = {}
@@ -170,11 +173,24 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, *,
                               f"{format_shape(w.shape)} is empty but the output "
                               f"{format_shape(shape)} is not (padding alone); give at least "
                               "one input element and one kernel tap")
+    if conv2d_is_gemm(w.shape[2:], tuple(stride), tuple(pads), int(groups)):
+        _pointwise(x, w, bias, out)
+        return out
     plan = conv2d_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape,
                        shape[2:], tuple(stride), tuple(dilation), (pads[0], pads[1]),
                        int(groups), bias is not None)
     x.context.run(plan, (x, w, bias, out))
     return out
+
+
+def _pointwise(x: Tensor, w: Tensor, bias: Tensor | None, out: Tensor) -> None:
+    """A 1x1 convolution as the GEMM ``w[C_out, C] @ x[n, C, H * W]``, bias added after."""
+    n, c, h, wd = x.shape
+    c_out = w.shape[0]
+    result = reshape(out, (n, c_out, h * wd))
+    matmul(reshape(w, (c_out, c)), reshape(x, (n, c, h * wd)), out=result)
+    if bias is not None:
+        add(result, reshape(bias, (c_out, 1)), out=result)
 
 
 def conv2d_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
