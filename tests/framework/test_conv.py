@@ -14,6 +14,7 @@ from vkumd.compiler.kernels import conv as conv_kernels
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.execute import CompiledGraph
 from vkumd.framework.graph import GraphBuilder, evaluate
+from vkumd.framework.opset import conv as conv_op
 
 
 def pixelwise(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, stride, dilation, pads,
@@ -55,9 +56,20 @@ CASES = [
 ]
 
 
+def force_direct(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Route every convolution to the direct kernel (not im2col + GEMM, not the 1x1 GEMM)."""
+    monkeypatch.setattr(conv_op, "im2col_columns", lambda *args: None)
+    monkeypatch.setattr(conv_op, "conv2d_is_gemm", lambda *args: False)
+
+
+@pytest.mark.parametrize("path", ["chosen", "direct"])
 @pytest.mark.parametrize("case", CASES, ids=str)
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_matches_float64(ctx, dtype: str, case) -> None:
+def test_matches_float64(ctx, monkeypatch: pytest.MonkeyPatch, dtype: str, case,
+                         path: str) -> None:
+    """Every case on the planner's path and forced onto the direct kernel."""
+    if path == "direct":
+        force_direct(monkeypatch)
     shape, c_out, kernel, stride, dilation, pads, groups, has_bias = case
     rng = np.random.default_rng()
     x = sample(rng, dtype, shape)
@@ -77,6 +89,7 @@ def test_output_channel_blocks(ctx, monkeypatch: pytest.MonkeyPatch, block: int)
     """Both kernel variants (one and four output channels per invocation), forced, on the
     cases whose groups have a multiple of 4 output channels."""
     monkeypatch.setattr(conv_kernels, "conv2d_block", lambda c_out, groups: block)
+    force_direct(monkeypatch)
     conv_kernels.conv2d_plan.cache_clear()
     rng = np.random.default_rng()
     for shape, c_out, kernel, stride, pads, groups in [
@@ -150,10 +163,9 @@ def test_bad_inputs(ctx) -> None:
     ], "conv2d")
 
 
-def test_pointwise_convolution_runs_as_a_gemm(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 1x1, stride-1, unpadded, one-group convolution never reaches the direct kernel."""
-    import vkumd.framework.opset.conv as conv_op
-
+def test_one_group_convolutions_run_as_gemms(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1x1, stride-1, unpadded convolution is one GEMM, another one-group convolution is
+    im2col + GEMM: neither reaches the direct kernel; a grouped one does."""
     def refuse(*args: object) -> None:
         raise AssertionError("the direct kernel was planned for a pointwise convolution")
 
@@ -165,5 +177,8 @@ def test_pointwise_convolution_runs_as_a_gemm(ctx, monkeypatch: pytest.MonkeyPat
     got = ops.conv2d(ctx.tensor(x), ctx.tensor(w), ctx.tensor(bias))
     assert_close(got.numpy().astype(np.float64),
                  pixelwise(x, w, bias, (1, 1), (1, 1), (0, 0, 0, 0), 1), "float32")
+    got = ops.conv2d(ctx.tensor(x), ctx.tensor(w), stride=(2, 1), pads=(1, 0, 0, 0))
+    assert_close(got.numpy().astype(np.float64),
+                 pixelwise(x, w, None, (2, 1), (1, 1), (1, 0, 0, 0), 1), "float32")
     with pytest.raises(AssertionError, match="direct kernel"):
-        ops.conv2d(ctx.tensor(x), ctx.tensor(w), stride=(2, 1))
+        ops.conv2d(ctx.tensor(x), ctx.tensor(w[:, :2]), groups=3)

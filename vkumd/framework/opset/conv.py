@@ -1,8 +1,9 @@
 """Convolution over NCHW tensors: ``conv2d`` (1-D convolution is a height-1 2-D one).
 
 The geometry (strides, dilation, the four pads, groups) is checked once, in the rule, which
-the eager function and every frontend share; the kernel is ``shaders/conv2d.comp``
-(:mod:`vkumd.compiler.kernels.conv`).
+the eager function and every frontend share. The planner (:mod:`vkumd.compiler.kernels.conv`)
+picks the path: the GEMM for a pointwise convolution, im2col + GEMM for other one-group ones,
+the direct kernel ``shaders/conv2d.comp`` for grouped and depthwise ones.
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from vkumd.compiler.kernels.conv import CONV_CODES, conv2d_is_gemm, conv2d_plan
+from vkumd.compiler.kernels.conv import (
+    CONV_CODES,
+    conv2d_is_gemm,
+    conv2d_plan,
+    im2col_columns,
+    im2col_plan,
+)
 from vkumd.compiler.kernels.limits import CONV_DTYPES
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.graph.dims import Dim, format_shape
@@ -176,11 +183,29 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, *,
     if conv2d_is_gemm(w.shape[2:], tuple(stride), tuple(pads), int(groups)):
         _pointwise(x, w, bias, out)
         return out
+    cols = im2col_columns(x.shape, w.shape, shape[2:], int(groups), x.dtype.itemsize)
+    if cols is not None:
+        _im2col(x, w, bias, out, cols, tuple(stride), tuple(dilation), (pads[0], pads[1]))
+        return out
     plan = conv2d_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape,
                        shape[2:], tuple(stride), tuple(dilation), (pads[0], pads[1]),
                        int(groups), bias is not None)
     x.context.run(plan, (x, w, bias, out))
     return out
+
+
+def _im2col(x: Tensor, w: Tensor, bias: Tensor | None, out: Tensor,
+            cols_shape: tuple[int, int, int], stride: tuple[int, int],
+            dilation: tuple[int, int], pads: tuple[int, int]) -> None:
+    """A one-group convolution as columns then the GEMM ``w[C_out, C*kh*kw] @ cols[n]``."""
+    cols = x.context.empty(cols_shape, x.dtype)
+    x.context.run(im2col_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape,
+                              out.shape[2:], stride, dilation, pads), (x, cols))
+    n, c_out = out.shape[:2]
+    result = reshape(out, (n, c_out, cols_shape[2]))
+    matmul(reshape(w, (c_out, cols_shape[1])), cols, out=result)
+    if bias is not None:
+        add(result, reshape(bias, (c_out, 1)), out=result)
 
 
 def _pointwise(x: Tensor, w: Tensor, bias: Tensor | None, out: Tensor) -> None:
