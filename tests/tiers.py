@@ -75,6 +75,9 @@ SMOKE: dict[str, str] = {
         "quantized matmul (Q8_0, Q4_0, Q4_1), both paths",
     "tests/framework/test_qmatmul.py::test_qembedding_rows_and_out_of_range_ids":
         "quantized embedding",
+    "tests/framework/test_conv.py::test_matches_float64": "direct convolution",
+    "tests/framework/test_pool.py::test_matches_float64": "max and average pooling",
+    "tests/framework/test_batch_norm.py::test_matches_float64": "inference batch norm",
 }
 
 # Device-free modules, or ones that take a second or two, for the fast tier.
@@ -137,6 +140,7 @@ TRANSFERS: dict[str, str] = {
     "tests/framework/models/test_llama_runner_smollm2.py": "SmolLM2 runner: 1-5 min",
     "tests/frontends/test_onnx_import.py": "ONNX models end to end",
     "tests/frontends/test_onnx_derived.py": "ONNX models with masks end to end",
+    "tests/frontends/test_onnx_vision.py": "ONNX vision nodes end to end",
     "tests/runtime/test_sync_validation.py": "barriers around staging copies, checked by the "
                                              "layer's synchronization validation",
     "tests/frontends/test_onnx_bert_block.py": "an ONNX BERT block end to end",

@@ -43,10 +43,11 @@ def test_every_listed_op_has_a_rule() -> None:
 def test_unsupported_op_names_node_and_lists_ops() -> None:
     b = builder()
     x = b.input("x", (3,))
-    with pytest.raises(UnsupportedOpError, match=r"node %1 = conv2d \(stem\): op 'conv2d' is "
-                                                 r"not supported; supported ops: add, "
+    with pytest.raises(UnsupportedOpError, match=r"node %1 = deform_conv2d \(stem\): op "
+                                                 r"'deform_conv2d' is not supported; "
+                                                 r"supported ops: add, "
                                                  r"add_layer_norm, argmax, attention"):
-        b.op("conv2d", x, label="stem")
+        b.op("deform_conv2d", x, label="stem")
 
 
 def test_matmul_shapes() -> None:

@@ -63,3 +63,7 @@ ARGMAX_MAX_COLS = 1 << 24
 # kept as their raw bytes on the device; the activations' dtypes the kernels take.
 QTYPES = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20)}
 QMATMUL_DTYPES = ("float32", "float16")
+
+# Convolution and pooling (conv.py, pool.py) over NCHW tensors.
+CONV_DTYPES = ("float32", "float16")
+POOL_DTYPES = CONV_DTYPES

@@ -19,7 +19,13 @@ from onnx import numpy_helper
 
 from vkumd.errors import VkumdError, VkumdValueError
 from vkumd.framework.frontends.onnx import derived as derived_mod
-from vkumd.framework.frontends.onnx import ops_linalg, ops_logic, ops_math, ops_shape  # noqa: F401
+from vkumd.framework.frontends.onnx import (  # noqa: F401
+    ops_linalg,
+    ops_logic,
+    ops_math,
+    ops_shape,
+    ops_vision,
+)
 from vkumd.framework.frontends.onnx.derived import Derived
 from vkumd.framework.frontends.onnx.errors import (
     MalformedGraphError,

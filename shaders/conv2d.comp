@@ -1,0 +1,110 @@
+#version 450
+// Direct 2-D convolution, NCHW: out[n, oc, oy, ox] = bias[oc] + sum over the group's input
+// channels ic and the kernel taps (ky, kx) of x[n, ic, oy*sy - pt + ky*dy, ox*sx - pl + kx*dx]
+// * w[oc, ic - group start, ky, kx]; taps outside the input read zero (padding, any of the
+// four sides). One invocation per output element, grid-stride over all of them, float32
+// accumulation. The correct-for-every-case kernel (groups, depthwise, dilation, asymmetric
+// pads); an implicit-GEMM path sharing the GEMM's tiles is the planned fast one.
+#extension GL_EXT_shader_explicit_arithmetic_types : require
+#extension GL_EXT_shader_16bit_storage : require
+#include "common.glsl"
+#include "elementwise_types.glsl"
+
+#ifndef DTYPE
+#define DTYPE F32
+#endif
+#if DTYPE == F32
+#define ELEM float
+#define TO_F(x) (x)
+#define FROM_F(v) (v)
+#elif DTYPE == F16
+#define ELEM float16_t
+#define TO_F(x) float(x)
+#define FROM_F(v) float16_t(v)
+#else
+#error "DTYPE must be F32 or F16"
+#endif
+
+layout(local_size_x_id = 0) in;
+
+layout(std430, binding = 0) readonly buffer X { ELEM x[]; };
+layout(std430, binding = 1) readonly buffer W { ELEM w[]; };
+layout(std430, binding = 2) readonly buffer B { ELEM bias[]; };  // w when has_bias is 0
+layout(std430, binding = 3) writeonly buffer Out { ELEM result[]; };
+
+layout(push_constant) uniform Conv {
+    uint total;     // invocations: n * (c_out / OC_BLOCK) * oh * ow
+    uint c_in;
+    uint h;
+    uint w;
+    uint c_out;
+    uint oh;
+    uint ow;
+    uint kh;
+    uint kw;
+    uint sy;
+    uint sx;
+    uint dy;
+    uint dx;
+    int pt;
+    int pl;
+    uint groups;
+    uint has_bias;
+} pc;
+
+#ifndef OC_BLOCK
+#define OC_BLOCK 1
+#endif
+
+// OC_BLOCK output channels of one group per invocation (the planner picks 4 where the
+// group's output channels allow): each input element loaded serves OC_BLOCK products.
+// pc.total counts invocations: n * (c_out / OC_BLOCK) * oh * ow.
+void main() {
+    uint cin_g = pc.c_in / pc.groups;
+    uint cout_g = pc.c_out / pc.groups;
+    uint taps = pc.kh * pc.kw;
+    uint blocks = pc.c_out / OC_BLOCK;
+    for (uint index = VKUMD_FIRST_INDEX; index < pc.total; index += VKUMD_THREAD_COUNT) {
+        uint ox = index % pc.ow;
+        uint rest = index / pc.ow;
+        uint oy = rest % pc.oh;
+        rest /= pc.oh;
+        uint oc = (rest % blocks) * OC_BLOCK;
+        uint n = rest / blocks;
+        uint ic0 = (oc / cout_g) * cin_g;
+        int y0 = int(oy * pc.sy) - pc.pt;
+        int x0 = int(ox * pc.sx) - pc.pl;
+        float acc[OC_BLOCK];
+        for (uint b = 0u; b < OC_BLOCK; ++b) {
+            acc[b] = pc.has_bias != 0u ? TO_F(bias[oc + b]) : 0.0;
+        }
+        uint wstride = cin_g * taps;  // between consecutive output channels' filters
+        uint wbase = oc * wstride;
+        for (uint c = 0u; c < cin_g; ++c) {
+            uint xplane = (n * pc.c_in + ic0 + c) * pc.h;
+            uint wplane = wbase + c * taps;
+            for (uint ky = 0u; ky < pc.kh; ++ky) {
+                int iy = y0 + int(ky * pc.dy);
+                if (iy < 0 || iy >= int(pc.h)) {
+                    continue;
+                }
+                uint xrow = (xplane + uint(iy)) * pc.w;
+                uint wrow = wplane + ky * pc.kw;
+                for (uint kx = 0u; kx < pc.kw; ++kx) {
+                    int ix = x0 + int(kx * pc.dx);
+                    if (ix >= 0 && ix < int(pc.w)) {
+                        float v = TO_F(x[xrow + uint(ix)]);
+                        for (uint b = 0u; b < OC_BLOCK; ++b) {
+                            acc[b] += v * TO_F(w[wrow + kx + b * wstride]);
+                        }
+                    }
+                }
+            }
+        }
+        uint plane = pc.oh * pc.ow;
+        uint at = (n * pc.c_out + oc) * plane + oy * pc.ow + ox;
+        for (uint b = 0u; b < OC_BLOCK; ++b) {
+            result[at + b * plane] = FROM_F(acc[b]);
+        }
+    }
+}

@@ -1,0 +1,184 @@
+"""``ops.conv2d`` against a float64 numpy reference written here (one output pixel at a time,
+independent of the record's), on odd shapes, strides, dilations, asymmetric pads and groups
+(depthwise included), with poisoned outputs, in float16, inside a compiled graph, and the
+bad inputs each refused with a clear error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from transformer_checks import assert_close, assert_each_raises, poisoned, sample, tensor
+
+from vkumd import ops
+from vkumd.compiler.kernels import conv as conv_kernels
+from vkumd.errors import VkumdTypeError, VkumdValueError
+from vkumd.framework.execute import CompiledGraph
+from vkumd.framework.graph import GraphBuilder, evaluate
+from vkumd.framework.opset import conv as conv_op
+
+
+def pixelwise(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, stride, dilation, pads,
+              groups: int) -> np.ndarray:
+    """The convolution's definition, one output pixel at a time, in float64."""
+    n, c, h, wd = x.shape
+    c_out, cg, kh, kw = w.shape
+    xp = np.zeros((n, c, h + pads[0] + pads[2], wd + pads[1] + pads[3]))
+    xp[:, :, pads[0]:pads[0] + h, pads[1]:pads[1] + wd] = x
+    oh = (xp.shape[2] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (xp.shape[3] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    out = np.zeros((n, c_out, oh, ow))
+    og = c_out // groups
+    for o in range(c_out):
+        g = o // og
+        for i in range(oh):
+            for j in range(ow):
+                ys = i * stride[0] + dilation[0] * np.arange(kh)
+                xs = j * stride[1] + dilation[1] * np.arange(kw)
+                window = xp[:, g * cg:(g + 1) * cg][:, :, ys][:, :, :, xs]
+                out[:, o, i, j] = np.einsum("nchw,chw->n", window, w[o].astype(np.float64))
+    if bias is not None:
+        out += bias[None, :, None, None]
+    return out
+
+
+# (x shape, c_out, kernel, stride, dilation, pads, groups, bias)
+CASES = [
+    ((2, 3, 11, 13), 5, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, True),
+    ((2, 3, 11, 13), 4, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1, False),
+    ((2, 3, 11, 13), 7, (5, 5), (2, 1), (1, 1), (2, 0, 1, 3), 1, True),
+    ((1, 4, 9, 10), 6, (3, 2), (1, 2), (2, 3), (3, 0, 0, 2), 2, True),
+    ((2, 6, 11, 13), 6, (3, 3), (2, 2), (1, 1), (0, 1, 1, 0), 6, True),   # depthwise
+    ((2, 6, 11, 13), 12, (5, 5), (2, 1), (1, 1), (2, 2, 2, 2), 6, False),  # multiplier 2
+    ((1, 8, 7, 5), 4, (3, 3), (1, 1), (1, 1), (4, 4, 4, 4), 4, True),     # pads > half kernel
+    ((3, 2, 1, 17), 3, (1, 5), (1, 3), (1, 2), (0, 2, 0, 1), 1, True),    # 1-D as height 1
+    ((2, 5, 11, 13), 7, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, True),   # pointwise: GEMM
+    ((3, 6, 1, 9), 4, (1, 1), (1, 1), (2, 2), (0, 0, 0, 0), 1, False),    # GEMM, no bias
+]
+
+
+def force_direct(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Route every convolution to the direct kernel (not im2col + GEMM, not the 1x1 GEMM)."""
+    monkeypatch.setattr(conv_op, "im2col_columns", lambda *args: None)
+    monkeypatch.setattr(conv_op, "conv2d_is_gemm", lambda *args: False)
+
+
+@pytest.mark.parametrize("path", ["chosen", "direct"])
+@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_matches_float64(ctx, monkeypatch: pytest.MonkeyPatch, dtype: str, case,
+                         path: str) -> None:
+    """Every case on the planner's path and forced onto the direct kernel."""
+    if path == "direct":
+        force_direct(monkeypatch)
+    shape, c_out, kernel, stride, dilation, pads, groups, has_bias = case
+    rng = np.random.default_rng()
+    x = sample(rng, dtype, shape)
+    w = sample(rng, dtype, (c_out, shape[1] // groups, *kernel), scale=0.3)
+    bias = sample(rng, dtype, (c_out,)) if has_bias else None
+    want = pixelwise(x, w, bias, stride, dilation, pads, groups)
+    out = poisoned(ctx, want.shape, dtype)
+    got = ops.conv2d(tensor(ctx, x, dtype), tensor(ctx, w, dtype),
+                     None if bias is None else tensor(ctx, bias, dtype), stride=stride,
+                     dilation=dilation, pads=pads, groups=groups, out=out)
+    assert got is out
+    assert_close(got.numpy().astype(np.float64), want, dtype, f"conv2d {case}")
+
+
+@pytest.mark.parametrize("block", [1, 4])
+def test_output_channel_blocks(ctx, monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+    """Both kernel variants (one and four output channels per invocation), forced, on the
+    cases whose groups have a multiple of 4 output channels."""
+    monkeypatch.setattr(conv_kernels, "conv2d_block", lambda c_out, groups: block)
+    force_direct(monkeypatch)
+    conv_kernels.conv2d_plan.cache_clear()
+    rng = np.random.default_rng()
+    for shape, c_out, kernel, stride, pads, groups in [
+            ((2, 3, 11, 13), 8, (3, 3), (2, 1), (1, 0, 2, 1), 1),
+            ((1, 4, 9, 10), 8, (3, 2), (1, 2), (0, 1, 1, 0), 2),
+            ((2, 2, 7, 5), 4, (1, 1), (1, 1), (0, 0, 0, 0), 1)]:
+        x = sample(rng, "float32", shape)
+        w = sample(rng, "float32", (c_out, shape[1] // groups, *kernel))
+        bias = sample(rng, "float32", (c_out,))
+        want = pixelwise(x, w, bias, stride, (1, 1), pads, groups)
+        out = poisoned(ctx, want.shape, "float32")
+        ops.conv2d(ctx.tensor(x.astype(np.float32)), ctx.tensor(w.astype(np.float32)),
+                   ctx.tensor(bias.astype(np.float32)), stride=stride, pads=pads,
+                   groups=groups, out=out)
+        assert_close(out.numpy().astype(np.float64), want, "float32", f"block {block}")
+    conv_kernels.conv2d_plan.cache_clear()
+
+
+def test_default_output_and_record_reference(ctx) -> None:
+    rng = np.random.default_rng()
+    x = rng.standard_normal((2, 3, 8, 9)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    got = ops.conv2d(ctx.tensor(x), ctx.tensor(w), stride=(2, 2), pads=(1, 1, 1, 1))
+    want = pixelwise(x, w, None, (2, 2), (1, 1), (1, 1, 1, 1), 1)
+    assert got.shape == want.shape == (2, 4, 4, 5)
+    assert_close(got.numpy().astype(np.float64), want, "float32")
+
+
+def test_compiled_graph(ctx) -> None:
+    """conv -> relu -> depthwise conv in a graph: compiled, against the records' references
+    and against the pixelwise reference."""
+    rng = np.random.default_rng()
+    w1 = rng.standard_normal((6, 3, 3, 3)).astype(np.float32) * 0.3
+    b1 = rng.standard_normal(6).astype(np.float32)
+    w2 = rng.standard_normal((6, 1, 3, 3)).astype(np.float32) * 0.3
+    b = GraphBuilder("convs")
+    x = b.input("x", (2, 3, 11, 13))
+    h = b.op("conv2d", x, b.constant(w1), b.constant(b1), pads=(1, 1, 1, 1))
+    h = b.relu(h)
+    y = b.op("conv2d", h, b.constant(w2), None, stride=(2, 1), pads=(0, 1, 2, 1), groups=6)
+    b.output(y)
+    graph = b.build()
+    data = rng.standard_normal((2, 3, 11, 13)).astype(np.float32)
+    want = pixelwise(np.maximum(pixelwise(data, w1, b1, (1, 1), (1, 1), (1, 1, 1, 1), 1), 0),
+                     w2, None, (2, 1), (1, 1), (0, 1, 2, 1), 6)
+    assert_close(evaluate(graph, {"x": data})[0], want, "float32", "reference")
+    got = CompiledGraph(graph, ctx)(x=data)[0]
+    assert_close(got.numpy().astype(np.float64), want, "float32", "compiled")
+
+
+def test_bad_inputs(ctx) -> None:
+    x = ctx.tensor(np.ones((2, 4, 6, 6), np.float32))
+    w = ctx.tensor(np.ones((4, 4, 3, 3), np.float32))
+    assert_each_raises(ctx, [
+        (VkumdValueError, lambda: ops.conv2d(ctx.tensor(np.ones((4, 6, 6), np.float32)), w)),
+        (VkumdValueError, lambda: ops.conv2d(x, ctx.tensor(np.ones((4, 4, 3), np.float32)))),
+        (VkumdValueError, lambda: ops.conv2d(x, ctx.tensor(np.ones((4, 3, 3, 3), np.float32)))),
+        (VkumdValueError, lambda: ops.conv2d(x, ctx.tensor(np.ones((4, 1, 3, 3), np.float32)),
+                                             groups=3)),
+        (VkumdValueError, lambda: ops.conv2d(x, w, pads=(-1, 0, 0, 0))),
+        (VkumdValueError, lambda: ops.conv2d(x, w, pads=(1, 1))),
+        (VkumdValueError, lambda: ops.conv2d(x, w, stride=(0, 1))),
+        (VkumdValueError, lambda: ops.conv2d(x, w, dilation=(4, 1))),  # span 9 > 6
+        (VkumdValueError, lambda: ops.conv2d(x, w, groups=0)),
+        (VkumdValueError, lambda: ops.conv2d(x, w, ctx.tensor(np.ones(3, np.float32)))),
+        (VkumdTypeError, lambda: ops.conv2d(x, w, stride=(1.5, 1))),
+        (VkumdTypeError, lambda: ops.conv2d(x, ctx.tensor(np.ones((4, 4, 3, 3), np.float16)))),
+        (VkumdTypeError, lambda: ops.conv2d(ctx.tensor(np.ones((2, 4, 6, 6), np.int32)),
+                                            ctx.tensor(np.ones((4, 4, 3, 3), np.int32)))),
+        (VkumdValueError, lambda: ops.conv2d(x, w, out=ctx.empty((2, 4, 5, 5)))),
+    ], "conv2d")
+
+
+def test_one_group_convolutions_run_as_gemms(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1x1, stride-1, unpadded convolution is one GEMM, another one-group convolution is
+    im2col + GEMM: neither reaches the direct kernel; a grouped one does."""
+    def refuse(*args: object) -> None:
+        raise AssertionError("the direct kernel was planned for a pointwise convolution")
+
+    monkeypatch.setattr(conv_op, "conv2d_plan", refuse)
+    rng = np.random.default_rng()
+    x = rng.standard_normal((2, 6, 5, 7)).astype(np.float32)
+    w = rng.standard_normal((3, 6, 1, 1)).astype(np.float32)
+    bias = rng.standard_normal(3).astype(np.float32)
+    got = ops.conv2d(ctx.tensor(x), ctx.tensor(w), ctx.tensor(bias))
+    assert_close(got.numpy().astype(np.float64),
+                 pixelwise(x, w, bias, (1, 1), (1, 1), (0, 0, 0, 0), 1), "float32")
+    got = ops.conv2d(ctx.tensor(x), ctx.tensor(w), stride=(2, 1), pads=(1, 0, 0, 0))
+    assert_close(got.numpy().astype(np.float64),
+                 pixelwise(x, w, None, (2, 1), (1, 1), (1, 0, 0, 0), 1), "float32")
+    with pytest.raises(AssertionError, match="direct kernel"):
+        ops.conv2d(ctx.tensor(x), ctx.tensor(w[:, :2]), groups=3)

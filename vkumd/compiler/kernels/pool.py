@@ -1,0 +1,62 @@
+"""The pooling kernel, ``shaders/pool2d.comp`` (max and average), and its planner.
+
+One invocation per output element over NCHW planes; the window geometry (kernel, strides,
+dilations, the four pads) arrives resolved, ceil mode included, from the op's rule.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from vkumd.compiler.kernels.elementwise_plan import ELEMENTWISE_WORKGROUP, FixedLaunch, looped_grid
+from vkumd.compiler.kernels.limits import POOL_DTYPES
+from vkumd.compiler.kernels.type_codes import type_codes
+from vkumd.compiler.push import PushLayout
+from vkumd.compiler.registry import WORKGROUP, Kernel, register
+from vkumd.errors import VkumdValueError
+from vkumd.vk.caps import DeviceCaps
+
+POOL_CODES = type_codes(POOL_DTYPES)
+POOL_PUSH = PushLayout("total:u32", "h:u32", "w:u32", "oh:u32", "ow:u32", "kh:u32", "kw:u32",
+                       "sy:u32", "sx:u32", "dy:u32", "dx:u32", "pt:i32", "pl:i32", "pb:i32",
+                       "pr:i32", "is_max:u32", "count_pads:u32")
+_MAX_ELEMENTS = (1 << 32) - 1
+
+
+def _pool_variants(caps: DeviceCaps) -> list[dict]:
+    codes = [c for c in POOL_CODES.values() if caps.storage_16bit or c == "F32"]
+    return [{"DTYPE": c, WORKGROUP: ELEMENTWISE_WORKGROUP} for c in codes]
+
+
+POOL2D = register(Kernel(
+    name="pool2d",
+    source="pool2d.comp",
+    buffers=2,
+    push=POOL_PUSH,
+    defines={"DTYPE": tuple(POOL_CODES.values())},
+    spec_constants={WORKGROUP: 0},
+    variants=_pool_variants,
+))
+
+
+@functools.lru_cache(maxsize=4096)
+def pool2d_plan(caps: DeviceCaps, code: str, planes: int, hw: tuple[int, int],
+                out_hw: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
+                dilation: tuple[int, int], pads: tuple[int, int, int, int], is_max: bool,
+                count_include_pad: bool) -> FixedLaunch:
+    """Pool ``planes`` (N * C) planes of ``hw`` to ``out_hw``; pads (top, left, bottom,
+    right). Operands: x, out.
+
+    Raises:
+        VkumdValueError: a tensor past the kernel's 32-bit indexing.
+    """
+    total = planes * out_hw[0] * out_hw[1]
+    for what, size in (("x", planes * hw[0] * hw[1]), ("out", total)):
+        if size > _MAX_ELEMENTS:
+            raise VkumdValueError(f"pool2d: {what} has {size} elements; the kernel indexes at "
+                                  f"most {_MAX_ELEMENTS} (split the batch)")
+    program = POOL2D.specialize({"DTYPE": code, WORKGROUP: ELEMENTWISE_WORKGROUP})
+    push = POOL_PUSH.pack(total, *hw, *out_hw, *kernel, *stride, *dilation, *pads,
+                          int(is_max), int(count_include_pad))
+    return FixedLaunch(program, push, looped_grid(caps, -(-total // ELEMENTWISE_WORKGROUP)),
+                       (1,))

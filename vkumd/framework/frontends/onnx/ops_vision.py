@@ -1,0 +1,168 @@
+"""Converters of the vision operators: Conv (and, as they land, pooling and normalisation).
+
+ONNX writes 1-D and 2-D convolutions alike over ``[N, C, *spatial]``; vkumd's kernels take
+2-D, so a 1-D node runs as a height-1 2-D one (reshapes around it, free in a graph).
+``auto_pad`` is resolved here into explicit pads (top, left, bottom, right).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx
+
+from vkumd.framework.frontends.onnx.errors import Unsupported
+from vkumd.framework.frontends.onnx.state import Bound, State, converter
+from vkumd.framework.graph import Dim, Value
+
+AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
+
+
+def _spatial(op: str, x: Value) -> int:
+    rank = len(x.shape)
+    if rank not in (3, 4):
+        raise Unsupported(f"{op} of a rank-{rank} input: vkumd takes 1-D and 2-D "
+                          "([N, C, L] or [N, C, H, W])")
+    return rank - 2
+
+
+def _ints(attrs: dict[str, Any], name: str, count: int, default: int) -> list[int]:
+    values = [int(v) for v in attrs.get(name, [default] * count)]
+    if len(values) != count:
+        raise Unsupported(f"{name}={values} has {len(values)} entries for {count} spatial "
+                          "dimension(s)")
+    return values
+
+
+def explicit_pads(attrs: dict[str, Any], sizes: tuple[Any, ...], kernel: list[int],
+                  strides: list[int], dilations: list[int]) -> list[int]:
+    """ONNX's pads ``[begin..., end...]`` after resolving ``auto_pad``.
+
+    Raises:
+        Unsupported: an unknown auto_pad; SAME padding of a symbolic size at a stride > 1.
+    """
+    n = len(kernel)
+    mode = attrs.get("auto_pad", "NOTSET")
+    if mode not in AUTO_PADS:
+        raise Unsupported(f"auto_pad={mode!r}; ONNX defines {', '.join(AUTO_PADS)}")
+    if mode == "VALID":
+        return [0] * (2 * n)
+    if mode == "NOTSET":
+        pads = _ints(attrs, "pads", 2 * n, 0)
+        if any(p < 0 for p in pads):
+            raise Unsupported(f"pads={pads}: negative pads are not supported")
+        return pads
+    begin, end = [], []
+    for size, k, s, d in zip(sizes, kernel, strides, dilations, strict=True):
+        span = (k - 1) * d + 1
+        if isinstance(size, Dim):
+            if s != 1:
+                raise Unsupported(f"auto_pad={mode} of the symbolic size {size} at stride {s} "
+                                  "(bind the size)")
+            total = span - 1
+        else:
+            total = max(0, (-(-size // s) - 1) * s + span - size)
+        small = total // 2
+        begin.append(small if mode == "SAME_UPPER" else total - small)
+        end.append(total - small if mode == "SAME_UPPER" else small)
+    return begin + end
+
+
+def _as_2d(st: State, v: Value, one_d: bool) -> Value:
+    if not one_d:
+        return v
+    return st.b.reshape(v, (*v.shape[:2], 1, v.shape[2]))
+
+
+def _pads_2d(pads: list[int], one_d: bool) -> tuple[int, int, int, int]:
+    if one_d:
+        return (0, pads[0], 0, pads[1])
+    return (pads[0], pads[1], pads[2], pads[3])
+
+
+@converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
+def conv(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """Convolution with optional bias, 1-D or 2-D, groups included."""
+    x, w = st.value(node.input[0]), st.value(node.input[1])
+    n = _spatial("Conv", x)
+    if len(w.shape) != n + 2:
+        raise Unsupported(f"Conv weight of shape {tuple(w.shape)} for a {n}-D convolution")
+    kernel = [int(k) for k in w.shape[2:]]
+    if "kernel_shape" in attrs and [int(k) for k in attrs["kernel_shape"]] != kernel:
+        raise Unsupported(f"kernel_shape={list(attrs['kernel_shape'])} differs from the "
+                          f"weight's {kernel}")
+    strides = _ints(attrs, "strides", n, 1)
+    dilations = _ints(attrs, "dilations", n, 1)
+    pads = explicit_pads(attrs, tuple(x.shape[2:]), kernel, strides, dilations)
+    bias = st.value(node.input[2]) if st.present(node, 2) else None
+    one_d = n == 1
+    stride2 = (1, strides[0]) if one_d else (strides[0], strides[1])
+    dilation2 = (1, dilations[0]) if one_d else (dilations[0], dilations[1])
+    y = st.b.conv2d(_as_2d(st, x, one_d), _as_2d(st, w, one_d), bias, stride=stride2,
+                    dilation=dilation2, pads=_pads_2d(pads, one_d),
+                    groups=int(attrs.get("group", 1)))
+    if one_d:
+        y = st.b.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
+    return [y]
+
+
+_POOL_ATTRS = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides")
+
+
+@converter("MaxPool", "AveragePool",
+           attrs=(*_POOL_ATTRS, "storage_order", "count_include_pad"))
+def pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """Max and average pooling, 1-D or 2-D (ONNX's strides default to 1, not the kernel)."""
+    if len(node.output) > 1 and node.output[1]:
+        raise Unsupported("MaxPool's Indices output is not supported")
+    if node.op_type == "MaxPool" and "count_include_pad" in attrs:
+        raise Unsupported("count_include_pad is an AveragePool attribute")
+    x = st.value(node.input[0])
+    n = _spatial(node.op_type, x)
+    if "kernel_shape" not in attrs:
+        raise Unsupported("kernel_shape is required")
+    kernel = _ints(attrs, "kernel_shape", n, 1)
+    strides = _ints(attrs, "strides", n, 1)
+    dilations = _ints(attrs, "dilations", n, 1)
+    pads = explicit_pads(attrs, tuple(x.shape[2:]), kernel, strides, dilations)
+    one_d = n == 1
+    kw: dict[str, Any] = {
+        "stride": (1, strides[0]) if one_d else tuple(strides),
+        "dilation": (1, dilations[0]) if one_d else tuple(dilations),
+        "pads": _pads_2d(pads, one_d), "ceil_mode": bool(attrs.get("ceil_mode", 0))}
+    kernel2 = (1, kernel[0]) if one_d else tuple(kernel)
+    x2 = _as_2d(st, x, one_d)
+    if node.op_type == "MaxPool":
+        y = st.b.max_pool2d(x2, kernel=kernel2, **kw)
+    else:
+        y = st.b.avg_pool2d(x2, kernel=kernel2,
+                            count_include_pad=bool(attrs.get("count_include_pad", 0)), **kw)
+    if one_d:
+        y = st.b.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
+    return [y]
+
+
+@converter("GlobalAveragePool")
+def global_average_pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
+                        ) -> list[Bound | None]:
+    """The mean of every channel's plane, kept with size-1 spatial dimensions."""
+    x = st.value(node.input[0])
+    n = _spatial("GlobalAveragePool", x)
+    y = st.b.global_avg_pool(_as_2d(st, x, n == 1))
+    return [st.b.reshape(y, (y.shape[0], y.shape[1], 1)) if n == 1 else y]
+
+
+@converter("BatchNormalization", attrs=("epsilon", "momentum", "training_mode", "spatial"))
+def batch_normalization(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
+                        ) -> list[Bound | None]:
+    """Inference batch normalisation with the running statistics (momentum only matters in
+    training, which vkumd refuses)."""
+    if int(attrs.get("training_mode", 0)) or any(node.output[1:]):
+        raise Unsupported("training_mode (and its running-statistics outputs) is not "
+                          "supported; vkumd runs inference")
+    if int(attrs.get("spatial", 1)) != 1:
+        raise Unsupported("spatial=0 (per-element statistics, opset < 9) is not supported")
+    x = st.value(node.input[0])
+    scale, bias, mean, var = (st.value(node.input[i]) for i in range(1, 5))
+    return [st.b.batch_norm(x, scale, bias, mean, var,
+                            eps=float(attrs.get("epsilon", 1e-5)))]

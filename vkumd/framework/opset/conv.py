@@ -1,0 +1,260 @@
+"""Convolution over NCHW tensors: ``conv2d`` (1-D convolution is a height-1 2-D one).
+
+The geometry (strides, dilation, the four pads, groups) is checked once, in the rule, which
+the eager function and every frontend share. The planner (:mod:`vkumd.compiler.kernels.conv`)
+picks the path: the GEMM for a pointwise convolution, im2col + GEMM for other one-group ones,
+the direct kernel ``shaders/conv2d.comp`` for grouped and depthwise ones.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from vkumd.compiler.kernels.conv import (
+    CONV_CODES,
+    conv2d_is_gemm,
+    conv2d_plan,
+    im2col_columns,
+    im2col_plan,
+)
+from vkumd.compiler.kernels.limits import CONV_DTYPES
+from vkumd.errors import VkumdTypeError, VkumdValueError
+from vkumd.framework.graph.dims import Dim, format_shape
+from vkumd.framework.graph.ir import Node
+from vkumd.framework.graph.operands import Types, same_dtype
+from vkumd.framework.graph.registry import TensorType, define
+from vkumd.framework.graph.symbols import DimTable
+from vkumd.framework.ops.checks import check_context, check_storage, check_tensor, output
+from vkumd.framework.ops.contract import Verdicts, concrete_rule, recall, remember
+from vkumd.framework.opset.arith import add
+from vkumd.framework.opset.common import attrs_of
+from vkumd.framework.opset.layout import reshape
+from vkumd.framework.opset.matmul import matmul
+from vkumd.framework.tensor import Tensor
+
+_VERDICTS: Verdicts = {}
+
+
+def int_tuple(op: str, value: Any, what: str, length: int, low: int) -> tuple[int, ...]:
+    """``value`` as ``length`` ints each at least ``low``.
+
+    Raises:
+        VkumdTypeError: not a sequence of ints.
+        VkumdValueError: of another length, or an entry below ``low``.
+    """
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise VkumdTypeError(f"{op}: {what} must be a tuple of {length} ints, not {value!r}")
+    if len(value) != length:
+        raise VkumdValueError(f"{op}: {what}={tuple(value)!r} has {len(value)} entries; "
+                              f"it takes {length}")
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise VkumdTypeError(f"{op}: {what} must hold ints, got {v!r}")
+        if v < low:
+            raise VkumdValueError(f"{op}: {what}={tuple(value)!r}; each entry must be >= {low}")
+        out.append(int(v))
+    return tuple(out)
+
+
+def window_size(op: str, size: Any, kernel: int, stride: int, dilation: int, before: int,
+                after: int, axis: str, ceil: bool = False) -> Any:
+    """Output length of a sliding window along one axis (symbolic sizes at stride 1 only).
+
+    Raises:
+        VkumdValueError: the dilated kernel is larger than the padded input; a symbolic size
+            with a stride above 1.
+    """
+    span = dilation * (kernel - 1) + 1
+    if isinstance(size, Dim):
+        if stride != 1:
+            raise VkumdValueError(f"{op}: {axis} is symbolic ({size}) and the stride is "
+                                  f"{stride}; symbolic sizes take stride 1 only (bind the size)")
+        return size + (before + after - span + 1)
+    room = size + before + after - span
+    if room < 0:
+        raise VkumdValueError(f"{op}: the kernel spans {span} along {axis} (dilation included) "
+                              f"but the padded input has {size + before + after}; shrink the "
+                              "kernel or pad more")
+    count = (room + stride - 1) // stride + 1 if ceil else room // stride + 1
+    # ceil mode: a last window must start inside the input or the leading pad (ONNX, torch).
+    if ceil and (count - 1) * stride >= size + before:
+        count -= 1
+    return count
+
+
+def _conv_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
+    x, w, bias = ins
+    assert x is not None and w is not None  # required inputs
+    dt = same_dtype("conv2d", ("x", x), ("w", w), ("bias", bias))
+    if dt.name not in CONV_DTYPES:
+        raise VkumdTypeError(f"conv2d: x is {dt.name}; conv2d takes {', '.join(CONV_DTYPES)} "
+                             "(cast() converts)")
+    if x.ndim != 4 or w.ndim != 4:
+        raise VkumdValueError(f"conv2d: x {format_shape(x.shape)} and w "
+                              f"{format_shape(w.shape)} must both be 4-D: x [N, C, H, W], "
+                              "w [C_out, C / groups, kH, kW] (reshape 1-D to height 1)")
+    stride = int_tuple("conv2d", attrs["stride"], "stride", 2, 1)
+    dilation = int_tuple("conv2d", attrs["dilation"], "dilation", 2, 1)
+    pads = int_tuple("conv2d", attrs["pads"], "pads (top, left, bottom, right)", 4, 0)
+    groups = attrs["groups"]
+    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
+        raise VkumdValueError(f"conv2d: groups={groups!r}; it must be an int >= 1")
+    c_in, c_out = dims.resolve(x.shape[1]), dims.resolve(w.shape[0])
+    kh, kw = dims.resolve(w.shape[2]), dims.resolve(w.shape[3])
+    if not all(isinstance(d, int) for d in (c_in, c_out, kh, kw)):
+        raise VkumdValueError("conv2d: channels and kernel sizes must be fixed numbers, got "
+                              f"x {format_shape(x.shape)}, w {format_shape(w.shape)}")
+    if c_in % groups or c_out % groups:
+        raise VkumdValueError(f"conv2d: groups={groups} does not divide the {c_in} input "
+                              f"and {c_out} output channels")
+    if not dims.same(w.shape[1] * groups, c_in):
+        raise VkumdValueError(f"conv2d: w {format_shape(w.shape)} takes {w.shape[1]} channels "
+                              f"per group x {groups} groups, but x {format_shape(x.shape)} "
+                              f"has {c_in}")
+    if bias is not None and (bias.ndim != 1 or not dims.same(bias.shape[0], c_out)):
+        raise VkumdValueError(f"conv2d: bias has shape {format_shape(bias.shape)}; expected "
+                              f"[{c_out}], one per output channel")
+    oh = window_size("conv2d", dims.resolve(x.shape[2]), kh, stride[0], dilation[0], pads[0],
+                     pads[2], "height")
+    ow = window_size("conv2d", dims.resolve(x.shape[3]), kw, stride[1], dilation[1], pads[1],
+                     pads[3], "width")
+    return [TensorType((x.shape[0], c_out, oh, ow), dt)]
+
+
+def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, *,
+           stride: tuple[int, int] = (1, 1), dilation: tuple[int, int] = (1, 1),
+           pads: tuple[int, int, int, int] = (0, 0, 0, 0), groups: int = 1,
+           out: Tensor | None = None) -> Tensor:
+    """2-D convolution (cross-correlation, as ONNX and torch define it) of NCHW ``x``.
+
+    ``out[n, o, i, j] = bias[o] + sum x[n, g*C/groups + c, i*sy - top + ky*dy,
+    j*sx - left + kx*dx] * w[o, c, ky, kx]`` over the group ``g`` of output channel ``o``,
+    with zeros outside the input. Accumulated in float32.
+
+    Args:
+        x: ``[N, C, H, W]`` float32 or float16.
+        w: ``[C_out, C / groups, kH, kW]`` of x's dtype.
+        bias: optional ``[C_out]`` of x's dtype.
+        stride: (height, width) steps, each >= 1.
+        dilation: (height, width) spacing of the kernel taps, each >= 1.
+        pads: zero padding (top, left, bottom, right), each >= 0 (ONNX's order is
+            (top, left, bottom, right) too).
+        groups: channel groups (C for depthwise); must divide C and C_out.
+        out: optional ``[N, C_out, H_out, W_out]`` output of x's dtype.
+
+    Returns:
+        The convolved tensor.
+
+    Raises:
+        VkumdTypeError: mixed or unsupported dtypes; attributes of the wrong type.
+        VkumdValueError: wrong ranks; a channel count that does not match w's; groups that do
+            not divide the channels; negative pads; strides or dilation below 1; a kernel
+            larger than the padded input; a bias not ``[C_out]``; out of another shape;
+            tensors of other contexts.
+    """
+    x = check_tensor("conv2d", x, "x")
+    w = check_tensor("conv2d", w, "w")
+    check_context("conv2d", x, w, "w")
+    if bias is not None:
+        bias = check_tensor("conv2d", bias, "bias")
+        check_context("conv2d", x, bias, "bias")
+    attrs = {"stride": stride, "dilation": dilation, "pads": pads, "groups": groups}
+    key = (x.shape, w.shape, None if bias is None else bias.shape, x.dtype.name, w.dtype.name,
+           None if bias is None else bias.dtype.name, stride, dilation, pads, groups)
+    out_type = recall(_VERDICTS, key)
+    if out_type is None:
+        out_type = remember(_VERDICTS, key, concrete_rule("conv2d", (x, w, bias), attrs)[0])
+    if x.dtype.itemsize < 4:
+        check_storage("conv2d", x.dtype, x.context)
+    shape = tuple(int(d) for d in out_type.shape)
+    out = output("conv2d", x.context, out, shape, x.dtype, (x, w, bias))
+    if out.size == 0:
+        return out
+    if x.size == 0 or w.size == 0:
+        raise VkumdValueError(f"conv2d: x {format_shape(x.shape)} or w "
+                              f"{format_shape(w.shape)} is empty but the output "
+                              f"{format_shape(shape)} is not (padding alone); give at least "
+                              "one input element and one kernel tap")
+    if conv2d_is_gemm(w.shape[2:], tuple(stride), tuple(pads), int(groups)):
+        _pointwise(x, w, bias, out)
+        return out
+    cols = im2col_columns(x.shape, w.shape, shape[2:], int(groups), x.dtype.itemsize)
+    if cols is not None:
+        _im2col(x, w, bias, out, cols, tuple(stride), tuple(dilation), (pads[0], pads[1]))
+        return out
+    plan = conv2d_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape,
+                       shape[2:], tuple(stride), tuple(dilation), (pads[0], pads[1]),
+                       int(groups), bias is not None)
+    x.context.run(plan, (x, w, bias, out))
+    return out
+
+
+def _im2col(x: Tensor, w: Tensor, bias: Tensor | None, out: Tensor,
+            cols_shape: tuple[int, int, int], stride: tuple[int, int],
+            dilation: tuple[int, int], pads: tuple[int, int]) -> None:
+    """A one-group convolution as columns then the GEMM ``w[C_out, C*kh*kw] @ cols[n]``."""
+    cols = x.context.empty(cols_shape, x.dtype)
+    x.context.run(im2col_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape,
+                              out.shape[2:], stride, dilation, pads), (x, cols))
+    n, c_out = out.shape[:2]
+    result = reshape(out, (n, c_out, cols_shape[2]))
+    matmul(reshape(w, (c_out, cols_shape[1])), cols, out=result)
+    if bias is not None:
+        add(result, reshape(bias, (c_out, 1)), out=result)
+
+
+def _pointwise(x: Tensor, w: Tensor, bias: Tensor | None, out: Tensor) -> None:
+    """A 1x1 convolution as the GEMM ``w[C_out, C] @ x[n, C, H * W]``, bias added after."""
+    n, c, h, wd = x.shape
+    c_out = w.shape[0]
+    result = reshape(out, (n, c_out, h * wd))
+    matmul(reshape(w, (c_out, c)), reshape(x, (n, c, h * wd)), out=result)
+    if bias is not None:
+        add(result, reshape(bias, (c_out, 1)), out=result)
+
+
+def conv2d_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
+                     stride: Sequence[int], dilation: Sequence[int], pads: Sequence[int],
+                     groups: int) -> np.ndarray:
+    """The float64 convolution, one kernel tap at a time."""
+    x = np.asarray(x, np.float64)
+    w = np.asarray(w, np.float64)
+    n, c, h, wd = x.shape
+    c_out, cg, kh, kw = w.shape
+    sy, sx = stride
+    dy, dx = dilation
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    oh = (h + pads[0] + pads[2] - dy * (kh - 1) - 1) // sy + 1
+    ow = (wd + pads[1] + pads[3] - dx * (kw - 1) - 1) // sx + 1
+    out = np.zeros((n, c_out, oh, ow))
+    og = c_out // groups
+    for g in range(groups):
+        xs = xp[:, g * cg:(g + 1) * cg]
+        ws = w[g * og:(g + 1) * og]
+        for ky in range(kh):
+            for kx in range(kw):
+                patch = xs[:, :, ky * dy:ky * dy + sy * (oh - 1) + 1:sy,
+                           kx * dx:kx * dx + sx * (ow - 1) + 1:sx]
+                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, ws[:, :, ky, kx])
+    if bias is not None:
+        out += np.asarray(bias, np.float64)[None, :, None, None]
+    return out
+
+
+def _conv_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    at = attrs_of(node)
+    conv2d(ins[0], ins[1], ins[2], stride=tuple(at["stride"]), dilation=tuple(at["dilation"]),
+           pads=tuple(at["pads"]), groups=at["groups"], out=outs[0])
+
+
+define("conv2d", ("x", "w", "bias?"),
+       {"stride": (1, 1), "dilation": (1, 1), "pads": (0, 0, 0, 0), "groups": 1},
+       rule=_conv_rule,
+       reference=lambda a, at, s: [conv2d_reference(a[0], a[1], a[2], at["stride"],
+                                                    at["dilation"], at["pads"], at["groups"])],
+       lower=_conv_lower, eager=conv2d)
