@@ -4,8 +4,8 @@
 The generation logic is the real one (``vkumd.models.TextGenerator`` and its ``Scheduler``:
 continuous batching, sampling, detokenizing, stop strings); only the runner is numpy. Its
 greedy continuation of any prompt is :data:`TEXT` over and over, one byte a token (so
-multi-byte characters span tokens); with a temperature the sampler's seed decides. A prompt
-holding ``[eos]`` ends after five tokens with the end-of-sequence id, one holding
+multi-byte characters span tokens), except after a prompt holding ``[random]``: then the
+logits are noise and the sampler's seed decides. A prompt holding ``[eos]`` ends after five tokens with the end-of-sequence id, one holding
 ``[fault]`` makes the decode step raise. Each decode step sleeps :data:`STEP_S`, as a device
 would take time, so concurrent requests overlap.
 """
@@ -80,8 +80,8 @@ class SlowRunner:
         produced = len(ids) - self.plen[slot]
         if "[eos]" in self.prompt_text[slot] and produced >= 5:
             logits[self.eos] += 100
-        else:
-            logits[self.text_ids[produced % len(self.text_ids)]] += 6
+        elif "[random]" not in self.prompt_text[slot]:
+            logits[self.text_ids[produced % len(self.text_ids)]] += 100
         return logits
 
     def _check_thread(self) -> None:

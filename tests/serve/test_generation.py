@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from .conftest import NEEDS, Served, start_server, stop_server
-from .fake_generator import TEXT, available, render_chat
+from .fake_generator import TEXT, available, byte_tokenizer, render_chat
 
 GEN = "tests.serve.fake_generator:make"
 
@@ -98,7 +98,8 @@ def test_chat_whole_and_models(gen: Served, client) -> None:
     assert resp.choices[0].message.role == "assistant"
     assert resp.choices[0].message.content == prefix(12)
     assert resp.choices[0].finish_reason == "length"
-    assert resp.usage.prompt_tokens == len(render_chat(messages).encode())
+    prompt = byte_tokenizer().encode(render_chat(messages), add_special_tokens=False).ids
+    assert resp.usage.prompt_tokens == len(prompt)
     assert resp.usage.completion_tokens == 12
     assert GEN in [m.id for m in client.models.list().data]
     # Multi-byte characters that span tokens come out whole.
@@ -125,9 +126,9 @@ def test_end_of_sequence_and_stop_sequences(client) -> None:
 
 def test_seeds_reproduce(client) -> None:
     def text(seed: int) -> str:
-        return client.completions.create(model=GEN, prompt="s", max_tokens=24, seed=seed,
-                                         temperature=1.0, top_p=0.95, top_k=50,
-                                         extra_body={"repetition_penalty": 1.1}
+        return client.completions.create(model=GEN, prompt="[random]", max_tokens=24,
+                                         seed=seed, temperature=1.0, top_p=0.95,
+                                         extra_body={"top_k": 50, "repetition_penalty": 1.1}
                                          ).choices[0].text
     assert text(7) == text(7)
     assert text(7) != text(8)
