@@ -149,6 +149,10 @@ HARDENED: dict[str, str] = {
     "tests/serve/test_bad_requests.py": "the server's bad-request corpus",
     "tests/serve/test_fuzz.py": "request-body fuzz against the server",
     "tests/serve/test_faults.py": "device faults under the server's batcher",
+    "tests/serve/test_generation.py::test_bad_request": "the generation routes' bad-request "
+    "corpus",
+    "tests/serve/test_generation.py::test_a_device_fault_fails_its_request_only":
+        "a fault in a decode step under the server",
     "tests/fuzz/test_fuzz_model_files.py": "model-file fuzz: ONNX, safetensors, config.json",
 }
 

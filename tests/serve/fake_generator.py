@@ -5,9 +5,10 @@ The generation logic is the real one (``vkumd.models.TextGenerator`` and its ``S
 continuous batching, sampling, detokenizing, stop strings); only the runner is numpy. Its
 greedy continuation of any prompt is :data:`TEXT` over and over, one byte a token (so
 multi-byte characters span tokens), except after a prompt holding ``[random]``: then the
-logits are noise and the sampler's seed decides. A prompt holding ``[eos]`` ends after five tokens with the end-of-sequence id, one holding
-``[fault]`` makes the decode step raise. Each decode step sleeps :data:`STEP_S`, as a device
-would take time, so concurrent requests overlap.
+logits are noise and the sampler's seed decides. A prompt holding ``[eos]`` ends after five
+tokens with the end-of-sequence id, one holding ``[fault]`` makes the decode step raise.
+Each decode step sleeps :data:`STEP_S`, as a device would take time, so concurrent requests
+overlap.
 """
 
 from __future__ import annotations

@@ -54,8 +54,8 @@ def _generation(config: ServeConfig, metrics: Metrics) -> tuple[Any, tuple[str, 
     def load() -> Backend:
         began = time.perf_counter()
         _say(f"loading the generator {spec}")
-        backend = Backend(load_generator(spec, config.generate_slots,
-                                         config.generate_max_context))
+        backend = Backend(*load_generator(spec, config.generate_slots,
+                                          config.generate_max_context, config.device))
         _say(f"generator ready in {time.perf_counter() - began:.1f} s ({backend.slots} "
              f"slots, context {backend.context})")
         return backend

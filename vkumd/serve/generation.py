@@ -33,19 +33,26 @@ from vkumd.serve.errors import ApiError, device_fault, invalid
 from vkumd.serve.metrics import Metrics
 
 
-def load_generator(spec: str, slots: int, max_context: int) -> Any:
-    """The generator ``--generate-model`` names: a ``.gguf`` file, a Hugging Face directory,
+def load_generator(spec: str, slots: int, max_context: int, device: str | None = None
+                   ) -> tuple[Any, Any]:
+    """The generator ``--generate-model`` names, and the context made for it (None for
+    ``module:function``, which makes its own): a ``.gguf`` file, a Hugging Face directory,
     or ``module:function`` (called with ``slots`` and ``max_context``)."""
     path = Path(spec)
     if ":" in spec and not path.exists():
         module, _, name = spec.partition(":")
-        return getattr(importlib.import_module(module), name)(slots=slots,
-                                                              max_context=max_context)
+        return getattr(importlib.import_module(module), name)(
+            slots=slots, max_context=max_context), None
+    from vkumd.framework.context import Context
     from vkumd.models import TextGenerator
 
-    if path.is_dir():
-        return TextGenerator.from_pretrained(path, slots=slots, max_context=max_context)
-    return TextGenerator.from_gguf(path, slots=slots, max_context=max_context)
+    ctx = Context(device=device)
+    try:
+        load = TextGenerator.from_pretrained if path.is_dir() else TextGenerator.from_gguf
+        return load(path, ctx, slots=slots, max_context=max_context), ctx
+    except BaseException:
+        ctx.close()
+        raise
 
 
 def served_names(spec: str) -> tuple[str, ...]:
@@ -59,12 +66,14 @@ class Backend:
 
     Args:
         generator: a ``TextGenerator`` (or an object with its ``encode``, ``render_chat``,
-            ``scheduler`` and ``close``); its scheduler's loop must not be started: the
-            service's thread steps it.
+            ``scheduler``, ``runner``, ``config`` and ``close``); its scheduler's loop must
+            not be started: the service's thread steps it.
+        ctx: the context made for it, closed after it (None: the generator's own).
     """
 
-    def __init__(self, generator: Any) -> None:
+    def __init__(self, generator: Any, ctx: Any = None) -> None:
         self.generator = generator
+        self.ctx = ctx
         self.scheduler = generator.scheduler
         self.slots = int(generator.runner.slots)
         self.context = int(min(generator.config.context_length, self.scheduler.max_context))
@@ -89,8 +98,12 @@ class Backend:
         self.scheduler.step()
 
     def close(self) -> None:
-        """Free the device."""
-        self.generator.close()
+        """Free the model, then the context made for it."""
+        try:
+            self.generator.close()
+        finally:
+            if self.ctx is not None:
+                self.ctx.close()
 
 
 @dataclass(eq=False)
