@@ -47,7 +47,7 @@ class Config:
         self.eos_ids = (tokenizer.token_to_id("<|im_end|>"),)
         self.bos_id = None
         self.context_length = context_length
-        self.chat_template = "chatml"
+        self.chat_template = None  # ChatML
 
 
 def render_chat(messages: list[dict[str, str]]) -> str:
@@ -156,7 +156,7 @@ def make(slots: int = 4, max_context: int = 256) -> Any:
         return FakeGenerator(slots, max_context)
     tokenizer = byte_tokenizer()
     return TextGenerator(SlowRunner(tokenizer, slots, max_context), tokenizer,
-                         Config(tokenizer, max_context), render_chat=render_chat)
+                         Config(tokenizer, max_context))
 
 
 def available() -> str | None:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from .conftest import NEEDS, Served, start_server, stop_server
-from .fake_generator import TEXT, available, byte_tokenizer, render_chat
+from .fake_generator import TEXT, available, make
 
 GEN = "tests.serve.fake_generator:make"
 
@@ -32,7 +32,7 @@ def skip_reason() -> str | None:
 
 
 def serve(tmp: object, *args: str) -> Served:
-    return start_server(tmp, "--model", "none", "--generate-model", GEN, *args)
+    return start_server(tmp, "--model", "none", "--generate-model", GEN, *args, timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,11 @@ def test_chat_whole_and_models(gen: Served, client) -> None:
     assert resp.choices[0].message.role == "assistant"
     assert resp.choices[0].message.content == prefix(12)
     assert resp.choices[0].finish_reason == "length"
-    prompt = byte_tokenizer().encode(render_chat(messages), add_special_tokens=False).ids
+    local = make()
+    try:
+        prompt = local.encode(local.render_chat(messages))
+    finally:
+        local.close()
     assert resp.usage.prompt_tokens == len(prompt)
     assert resp.usage.completion_tokens == 12
     assert GEN in [m.id for m in client.models.list().data]
