@@ -75,8 +75,8 @@ async def _generate(request: Request, chat: bool) -> Response:
         raise first[1]
     if req.stream:
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return StreamingResponse(_stream(service, shaper, job, first),
-                                 media_type="text/event-stream", headers=headers)
+        return _Events(_stream(shaper, job, first), lambda: service.cancel(job),
+                       media_type="text/event-stream", headers=headers)
     pieces, event = [], first
     try:
         while event[0] == "text":
@@ -123,25 +123,35 @@ async def _next(request: Request, job: Job) -> tuple:
     return get.result()
 
 
-async def _stream(service: Any, shaper: gen_api.Shaper, job: Job,
-                  event: tuple) -> AsyncIterator[bytes]:
+class _Events(StreamingResponse):
+    """A stream of server-sent events that calls ``on_close`` however it ends: finished,
+    failed, or cancelled by Starlette when the client disconnects (possibly before the
+    events' first chunk, when a ``finally`` inside them would never run)."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Any, **kw: Any) -> None:
+        super().__init__(content, **kw)
+        self.on_close = on_close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.on_close()  # a sequence still generating is cancelled; else nothing
+
+
+async def _stream(shaper: gen_api.Shaper, job: Job, event: tuple) -> AsyncIterator[bytes]:
     """The server-sent events: a role chunk (chat), text chunks, the finish chunk, the usage
-    chunk when asked for, ``[DONE]``. Starlette cancels this when the client disconnects;
-    the ``finally`` then frees the slot."""
-    try:
-        if shaper.req.chat:
-            yield shaper.chunk("", first=True)
-        while event[0] == "text":
-            yield shaper.chunk(event[1])
-            event = await job.events.get()
-        if event[0] == "error":
-            yield gen_api.event(event[1].body())
-        else:
-            _, finish, prompt, completion = event
-            yield shaper.chunk(None if shaper.req.chat else "", finish)
-            if shaper.req.include_usage:
-                yield shaper.usage_chunk(prompt, completion)
-        yield gen_api.DONE
-    finally:
-        if event[0] == "text":
-            service.cancel(job)
+    chunk when asked for, ``[DONE]``."""
+    if shaper.req.chat:
+        yield shaper.chunk("", first=True)
+    while event[0] == "text":
+        yield shaper.chunk(event[1])
+        event = await job.events.get()
+    if event[0] == "error":
+        yield gen_api.event(event[1].body())
+    else:
+        _, finish, prompt, completion = event
+        yield shaper.chunk(None if shaper.req.chat else "", finish)
+        if shaper.req.include_usage:
+            yield shaper.usage_chunk(prompt, completion)
+    yield gen_api.DONE
