@@ -352,3 +352,16 @@ def test_full_queue_answers_429_with_retry_after(tmp_path_factory) -> None:
             == len(refused)
     finally:
         stop_server(served)
+
+
+def test_settings_refused() -> None:
+    from vkumd.errors import VkumdValueError
+    from vkumd.serve.config import ServeConfig
+
+    for bad, what in ((dict(model="none"), "nothing to serve"),
+                      (dict(generate_model=GEN, generate_compute="int4"), "generate-compute"),
+                      (dict(generate_model=GEN, generate_cache_dtype="int8"),
+                       "generate-cache-dtype"),
+                      (dict(generate_model=GEN, generate_slots=0), "generate-slots")):
+        with pytest.raises(VkumdValueError, match=what):
+            ServeConfig(**bad).check()

@@ -54,8 +54,9 @@ def _generation(config: ServeConfig, metrics: Metrics) -> tuple[Any, tuple[str, 
     def load() -> Backend:
         began = time.perf_counter()
         _say(f"loading the generator {spec}")
-        backend = Backend(*load_generator(spec, config.generate_slots,
-                                          config.generate_max_context, config.device))
+        backend = Backend(*load_generator(
+            spec, config.generate_slots, config.generate_max_context, config.device,
+            compute=config.generate_compute, cache_dtype=config.generate_cache_dtype))
         _say(f"generator ready in {time.perf_counter() - began:.1f} s ({backend.slots} "
              f"slots, context {backend.context})")
         return backend

@@ -109,6 +109,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("generate-max-context", "VKUMD_SERVE_GENERATE_MAX_CONTEXT", 2048, int,
          "tokens a sequence holds at most, prompt and generated (the cache's length; capped "
          "by the model's context)", "N"),
+    Flag("generate-compute", "VKUMD_SERVE_GENERATE_COMPUTE", None, str,
+         "quantized (quantized weights stay quantized on the device), float16 or float32 "
+         "(dequantised once on load); default: the loader's (quantized for GGUF)", "KIND"),
+    Flag("generate-cache-dtype", "VKUMD_SERVE_GENERATE_CACHE_DTYPE", "float16", str,
+         "the KV cache's float16 or float32", "DTYPE"),
     Flag("generate-max-tokens", "VKUMD_SERVE_GENERATE_MAX_TOKENS", 1024, int,
          "largest max_tokens a request may ask, and what a chat request without it gets",
          "N"),
@@ -148,6 +153,8 @@ class ServeConfig:
     generate_model: str | None = None
     generate_slots: int = 8
     generate_max_context: int = 2048
+    generate_compute: str | None = None
+    generate_cache_dtype: str = "float16"
     generate_max_tokens: int = 1024
     generate_max_queue: int = 64
     log_level: str = "info"
@@ -178,6 +185,12 @@ class ServeConfig:
             raise VkumdValueError(f"serve: max-queue={self.max_queue} is below max-inputs="
                                   f"{self.max_inputs}, so a full request could never be "
                                   "queued; raise max-queue")
+        if self.generate_compute not in (None, "quantized", "float16", "float32"):
+            raise VkumdValueError(f"serve: generate-compute={self.generate_compute!r}; choose "
+                                  "quantized, float16 or float32")
+        if self.generate_cache_dtype not in ("float16", "float32"):
+            raise VkumdValueError(f"serve: generate-cache-dtype={self.generate_cache_dtype!r}; "
+                                  "choose float16 or float32")
         if not self.embeds and not self.generate_model:
             raise VkumdValueError("serve: model=none and no generate-model: nothing to "
                                   "serve; give --model or --generate-model")

@@ -33,11 +33,12 @@ from vkumd.serve.errors import ApiError, device_fault, invalid
 from vkumd.serve.metrics import Metrics
 
 
-def load_generator(spec: str, slots: int, max_context: int, device: str | None = None
-                   ) -> tuple[Any, Any]:
+def load_generator(spec: str, slots: int, max_context: int, device: str | None = None,
+                   **options: Any) -> tuple[Any, Any]:
     """The generator ``--generate-model`` names, and the context made for it (None for
     ``module:function``, which makes its own): a ``.gguf`` file, a Hugging Face directory,
-    or ``module:function`` (called with ``slots`` and ``max_context``)."""
+    or ``module:function`` (called with ``slots`` and ``max_context``). ``options``
+    (``compute``, ``cache_dtype``) go to the loader; None values are left out."""
     path = Path(spec)
     if ":" in spec and not path.exists():
         module, _, name = spec.partition(":")
@@ -49,7 +50,8 @@ def load_generator(spec: str, slots: int, max_context: int, device: str | None =
     ctx = Context(device=device)
     try:
         load = TextGenerator.from_pretrained if path.is_dir() else TextGenerator.from_gguf
-        return load(path, ctx, slots=slots, max_context=max_context), ctx
+        given = {k: v for k, v in options.items() if v is not None}
+        return load(path, ctx, slots=slots, max_context=max_context, **given), ctx
     except BaseException:
         ctx.close()
         raise
