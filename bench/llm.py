@@ -129,6 +129,9 @@ def peer(kind: str, path: str, n_threads: int, repeats: int) -> dict[str, Any]:
     """llama.cpp, in this (sub)process: prefill and decode tokens/s per repeat."""
     import llama_cpp
 
+    if kind == "vulkan" and not llama_cpp.llama_supports_gpu_offload():
+        sys.exit("llama_cpp is built without a GPU backend (rebuild llama-cpp-python with "
+                 "CMAKE_ARGS=-DGGML_VULKAN=on); its numbers would be the CPU backend's")
     llm = llama_cpp.Llama(model_path=path, n_gpu_layers=-1 if kind == "vulkan" else 0,
                           n_threads=n_threads, n_threads_batch=n_threads,
                           n_ctx=PROMPT + NEW + 64, n_batch=PROMPT, n_ubatch=PROMPT,
@@ -137,8 +140,7 @@ def peer(kind: str, path: str, n_threads: int, repeats: int) -> dict[str, Any]:
     follow = llm.tokenize(TEXT[500:].encode(), add_bos=False, special=False)[:NEW]
     llm.reset()
     llm.eval(ids)  # warm-up: pipelines compiled, buffers allocated
-    out: dict[str, Any] = {"prefill": [], "decode": [],
-                           "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload())}
+    out: dict[str, Any] = {"prefill": [], "decode": []}
     for _ in range(repeats):
         llm.reset()
         began = time.perf_counter()
@@ -178,7 +180,7 @@ class Table:
     def add(self, what: str, measured: str, goal: str = "", met: bool | None = None) -> None:
         verdict = "" if met is None else ("pass" if met else "MISS")
         self.rows.append((what, measured, goal, verdict))
-        print(f"{what:<36} {measured:<52} {goal:<12} {verdict}", flush=True)
+        print(f"{what:<42} {measured:<56} {goal:<10} {verdict}", flush=True)
 
 
 def goal(table: Table, what: str, ours: float, theirs: float, want: float,
@@ -247,8 +249,8 @@ def main() -> int:
     table.add("device memory", f"weights {facts['weight_bytes'] / mib:.1f} MiB, cache "
               f"{facts['cache_bytes'] / mib:.1f} MiB ({BATCH} slots x {PROMPT + NEW + 64})")
     kernels = facts.get("kernels_per_step")
-    table.add("kernels per decode step", f"{kernels} ({BATCH} sequences: "
-              f"{kernels / BATCH:.0f} a token)" if kernels else "n/a")
+    table.add("kernels per token", f"{kernels} at 1 sequence, {kernels / BATCH:.0f} at "
+              f"{BATCH} (one replayed step of {kernels} dispatches)" if kernels else "n/a")
     if peers_why is not None:
         table.add("llama.cpp", f"not measured: {peers_why}")
     for kind, result in peers.items():
