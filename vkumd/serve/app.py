@@ -158,6 +158,8 @@ class Server:
         if not self.ready:
             return "failed: " + self.failure if self.failure else "warming up"
         lost = self.engine.lost if self.engine is not None else None
+        backend = self.generation.backend if self.generation is not None else None
+        lost = lost or (backend.lost if backend is not None else None)
         return f"device lost: {lost}; restart the server" if lost else None
 
     def check_ready(self) -> None:

@@ -81,6 +81,14 @@ class Backend:
         self.context = int(min(generator.config.context_length, self.scheduler.max_context))
         self.vocab_size = int(self.scheduler.vocab_size)
 
+    @property
+    def lost(self) -> str | None:
+        """What lost the generator's device, or None while it works (or it has no context,
+        as a test's numpy generator)."""
+        ctx = self.ctx if self.ctx is not None else getattr(self.generator, "context", None)
+        error = ctx.device.health.lost if ctx is not None else None
+        return None if error is None else str(error)
+
     def encode(self, text: str) -> list[int]:
         """Token ids of a completion prompt (BOS first where the model has one)."""
         return list(self.generator.encode(text))
