@@ -50,12 +50,6 @@ class Config:
         self.chat_template = None  # ChatML
 
 
-def render_chat(messages: list[dict[str, str]]) -> str:
-    """ChatML."""
-    text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
-    return text + "<|im_start|>assistant\n"
-
-
 class SlowRunner:
     """``LlamaRunner``'s interface; logits favour the next byte of :data:`TEXT`.
 
@@ -122,38 +116,11 @@ def _symbols(data: bytes) -> list[str]:
     return [s for piece, _ in pre.pre_tokenize_str(data.decode()) for s in piece]
 
 
-class FakeGenerator:
-    """``TextGenerator``'s surface the server uses, around the real ``Scheduler``."""
-
-    def __init__(self, slots: int, max_context: int) -> None:
-        from vkumd.framework.models.scheduler import Scheduler
-
-        self.tokenizer = byte_tokenizer()
-        self.config = Config(self.tokenizer, context_length=max_context)
-        self.runner = SlowRunner(self.tokenizer, slots, max_context)
-        self.scheduler = Scheduler(self.runner, self._decode, eos_ids=self.config.eos_ids,
-                                   vocab_size=self.config.vocab_size)
-
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
-
-    def render_chat(self, messages: list[dict[str, str]]) -> str:
-        return render_chat(messages)
-
-    def close(self) -> None:
-        self.scheduler.close()
-
-
 def make(slots: int = 4, max_context: int = 256) -> Any:
     """The generator ``--generate-model tests.serve.fake_generator:make`` loads: the real
-    ``TextGenerator`` over :class:`SlowRunner` where it exists, else :class:`FakeGenerator`."""
-    try:
-        from vkumd.framework.models.generation import TextGenerator
-    except ImportError:
-        return FakeGenerator(slots, max_context)
+    ``TextGenerator`` over :class:`SlowRunner`."""
+    from vkumd.framework.models.generation import TextGenerator
+
     tokenizer = byte_tokenizer()
     return TextGenerator(SlowRunner(tokenizer, slots, max_context), tokenizer,
                          Config(tokenizer, max_context))
@@ -164,8 +131,8 @@ def available() -> str | None:
     try:
         import tokenizers  # noqa: F401
 
-        from vkumd.framework.models import scheduler  # noqa: F401
+        from vkumd.framework.models import generation  # noqa: F401
     except ImportError as exc:
-        return (f"{exc}: the generation tests need vkumd.framework.models.scheduler (issue "
+        return (f"{exc}: the generation tests need vkumd.framework.models.generation (issue "
                 "27's TextGenerator) and tokenizers")
     return None
