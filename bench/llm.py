@@ -167,7 +167,8 @@ def run_peer(kind: str, path: Path, repeats: int) -> dict[str, Any] | str:
     except subprocess.TimeoutExpired:
         return "timed out after 30 min"
     if done.returncode != 0:
-        return f"failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}"
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        return f"failed ({done.returncode}): {last}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -219,7 +220,8 @@ def main() -> int:
     began = time.perf_counter()
     ours = Ours(args.model, args.compute)
     table.add("vkumd: load and record", f"{time.perf_counter() - began:.1f} s "
-              f"({threads()} threads, {args.compute} weights)")
+              f"({threads()} threads, {args.compute} weights; load average "
+              f"{os.getloadavg()[0]:.1f})")
     runs: dict[str, list[dict[str, float]]] = {"prefill": [], "decode1": [], f"decode{BATCH}": []}
     peers: dict[str, dict[str, Any] | str] = {}
     try:
@@ -269,6 +271,8 @@ def main() -> int:
         else:
             goal(table, f"decode / llama.cpp CPU ({threads()} threads)", ours_dec,
                  dec["median"], 0.5, got["decode1"]["device_rate"]["median"])
+    table.add("machine load average at the end", f"{os.getloadavg()[0]:.1f} "
+              f"({os.cpu_count()} cores)")
     print("\n| Row | Measured | Goal | |\n|---|---|---|---|")
     for row in table.rows:
         print("| " + " | ".join(row) + " |")
