@@ -138,6 +138,7 @@ TRANSFERS: dict[str, str] = {
     "tests/framework/models/test_llama_runner.py": "the Llama runner: prefill, recorded decode",
     "tests/framework/models/test_llama_tiny_gguf.py": "a tiny GGUF Llama end to end",
     "tests/framework/models/test_llama_runner_smollm2.py": "SmolLM2 runner: 1-5 min",
+    "tests/serve/test_generation_model.py": "the generation routes on a tiny GGUF end to end",
     "tests/frontends/test_onnx_import.py": "ONNX models end to end",
     "tests/frontends/test_onnx_derived.py": "ONNX models with masks end to end",
     "tests/frontends/test_onnx_vision.py": "ONNX vision nodes end to end",
@@ -174,6 +175,10 @@ HARDENED: dict[str, str] = {
     "tests/serve/test_bad_requests.py": "the server's bad-request corpus",
     "tests/serve/test_fuzz.py": "request-body fuzz against the server",
     "tests/serve/test_faults.py": "device faults under the server's batcher",
+    "tests/serve/test_generation.py::test_bad_request": "the generation routes' bad-request "
+    "corpus",
+    "tests/serve/test_generation.py::test_a_device_fault_fails_its_request_only":
+        "a fault in a decode step under the server",
     "tests/fuzz/test_fuzz_model_files.py": "model-file fuzz: ONNX, safetensors, config.json",
 }
 

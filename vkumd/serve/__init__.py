@@ -1,4 +1,5 @@
-"""``vkumd.serve``: an OpenAI-compatible embeddings server (``vkumd serve``; docs/serving.md).
+"""``vkumd.serve``: an OpenAI-compatible server (``vkumd serve``; docs/serving.md): embeddings,
+and text generation with ``--generate-model``.
 
 Needs the ``serve`` extra (``pip install 'vkumd[serve]'``: Starlette, uvicorn,
 prometheus-client). :func:`create_app` gives the ASGI app, :func:`run` serves it with uvicorn.

@@ -25,10 +25,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from vkumd.serve import api
+from vkumd.serve import api, gen_routes
 from vkumd.serve.batcher import Batcher
 from vkumd.serve.config import ServeConfig
 from vkumd.serve.errors import ApiError
+from vkumd.serve.http import disconnect, json_body
 from vkumd.serve.metrics import Metrics
 
 OPEN_PATHS = ("/health", "/metrics")
@@ -37,7 +38,32 @@ OPEN_PATHS = ("/health", "/metrics")
 # serialise in about 3 ms); larger ones go to the thread pool.
 INLINE_CHARS = 1024
 INLINE_ROWS = 4
-GENERATION = ("/v1/completions", "/v1/chat/completions", "/v1/responses", "/generate")
+NOT_SERVED = ("/v1/responses", "/generate")
+
+
+def _say(text: str) -> None:
+    print(f"vkumd serve: {text}", file=sys.stderr, flush=True)
+
+
+def _generation(config: ServeConfig, metrics: Metrics) -> tuple[Any, tuple[str, ...]]:
+    """The generation service of ``--generate-model`` and the names it answers to."""
+    from vkumd.serve.generation import Backend, GenerationService, load_generator, served_names
+
+    spec = str(config.generate_model)
+
+    def load() -> Backend:
+        began = time.perf_counter()
+        _say(f"loading the generator {spec}")
+        backend = Backend(*load_generator(
+            spec, config.generate_slots, config.generate_max_context, config.device,
+            compute=config.generate_compute, cache_dtype=config.generate_cache_dtype))
+        _say(f"generator ready in {time.perf_counter() - began:.1f} s ({backend.slots} "
+             f"slots, context {backend.context})")
+        return backend
+
+    service = GenerationService(metrics, load, max_queue=config.generate_max_queue,
+                                queue_timeout=config.queue_timeout_s)
+    return service, served_names(spec)
 
 
 class Server:
@@ -60,36 +86,46 @@ class Server:
                                max_wait=config.max_wait_ms / 1000, max_queue=config.max_queue,
                                queue_timeout=config.queue_timeout_s)
         names = config.served_model_name or f"{Path(str(config.model)).name},{config.model}"
-        self.models = tuple(dict.fromkeys(n.strip() for n in names.split(",") if n.strip()))
+        self.models = tuple(dict.fromkeys(n.strip() for n in names.split(",") if n.strip()
+                                          and config.embeds))
         self.engine: Any = None
+        self.generation: Any = None
+        self.gen_models: tuple[str, ...] = ()
+        self._loading = {"embed"} if config.embeds else set()
+        if config.generate_model:
+            self._loading.add("generate")
+            self.generation, self.gen_models = _generation(self.config, self.metrics)
         self.ready = False
         self.draining = False
         self.failure: str | None = None
         self.started = int(time.time())
 
     def start(self) -> None:
-        """Start the worker: load the model, warm up, then serve the queue."""
+        """Start the workers: load the models, warm up, then serve their queues."""
         def setup() -> tuple[Any, int]:
             from vkumd.serve.engine import Engine
 
             began = time.perf_counter()
-            print(f"vkumd serve: loading {self.config.model}", file=sys.stderr, flush=True)
+            _say(f"loading {self.config.model}")
             self.engine = Engine(self.config)
             self.engine.warm_up()
-            print(f"vkumd serve: ready in {time.perf_counter() - began:.1f} s",
-                  file=sys.stderr, flush=True)
+            _say(f"ready in {time.perf_counter() - began:.1f} s")
             return self.engine.run, self.engine.hidden_size
 
-        def ready() -> None:
-            self.ready = True
-            self.metrics.ready.set(1)
+        def ready(part: str) -> None:
+            self._loading.discard(part)
+            if not self._loading:
+                self.ready = True
+                self.metrics.ready.set(1)
 
         def failed(exc: BaseException) -> None:
             self.failure = f"{type(exc).__name__}: {exc}"
-            print(f"vkumd serve: the model could not be loaded: {self.failure}",
-                  file=sys.stderr, flush=True)
+            _say(f"the model could not be loaded: {self.failure}")
 
-        self.batcher.start(setup, ready, failed, self._teardown)
+        if self.config.embeds:
+            self.batcher.start(setup, lambda: ready("embed"), failed, self._teardown)
+        if self.generation is not None:
+            self.generation.start(lambda: ready("generate"), failed)
 
     def _teardown(self) -> None:
         if self.engine is None:
@@ -114,12 +150,16 @@ class Server:
         self.ready = False
         self.metrics.ready.set(0)
         self.batcher.stop()
+        if self.generation is not None:
+            self.generation.stop()
 
     def status(self) -> str | None:
         """Why the server cannot embed now (warming up, failed, device lost), or None."""
         if not self.ready:
             return "failed: " + self.failure if self.failure else "warming up"
         lost = self.engine.lost if self.engine is not None else None
+        backend = self.generation.backend if self.generation is not None else None
+        lost = lost or (backend.lost if backend is not None else None)
         return f"device lost: {lost}; restart the server" if lost else None
 
     def check_ready(self) -> None:
@@ -130,41 +170,13 @@ class Server:
                            code="not_ready", headers={"Retry-After": "2"})
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it is known to pass ``limit`` bytes: from
-    ``Content-Length`` before reading, else while streaming, never holding more."""
-    declared = request.headers.get("content-length")
-    too_big = ApiError(413, f"the request body is over this server's limit of {limit} bytes; "
-                       "send fewer or shorter inputs (or raise --max-body-bytes)",
-                       param=None, code="request_too_large")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_big
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_big
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-async def json_body(request: Request) -> Any:
-    """The request's JSON, after its content type and size are checked."""
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind and kind != "application/json" and not kind.endswith("+json"):
-        raise ApiError(415, f"the content type is {kind!r}; send the body as "
-                       "application/json", param=None, code="unsupported_media_type")
-    server: Server = request.app.state.server
-    return api.parse_json(await read_body(request, server.config.max_body_bytes))
-
-
 async def _embed(server: Server, request: Request, seqs: list[list[int]],
                  normalize: bool) -> Any:
     """Queue the inputs and wait for them; if the client disconnects first, its inputs still
     queued are dropped uncomputed."""
     future = server.batcher.submit(seqs, normalize)
     result = asyncio.ensure_future(asyncio.wrap_future(future))
-    gone = asyncio.ensure_future(_disconnect(request))
+    gone = asyncio.ensure_future(disconnect(request))
     try:
         await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -178,16 +190,10 @@ async def _embed(server: Server, request: Request, seqs: list[list[int]],
     return result.result()
 
 
-async def _disconnect(request: Request) -> None:
-    """Returns when the client has gone (the body is read by now, so the next message the
-    server sends is ``http.disconnect``)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
 async def embeddings(request: Request) -> Response:
     """``POST /v1/embeddings``: OpenAI's embeddings API (docs/serving.md)."""
     server: Server = request.app.state.server
+    _embeds(server, request)
     body = await json_body(request)
     server.check_ready()
     engine = server.engine
@@ -208,6 +214,7 @@ async def embeddings(request: Request) -> Response:
 async def tei_embed(request: Request) -> Response:
     """``POST /embed``: TEI's embeddings route, a JSON list of vectors."""
     server: Server = request.app.state.server
+    _embeds(server, request)
     body = await json_body(request)
     server.check_ready()
     req = api.parse_tei(body, server.config.max_inputs)
@@ -238,6 +245,7 @@ async def _json(large: bool, build: Any, *args: Any) -> Response:
 async def tei_info(request: Request) -> Response:
     """``GET /info``: TEI's description of the served model and limits."""
     server: Server = request.app.state.server
+    _embeds(server, request)
     server.check_ready()
     c, e = server.config, server.engine
     return JSONResponse({
@@ -261,16 +269,18 @@ def _version() -> str:
 async def models(request: Request) -> Response:
     """``GET /v1/models``: the names the model answers to, as OpenAI's model list."""
     server: Server = request.app.state.server
-    return JSONResponse({"object": "list", "data": [_model(server, n) for n in server.models]})
+    names = server.models + server.gen_models
+    return JSONResponse({"object": "list", "data": [_model(server, n) for n in names]})
 
 
 async def model(request: Request) -> Response:
     """``GET /v1/models/{name}``: one model object, or 404."""
     server: Server = request.app.state.server
     name = request.path_params["name"]
-    if name not in server.models:
+    if name not in server.models + server.gen_models:
         raise ApiError(404, f"The model `{name}` does not exist on this server; it serves "
-                       f"{', '.join(server.models)}", param="model", code="model_not_found")
+                       f"{', '.join(server.models + server.gen_models)}", param="model",
+                       code="model_not_found")
     return JSONResponse(_model(server, name))
 
 
@@ -295,11 +305,16 @@ async def metrics(request: Request) -> Response:
     return Response(body, media_type=kind)
 
 
-async def generation(request: Request) -> Response:
-    """The text-generation routes: 404 until the server can generate."""
-    raise ApiError(404, f"{request.url.path}: text generation is not available on this "
-                   "server yet; it serves embeddings (POST /v1/embeddings, POST /embed)",
-                   param=None, code="not_available")
+async def not_served(request: Request) -> Response:
+    """Generation routes this server does not have (OpenAI's Responses API, TGI's
+    ``/generate``): 404."""
+    raise gen_routes.not_available(request.url.path)
+
+
+def _embeds(server: Server, request: Request) -> None:
+    if not server.config.embeds:
+        raise ApiError(404, f"{request.url.path}: this server serves no embeddings model "
+                       "(started with --model none)", param=None, code="not_available")
 
 
 def _error(_request: Request, exc: Exception) -> Response:
@@ -325,7 +340,9 @@ ROUTES = [Route("/v1/embeddings", embeddings, methods=["POST"]),
           Route("/v1/models/{name:path}", model, methods=["GET"]),
           Route("/health", health, methods=["GET"]),
           Route("/metrics", metrics, methods=["GET"])]
-ROUTES += [Route(path, generation, methods=["POST", "GET"]) for path in GENERATION]
+ROUTES += [Route("/v1/completions", gen_routes.completions, methods=["POST"]),
+           Route("/v1/chat/completions", gen_routes.chat_completions, methods=["POST"])]
+ROUTES += [Route(path, not_served, methods=["POST", "GET"]) for path in NOT_SERVED]
 KNOWN = {r.path for r in ROUTES}
 
 

@@ -53,7 +53,8 @@ FLAGS: tuple[Flag, ...] = (
          "ADDR"),
     Flag("port", "VKUMD_SERVE_PORT", 8080, int, "TCP port", "N"),
     Flag("model", "VKUMD_SERVE_MODEL", "all-MiniLM-L6-v2", str,
-         "model directory or installed model name", "PATH"),
+         "embeddings model: directory or installed model name (none: no embeddings, for a "
+         "server that only generates)", "PATH"),
     Flag("served-model-name", "VKUMD_SERVE_MODEL_NAME", None, str,
          "names the model answers to in requests' `model`, comma-separated (default: the "
          "model's name)", "NAMES"),
@@ -98,6 +99,27 @@ FLAGS: tuple[Flag, ...] = (
          "on SIGTERM, answer GET /health 503 and keep serving this long before closing the "
          "listener (so a load balancer stops sending first); then finish what was accepted",
          "S"),
+    Flag("generate-model", "VKUMD_SERVE_GENERATE_MODEL", None, str,
+         "text-generation model served on /v1/completions and /v1/chat/completions: a GGUF "
+         "file, a Hugging Face Llama directory, or module:function returning a generator "
+         "(none: those routes answer 404)", "PATH"),
+    Flag("generate-slots", "VKUMD_SERVE_GENERATE_SLOTS", 8, int,
+         "sequences decoded together in one step (the KV cache's slots); more requests wait "
+         "for a free slot", "N"),
+    Flag("generate-max-context", "VKUMD_SERVE_GENERATE_MAX_CONTEXT", 2048, int,
+         "tokens a sequence holds at most, prompt and generated (the cache's length; capped "
+         "by the model's context)", "N"),
+    Flag("generate-compute", "VKUMD_SERVE_GENERATE_COMPUTE", None, str,
+         "quantized (quantized weights stay quantized on the device), float16 or float32 "
+         "(dequantised once on load); default: the loader's (quantized for GGUF)", "KIND"),
+    Flag("generate-cache-dtype", "VKUMD_SERVE_GENERATE_CACHE_DTYPE", "float16", str,
+         "the KV cache's float16 or float32", "DTYPE"),
+    Flag("generate-max-tokens", "VKUMD_SERVE_GENERATE_MAX_TOKENS", 1024, int,
+         "largest max_tokens a request may ask, and what a chat request without it gets",
+         "N"),
+    Flag("generate-max-queue", "VKUMD_SERVE_GENERATE_MAX_QUEUE", 64, int,
+         "sequences waiting for a slot at most; past it requests get 429 with Retry-After",
+         "N"),
     Flag("log-level", "VKUMD_SERVE_LOG_LEVEL", "info", str,
          "uvicorn's log level (critical, error, warning, info, debug)", "LEVEL"),
 )
@@ -128,6 +150,13 @@ class ServeConfig:
     max_input_chars: int = 100_000
     auto_truncate: bool = False
     drain_grace_s: float = 5.0
+    generate_model: str | None = None
+    generate_slots: int = 8
+    generate_max_context: int = 2048
+    generate_compute: str | None = None
+    generate_cache_dtype: str = "float16"
+    generate_max_tokens: int = 1024
+    generate_max_queue: int = 64
     log_level: str = "info"
 
     def check(self) -> ServeConfig:
@@ -137,7 +166,9 @@ class ServeConfig:
             VkumdValueError: names the setting, its value and the accepted range.
         """
         for name in ("port", "max_batch_tokens", "max_batch_size", "batch_window",
-                     "max_queue", "max_inputs", "max_body_bytes", "max_input_chars"):
+                     "max_queue", "max_inputs", "max_body_bytes", "max_input_chars",
+                     "generate_slots", "generate_max_context", "generate_max_tokens",
+                     "generate_max_queue"):
             value = getattr(self, name)
             low = 0 if name == "port" else 1
             if value < low:
@@ -154,7 +185,21 @@ class ServeConfig:
             raise VkumdValueError(f"serve: max-queue={self.max_queue} is below max-inputs="
                                   f"{self.max_inputs}, so a full request could never be "
                                   "queued; raise max-queue")
+        if self.generate_compute not in (None, "quantized", "float16", "float32"):
+            raise VkumdValueError(f"serve: generate-compute={self.generate_compute!r}; choose "
+                                  "quantized, float16 or float32")
+        if self.generate_cache_dtype not in ("float16", "float32"):
+            raise VkumdValueError(f"serve: generate-cache-dtype={self.generate_cache_dtype!r}; "
+                                  "choose float16 or float32")
+        if not self.embeds and not self.generate_model:
+            raise VkumdValueError("serve: model=none and no generate-model: nothing to "
+                                  "serve; give --model or --generate-model")
         return self
+
+    @property
+    def embeds(self) -> bool:
+        """Whether an embeddings model is served (``--model none`` serves none)."""
+        return bool(self.model) and self.model.lower() != "none"
 
     def keys(self) -> frozenset[str]:
         """Every accepted API key (flags and key file together).

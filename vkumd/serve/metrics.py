@@ -59,6 +59,28 @@ class Metrics:
                                  registry=r)
         self.failed_batches = Counter("vkumd_serve_failed_batches", "Device batches that "
                                       "raised", registry=r)
+        self.generated_tokens = Counter("vkumd_serve_generated_tokens", "Tokens generated "
+                                        "(completion tokens, as in responses' usage)",
+                                        registry=r)
+        self.prompt_tokens = Counter("vkumd_serve_prompt_tokens", "Prompt tokens of the "
+                                     "sequences that started generating", registry=r)
+        self.first_token_seconds = Histogram("vkumd_serve_time_to_first_token_seconds",
+                                             "Time from a generation request's arrival "
+                                             "to its first token", buckets=_LATENCY,
+                                             registry=r)
+        self.step_seconds = Histogram("vkumd_serve_decode_step_seconds", "Time one "
+                                      "scheduler step took (prefills joining and one "
+                                      "decode of every active sequence)", buckets=_LATENCY,
+                                      registry=r)
+        self.step_sequences = Histogram("vkumd_serve_decode_batch_size", "Sequences decoded "
+                                        "together in one step", buckets=_SIZES, registry=r)
+        self.active_sequences = Gauge("vkumd_serve_active_sequences", "Sequences holding a "
+                                      "slot (generating)", registry=r)
+        self.waiting_sequences = Gauge("vkumd_serve_waiting_sequences", "Sequences waiting "
+                                       "for a free slot", registry=r)
+        self.sequences = Counter("vkumd_serve_sequences", "Generation requests ended, by "
+                                 "how: stop, length, cancelled (client gone), error, "
+                                 "timeout", ["finish"], registry=r)
         self.ready = Gauge("vkumd_serve_ready", "1 once warm-up is done and /health is 200",
                            registry=r)
 
