@@ -6,9 +6,10 @@ The implementations live in :mod:`vkumd.framework.models`; see ``docs/models.md`
 from vkumd.framework.models.config import BertConfig, SentenceConfig
 from vkumd.framework.models.encoder import SentenceEncoder
 from vkumd.framework.models.errors import ModelFileError, ModelNotFound, SafetensorsError
+from vkumd.framework.models.generation import TextGenerator
 from vkumd.framework.models.loader import INSTALLED_MODELS, find_model, load_model_files
 from vkumd.framework.models.safetensors import SafetensorsFile
 
 __all__ = ["INSTALLED_MODELS", "BertConfig", "ModelFileError", "ModelNotFound",
            "SafetensorsError", "SafetensorsFile", "SentenceConfig", "SentenceEncoder",
-           "find_model", "load_model_files"]
+           "TextGenerator", "find_model", "load_model_files"]
