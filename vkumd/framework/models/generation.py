@@ -64,8 +64,9 @@ class TextGenerator:
         runner, tokenizer, config: as given.
         scheduler: the :class:`Scheduler` every call goes through.
         last_stats: the last call's numbers: ``prompt_tokens``, ``generated_tokens``,
-            ``prefill_seconds``, ``decode_seconds``, ``prefill_tokens_per_s``,
-            ``decode_tokens_per_s`` (summed over the sequences of a batch).
+            ``decoded_tokens`` (those from decode steps: the first of each sequence comes from
+            its prefill), ``prefill_seconds``, ``decode_seconds``, ``prefill_tokens_per_s``,
+            ``decode_tokens_per_s`` (summed over the sequences of a batch), ``finish_reasons``.
     """
 
     def __init__(self, runner: Any, tokenizer: Any, config: Any, context: Any = None,
@@ -281,7 +282,7 @@ class TextGenerator:
         # The first token of each comes from its prefill; the rest from decode steps.
         decoded = sum(max(len(h.tokens) - 1, 0) for h in handles)
         self.last_stats = {
-            "prompt_tokens": prompt, "generated_tokens": generated,
+            "prompt_tokens": prompt, "generated_tokens": generated, "decoded_tokens": decoded,
             "prefill_seconds": prefill, "decode_seconds": decode,
             "prefill_tokens_per_s": prompt / prefill if prefill > 0 else 0.0,
             "decode_tokens_per_s": decoded / decode if decode > 0 else 0.0,
