@@ -153,3 +153,35 @@ def test_nan_logits_and_a_wrong_length_are_refused() -> None:
         sampler(np.full(VOCAB, np.nan, dtype=np.float32))
     with pytest.raises(VkumdValueError, match="the vocabulary has 50"):
         sampler(np.zeros(VOCAB + 1))
+
+
+def _reference(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
+    """The kept set and probabilities by a full stable sort, the plain way."""
+    scaled = logits.astype(np.float64) / temperature
+    order = np.argsort(-scaled, kind="stable")
+    if top_k:
+        order = order[:top_k]
+    probs = np.exp(scaled[order] - scaled[order[0]])
+    probs /= probs.sum()
+    count = next(i + 1 for i, c in enumerate(np.cumsum(probs)) if c >= top_p * (1 - 1e-12)
+                 or i == len(probs) - 1)
+    out = np.zeros_like(scaled)
+    out[order[:count]] = probs[:count] / probs[:count].sum()
+    return out
+
+
+@pytest.mark.parametrize("vocab", [7, 300, 5000])
+@pytest.mark.parametrize("top_k, top_p", [(0, 0.3), (0, 0.97), (3, 1.0), (250, 0.9),
+                                          (0, 1.0), (6, 0.5)])
+def test_the_kept_set_matches_a_full_sort(vocab, top_k, top_p) -> None:
+    rng = np.random.default_rng(vocab + top_k)
+    # Rounded logits: many exact ties, also at the top-k edge.
+    logits = np.round(rng.standard_normal(vocab) * 2, 1)
+    params = SamplingParams.create(temperature=0.7, top_k=top_k, top_p=top_p)
+    np.testing.assert_allclose(distribution(logits, params),
+                               _reference(logits, 0.7, top_k, top_p), rtol=1e-12, atol=0)
+
+
+def test_a_flat_distribution_widens_the_nucleus_past_its_first_guess() -> None:
+    probs = distribution(np.zeros(1000), SamplingParams.create(temperature=1.0, top_p=0.5))
+    assert np.flatnonzero(probs).tolist() == list(range(500))

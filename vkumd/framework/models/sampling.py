@@ -144,28 +144,56 @@ def apply_repetition_penalty(logits: np.ndarray, seen: np.ndarray,
     return out
 
 
-def distribution(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """The probabilities (float64 [vocab], zero outside the kept set) that sampling draws
-    from for ``temperature > 0``: softmax of ``logits / temperature`` restricted to the top
-    ``top_k`` (ties at the edge kept by lower id) and then to the top-``top_p`` nucleus.
-    """
+def _largest(scaled: np.ndarray, count: int) -> np.ndarray:
+    """The ids of the ``count`` largest values, largest first; equal values keep ascending
+    ids, also at the edge (a partition, then a sort of the few kept: no full sort)."""
+    vocab = scaled.shape[0]
+    if count >= vocab:
+        chosen = np.arange(vocab)
+    else:
+        edge = np.partition(scaled, vocab - count)[vocab - count]
+        above = np.flatnonzero(scaled > edge)
+        chosen = np.concatenate([above, np.flatnonzero(scaled == edge)[:count - above.size]])
+    return chosen[np.lexsort((chosen, -scaled[chosen]))]
+
+
+# The nucleus search starts with this many candidates and widens 4x until they hold top_p.
+_NUCLEUS_START = 64
+
+
+def support(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+    """The ids sampling may pick and their probabilities (float64, summing to 1) for
+    ``temperature > 0``: softmax of ``logits / temperature`` restricted to the top ``top_k``
+    (ties at the edge kept by lower id), then to the smallest most-likely set whose mass
+    reaches ``top_p`` (the first token always stays)."""
     scaled = np.asarray(logits, dtype=np.float64) / params.temperature
     vocab = scaled.shape[0]
-    # Stable order by descending logit: equal logits keep ascending ids.
-    order = np.argsort(-scaled, kind="stable")
-    if 0 < params.top_k < vocab:
-        order = order[:params.top_k]
-    kept = scaled[order]
-    probs = np.exp(kept - kept[0])
-    probs /= probs.sum()
-    if params.top_p < 1.0:
-        # The smallest prefix whose mass reaches top_p; the first token always stays.
-        cumulative = np.cumsum(probs)
-        count = int(np.searchsorted(cumulative, params.top_p * (1 - 1e-12))) + 1
-        probs = probs[:count] / probs[:count].sum()
-        order = order[:count]
-    out = np.zeros(vocab, dtype=np.float64)
-    out[order] = probs
+    limit = params.top_k if 0 < params.top_k < vocab else vocab
+    if params.top_p >= 1.0:
+        ids = _largest(scaled, limit) if limit < vocab else np.arange(vocab)
+        weights = np.exp(scaled[ids] - scaled[ids].max())
+        return ids, weights / weights.sum()
+    kept = _largest(scaled, limit) if limit < vocab else None
+    peak = scaled.max()
+    total = np.exp((scaled if kept is None else scaled[kept]) - peak).sum()
+    count = min(limit, _NUCLEUS_START)
+    while True:
+        ids = kept[:count] if kept is not None else _largest(scaled, count)
+        cumulative = np.cumsum(np.exp(scaled[ids] - peak)) / total
+        if cumulative[-1] >= params.top_p * (1 - 1e-12) or count >= limit:
+            break
+        count = min(limit, count * 4)
+    keep = min(int(np.searchsorted(cumulative, params.top_p * (1 - 1e-12))) + 1, ids.size)
+    ids = ids[:keep]
+    weights = np.exp(scaled[ids] - peak)
+    return ids, weights / weights.sum()
+
+
+def distribution(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """:func:`support` as a dense float64 [vocab] array (zero outside the kept set)."""
+    ids, probs = support(logits, params)
+    out = np.zeros(np.asarray(logits).shape[0], dtype=np.float64)
+    out[ids] = probs
     return out
 
 
@@ -202,12 +230,10 @@ class Sampler:
         if params.temperature == 0.0:
             token = int(np.argmax(adjusted))  # the first maximum: ties go to the lowest id
         else:
-            probs = distribution(adjusted, params)
+            ids, probs = support(adjusted, params)
             cumulative = np.cumsum(probs)
             draw = self.rng.random() * cumulative[-1]
-            token = int(np.searchsorted(cumulative, draw, side="right"))
-            token = min(token, probs.shape[0] - 1)
-            while probs[token] == 0.0:  # rounding at the top edge: step back into support
-                token -= 1
+            index = min(int(np.searchsorted(cumulative, draw, side="right")), ids.size - 1)
+            token = int(ids[index])
         self.seen[token] = True
         return token
