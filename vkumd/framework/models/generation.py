@@ -18,6 +18,12 @@ from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.models.sampling import SamplingParams
 from vkumd.framework.models.scheduler import Handle, Scheduler
 
+# Loading defaults: sequences decoded together (a few concurrent requests without a large
+# cache: SmolLM2's float16 cache is 45 MiB per 2048-position sequence), and positions per
+# sequence (capped by the model's own context length).
+DEFAULT_SLOTS = 4
+DEFAULT_MAX_CONTEXT = 2048
+
 
 def check_messages(messages: Any) -> list[dict[str, str]]:
     """``messages`` as a list of ``{"role", "content"}`` dicts of strings.
@@ -95,8 +101,10 @@ class TextGenerator:
             path: the ``.gguf`` file.
             ctx: the :class:`~vkumd.framework.context.Context` to run on; a new one (closed
                 by :meth:`close`) when None.
-            runner_options: for ``LlamaRunner``: ``slots`` (sequences decoded together),
-                ``max_context`` (tokens per sequence), ``cache_dtype`` (``"float16"`` or
+            runner_options: for ``LlamaRunner``: ``slots`` (sequences decoded together,
+                default :data:`DEFAULT_SLOTS`), ``max_context`` (tokens per sequence,
+                default the model's context length up to :data:`DEFAULT_MAX_CONTEXT`),
+                ``cache_dtype`` (``"float16"`` or
                 ``"float32"``), ``compute`` (``"quantized"``, ``"float16"``, ``"float32"``).
 
         Raises:
@@ -139,11 +147,14 @@ class TextGenerator:
     def _build(cls, config: Any, tokenizer: Any, weights: Any, ctx: Any,
                runner_options: dict[str, Any]) -> TextGenerator:
         from vkumd.framework.context import Context
-        from vkumd.framework.models.llama import LlamaRunner
+        from vkumd.framework.models.llama_runner import LlamaRunner
 
+        options = {"slots": DEFAULT_SLOTS,
+                   "max_context": min(DEFAULT_MAX_CONTEXT, int(config.context_length)),
+                   **runner_options}
         context = Context() if ctx is None else ctx
         try:
-            runner = LlamaRunner(context, config, weights, **runner_options)
+            runner = LlamaRunner(context, config, weights, **options)
         except BaseException:
             if ctx is None:
                 context.close()
