@@ -78,8 +78,9 @@ class Handle:
 
     @property
     def text(self) -> str:
-        """The text emitted so far."""
-        return "".join(self._text)
+        """The text emitted so far (safe to read from any thread while it grows)."""
+        with self._scheduler._lock:
+            return "".join(self._text)
 
     def cancel(self) -> None:
         """Stop the request; its slot is freed at the next step. Safe from any thread and
