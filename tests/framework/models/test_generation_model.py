@@ -23,6 +23,7 @@ except ImportError as exc:  # the reader and the runner land from their own bran
                 allow_module_level=True)
 
 from vkumd.framework.models.generation import TextGenerator
+from vkumd.framework.models.sampling import SamplingParams
 
 REPO = Path(__file__).resolve().parents[3]
 PROMPTS = ["hello the", "you are a", "assistant system"]
@@ -43,7 +44,7 @@ def test_greedy_tokens_match_the_float64_reference(tiny) -> None:
     _, weights, generator = tiny
     for prompt in PROMPTS:
         ids = generator.encode(prompt)
-        handle = generator.scheduler.submit(ids, None)
+        handle = generator.scheduler.submit(ids, SamplingParams.create(max_new_tokens=10))
         handle.result()
         want = greedy(generator.config, weights, ids, 10)
         eos = [i for i, t in enumerate(want) if t in generator.config.eos_ids]
