@@ -119,6 +119,7 @@ TRANSFERS: dict[str, str] = {
                                                         "result read back",
     "tests/framework/models/test_encoder.py": "the sentence encoder end to end",
     "tests/framework/models/test_bert_graph.py": "the BERT graph end to end",
+    "tests/framework/models/test_generation_model.py": "text generation end to end",
     "tests/frontends/test_onnx_import.py": "ONNX models end to end",
     "tests/frontends/test_onnx_derived.py": "ONNX models with masks end to end",
     "tests/runtime/test_sync_validation.py": "barriers around staging copies, checked by the "

@@ -93,22 +93,26 @@ class TextGenerator:
     # -- loading ----------------------------------------------------------------------
 
     @classmethod
-    def from_gguf(cls, path: str | os.PathLike[str], ctx: Any = None,
-                  **runner_options: Any) -> TextGenerator:
+    def from_gguf(cls, path: str | os.PathLike[str], ctx: Any = None, *,
+                  slots: int = DEFAULT_SLOTS, max_context: int | None = None,
+                  cache_dtype: str = "float16", compute: str = "quantized") -> TextGenerator:
         """Load a Llama-family GGUF file (its weights, config, tokenizer, chat template).
 
         Args:
             path: the ``.gguf`` file.
             ctx: the :class:`~vkumd.framework.context.Context` to run on; a new one (closed
                 by :meth:`close`) when None.
-            runner_options: for ``LlamaRunner``: ``slots`` (sequences decoded together,
-                default :data:`DEFAULT_SLOTS`), ``max_context`` (tokens per sequence,
-                default the model's context length up to :data:`DEFAULT_MAX_CONTEXT`),
-                ``cache_dtype`` (``"float16"`` or
-                ``"float32"``), ``compute`` (``"quantized"``, ``"float16"``, ``"float32"``).
+            slots: sequences decoded together (the KV cache holds this many).
+            max_context: positions per sequence, prompt and generated text together
+                (default: the model's context length, at most :data:`DEFAULT_MAX_CONTEXT`).
+            cache_dtype: the KV cache's ``"float16"`` or ``"float32"``.
+            compute: ``"quantized"`` (quantized matrices stay quantized on the device),
+                ``"float16"`` or ``"float32"`` (dequantised once on load).
 
         Raises:
             ModelFileError: the file is missing, not a GGUF, or not a model vkumd runs.
+            VkumdValueError: a bad option; OutOfDeviceMemory: the weights and the cache do
+                not fit (the message says how much they need).
         """
         from vkumd.framework.models.gguf import GGUFFile
         from vkumd.framework.models.llama_config import config_from_gguf
@@ -119,17 +123,21 @@ class TextGenerator:
             config = config_from_gguf(gguf)
             tokenizer = tokenizer_from_gguf(gguf)
             weights = load_gguf_weights(gguf, config)
-        return cls._build(config, tokenizer, weights, ctx, runner_options)
+        return cls._build(config, tokenizer, weights, ctx, dict(
+            slots=slots, max_context=max_context, cache_dtype=cache_dtype, compute=compute))
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike[str], ctx: Any = None,
-                        **runner_options: Any) -> TextGenerator:
+    def from_pretrained(cls, directory: str | os.PathLike[str], ctx: Any = None, *,
+                        slots: int = DEFAULT_SLOTS, max_context: int | None = None,
+                        cache_dtype: str = "float16",
+                        compute: str = "float32") -> TextGenerator:
         """Load a Hugging Face Llama model directory (``config.json``, ``*.safetensors``,
         ``tokenizer.json``; the chat template from ``tokenizer_config.json``).
 
         Args:
             directory: the model directory.
-            ctx, runner_options: as for :meth:`from_gguf`.
+            ctx, slots, max_context, cache_dtype: as for :meth:`from_gguf`.
+            compute: ``"float32"`` or ``"float16"`` (the weights are not quantized).
 
         Raises:
             ModelFileError: a file is missing or not a model vkumd runs.
@@ -141,17 +149,17 @@ class TextGenerator:
         config = config_from_hf(directory)
         tokenizer = load_hf_tokenizer(directory)
         weights = load_hf_weights(directory, config)
-        return cls._build(config, tokenizer, weights, ctx, runner_options)
+        return cls._build(config, tokenizer, weights, ctx, dict(
+            slots=slots, max_context=max_context, cache_dtype=cache_dtype, compute=compute))
 
     @classmethod
     def _build(cls, config: Any, tokenizer: Any, weights: Any, ctx: Any,
-               runner_options: dict[str, Any]) -> TextGenerator:
+               options: dict[str, Any]) -> TextGenerator:
         from vkumd.framework.context import Context
         from vkumd.framework.models.llama_runner import LlamaRunner
 
-        options = {"slots": DEFAULT_SLOTS,
-                   "max_context": min(DEFAULT_MAX_CONTEXT, int(config.context_length)),
-                   **runner_options}
+        if options["max_context"] is None:
+            options["max_context"] = min(DEFAULT_MAX_CONTEXT, int(config.context_length))
         context = Context() if ctx is None else ctx
         try:
             runner = LlamaRunner(context, config, weights, **options)
