@@ -81,9 +81,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-context", type=int, default=2048, metavar="N",
                    help="tokens the cache holds (default 2048)")
     p.add_argument("--cache-dtype", default="float16", choices=("float16", "float32"))
-    p.add_argument("--compute", default="quantized", choices=("quantized", "float16",
-                                                                "float32"),
-                   help="keep quantized weights quantized (default) or expand them")
+    p.add_argument("--compute", default=None, choices=("quantized", "float16", "float32"),
+                   help="keep quantized weights quantized (a GGUF's default) or expand them "
+                   "(a Hugging Face directory's default: float32)")
     p.add_argument("--device", default=None, help="device index or name (see vkumd info)")
     p.add_argument("--quiet", action="store_true", help="no speeds or notes on stderr")
 
@@ -140,8 +140,10 @@ def open_generator(args: argparse.Namespace, path: Path) -> Iterator[Any]:
     device: Any = args.device
     if device is not None and device.isdigit():
         device = int(device)
-    options = dict(slots=1, max_context=args.max_context, cache_dtype=args.cache_dtype,
-                   compute=args.compute)
+    options: dict[str, Any] = dict(slots=1, max_context=args.max_context,
+                                   cache_dtype=args.cache_dtype)
+    if args.compute is not None:
+        options["compute"] = args.compute
     with Context(device=device) as ctx:
         load = TextGenerator.from_pretrained if path.is_dir() else TextGenerator.from_gguf
         generator = load(path, ctx=ctx, **options)
