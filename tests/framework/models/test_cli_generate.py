@@ -136,7 +136,21 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
     (["generate", "x", "--top-k", "many"], "invalid int value: 'many'"),
     (["generate"], "the following arguments are required: prompt"),
 ])
-def test_bad_arguments_exit_2_with_a_message(argv, words) -> None:
+def test_bad_arguments_exit_2_with_a_message(argv, words, capsys) -> None:
+    try:
+        status = main(argv)
+    except SystemExit as exit_:  # argparse's own refusals
+        status = exit_.code
+    out, err = capsys.readouterr()
+    assert status == 2 and words in err and out == ""
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["generate", "x", "--top-p", "0"], "vkumd: top_p is 0.0; it must be in (0, 1]"),
+    (["generate", "x", "--top-k", "many"], "invalid int value: 'many'"),
+    (["chat", "--model", "nowhere.gguf"], "vkumd: --model nowhere.gguf: no such file"),
+])
+def test_bad_arguments_in_a_real_process(argv, words) -> None:
     result = _run(*argv)
     assert result.returncode == 2, result.stderr
     assert words in result.stderr and result.stdout == ""
