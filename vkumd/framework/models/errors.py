@@ -17,4 +17,14 @@ class SafetensorsError(ModelFileError):
     """A ``.safetensors`` file is truncated, corrupt, or lacks what was asked for."""
 
 
-__all__ = ["ModelFileError", "ModelNotFound", "SafetensorsError"]
+class GGUFError(ModelFileError):
+    """A ``.gguf`` file is truncated, corrupt, or holds something vkumd cannot read."""
+
+
+class UnsupportedModelError(ModelFileError):
+    """A model file is well formed but describes a model vkumd does not run (another
+    architecture, a tensor type not supported yet)."""
+
+
+__all__ = ["GGUFError", "ModelFileError", "ModelNotFound", "SafetensorsError",
+           "UnsupportedModelError"]
