@@ -46,12 +46,6 @@ class FakeConfig:
         self.chat_template = None
 
 
-def render_chat(messages: list[dict[str, str]]) -> str:
-    """ChatML, as SmolLM2's template renders it."""
-    text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
-    return text + "<|im_start|>assistant\n"
-
-
 class FakeRunner:
     """``LlamaRunner``'s interface over a history-hashing logits function."""
 

@@ -15,8 +15,9 @@ import pytest
 from vkumd import cli_generate
 from vkumd.cli import main
 from vkumd.framework.models.generation import TextGenerator
+from vkumd.framework.models.llama_tokenizer import chatml
 
-from .fake_llm import FakeConfig, FakeRunner, byte_tokenizer, render_chat
+from .fake_llm import FakeConfig, FakeRunner, byte_tokenizer
 
 TOKENIZER = byte_tokenizer()
 CONFIG = FakeConfig(TOKENIZER)
@@ -24,7 +25,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def _chat_ids(messages) -> tuple[int, ...]:
-    return tuple(TOKENIZER.encode(render_chat(messages)).ids)
+    return tuple(TOKENIZER.encode(chatml(messages)).ids)
 
 
 HI = [{"role": "user", "content": "hi"}]
@@ -47,7 +48,7 @@ def fake_model(monkeypatch, tmp_path):
     def open_generator(args, path):
         runner = FakeRunner(CONFIG.vocab_size, slots=1, max_context=args.max_context,
                             script=SCRIPT, eos_id=CONFIG.eos_ids[0])
-        generator = TextGenerator(runner, TOKENIZER, CONFIG, render_chat=render_chat)
+        generator = TextGenerator(runner, TOKENIZER, CONFIG)
         made.append(generator)
         try:
             yield generator

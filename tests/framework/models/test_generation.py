@@ -8,9 +8,10 @@ import pytest
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.models.generation import TextGenerator
+from vkumd.framework.models.llama_tokenizer import chatml
 from vkumd.models import TextGenerator as exported
 
-from .fake_llm import FakeConfig, FakeRunner, byte_tokenizer, render_chat
+from .fake_llm import FakeConfig, FakeRunner, byte_tokenizer
 
 TOKENIZER = byte_tokenizer()
 CONFIG = FakeConfig(TOKENIZER)
@@ -20,7 +21,7 @@ EOS = CONFIG.eos_ids[0]
 def _generator(slots: int = 3, max_context: int = 64, script=None) -> TextGenerator:
     runner = FakeRunner(CONFIG.vocab_size, slots=slots, max_context=max_context,
                         script=script, eos_id=EOS)
-    return TextGenerator(runner, TOKENIZER, CONFIG, render_chat=render_chat)
+    return TextGenerator(runner, TOKENIZER, CONFIG)
 
 
 def test_exported_from_vkumd_models() -> None:
@@ -52,7 +53,7 @@ def test_seeded_sampling_repeats_and_stop_cuts_the_text() -> None:
 
 def test_chat_renders_the_template_and_the_reply_comes_back() -> None:
     messages = [{"role": "user", "content": "hi"}]
-    prompt = TOKENIZER.encode(render_chat(messages)).ids
+    prompt = TOKENIZER.encode(chatml(messages)).ids
     script = {tuple(prompt): TOKENIZER.encode("Hello! 👋").ids}
     with _generator(script=script) as generator:
         assert generator.chat(messages) == "Hello! 👋"
@@ -94,10 +95,11 @@ def test_a_prompt_longer_than_the_context_names_both_lengths() -> None:
     (lambda g: g.generate("x", temperature=-1), VkumdValueError, "temperature is -1"),
     (lambda g: g.generate("x", stop=""), VkumdValueError, "stop is an empty string"),
     (lambda g: g.generate("x", top_p=0), VkumdValueError, "top_p is 0"),
-    (lambda g: g.chat("hi"), VkumdTypeError, "messages must be a list"),
-    (lambda g: g.chat([]), VkumdValueError, "messages is empty"),
+    (lambda g: g.chat("hi"), VkumdTypeError, "chat messages must be a list"),
+    (lambda g: g.chat([]), VkumdValueError, "chat messages are empty"),
     (lambda g: g.chat([{"role": "user"}]), VkumdValueError, "has no 'content'"),
-    (lambda g: g.chat([{"role": "user", "content": 1}]), VkumdTypeError, "is int, not str"),
+    (lambda g: g.chat([{"role": "user", "content": 1}]), VkumdTypeError, "must be a string"),
+    (lambda g: g.chat([{"role": "robot", "content": "x"}]), VkumdValueError, "role 'robot'"),
     (lambda g: g.generate_batch("x"), VkumdTypeError, "prompts must be a list"),
     (lambda g: g.generate_batch(["x", 2]), VkumdTypeError, "prompt must be a str"),
     (lambda g: g.generate_batch(["x"], stream=True), VkumdTypeError, "no stream option"),
@@ -118,3 +120,30 @@ def test_close_is_safe_twice_and_refuses_later_calls() -> None:
     assert generator.runner.closed
     with pytest.raises(VkumdValueError, match="closed"):
         generator.generate("x")
+
+
+def test_smollm2_tokenizer_streams_emoji_and_its_chat_template_renders() -> None:
+    """SmolLM2's own tokenizer and template (read from its GGUF) over the fake runner."""
+    from vkumd.framework.models.gguf import GGUFFile
+    from vkumd.framework.models.llama_config import config_from_gguf
+    from vkumd.framework.models.llama_tokenizer import tokenizer_from_gguf
+
+    from .smollm2 import need_smollm2
+
+    with GGUFFile(need_smollm2()) as gguf:
+        config, tokenizer = config_from_gguf(gguf), tokenizer_from_gguf(gguf)
+    messages = [{"role": "user", "content": "hi"}]
+    probe = TextGenerator(FakeRunner(config.vocab_size), tokenizer, config)
+    prompt = probe.encode(probe.render_chat(messages))
+    assert prompt[0] == tokenizer.token_to_id("<|im_start|>")
+    assert probe.render_chat(messages).endswith("<|im_start|>assistant\n")
+    reply = "Bonjour 😀 🇫🇷 café! 日本語 END tail"
+    ids = tokenizer.encode(reply, add_special_tokens=False).ids
+    runner = FakeRunner(config.vocab_size, slots=2, max_context=256, eos_id=config.eos_ids[0],
+                        script={tuple(prompt): ids})
+    with TextGenerator(runner, tokenizer, config) as generator:
+        pieces = list(generator.chat(messages, stream=True, stop=" END"))
+        assert "".join(pieces) == "Bonjour 😀 🇫🇷 café! 日本語"
+        assert all("\ufffd" not in piece for piece in pieces)
+        assert generator.chat(messages) == reply
+        assert generator.last_stats["finish_reasons"] == ["stop"]

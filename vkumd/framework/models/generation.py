@@ -11,10 +11,18 @@ device, with a KV cache of ``slots`` sequences) and a
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
+from vkumd.framework.models.gguf import GGUFFile
+from vkumd.framework.models.llama_config import config_from_gguf, config_from_hf
+from vkumd.framework.models.llama_tokenizer import (
+    load_hf_tokenizer,
+    render_chat,
+    tokenizer_from_gguf,
+)
+from vkumd.framework.models.llama_weights import load_gguf_weights, load_hf_weights
 from vkumd.framework.models.sampling import SamplingParams
 from vkumd.framework.models.scheduler import Handle, Scheduler
 
@@ -23,33 +31,6 @@ from vkumd.framework.models.scheduler import Handle, Scheduler
 # sequence (capped by the model's own context length).
 DEFAULT_SLOTS = 4
 DEFAULT_MAX_CONTEXT = 2048
-
-
-def check_messages(messages: Any) -> list[dict[str, str]]:
-    """``messages`` as a list of ``{"role", "content"}`` dicts of strings.
-
-    Raises:
-        VkumdTypeError: not a list of dicts, or a role/content that is not a str.
-        VkumdValueError: an empty list, or a message missing its role or content.
-    """
-    if not isinstance(messages, (list, tuple)):
-        raise VkumdTypeError(f"chat: messages must be a list of {{'role', 'content'}} dicts, "
-                             f"not {type(messages).__name__}")
-    if not messages:
-        raise VkumdValueError("chat: messages is empty; give at least one message")
-    checked = []
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise VkumdTypeError(f"chat: messages[{index}] is {type(message).__name__}, not "
-                                 "a dict with 'role' and 'content'")
-        for key in ("role", "content"):
-            if key not in message:
-                raise VkumdValueError(f"chat: messages[{index}] has no '{key}'")
-            if not isinstance(message[key], str):
-                raise VkumdTypeError(f"chat: messages[{index}]['{key}'] is "
-                                     f"{type(message[key]).__name__}, not str")
-        checked.append({"role": message["role"], "content": message["content"]})
-    return checked
 
 
 class TextGenerator:
@@ -64,7 +45,6 @@ class TextGenerator:
         tokenizer: a ``tokenizers.Tokenizer`` (``encode(text).ids``, ``decode(ids)``).
         config: the model's ``LlamaConfig`` (``eos_ids``, ``bos_id``, ``chat_template``).
         context: the vkumd context, closed by :meth:`close` when ``owns_context``.
-        render_chat: messages -> prompt text (default: the config's chat template).
 
     Attributes:
         runner, tokenizer, config: as given.
@@ -76,14 +56,12 @@ class TextGenerator:
     """
 
     def __init__(self, runner: Any, tokenizer: Any, config: Any, context: Any = None,
-                 owns_context: bool = False,
-                 render_chat: Callable[[list[dict[str, str]]], str] | None = None) -> None:
+                 owns_context: bool = False) -> None:
         self.runner = runner
         self.tokenizer = tokenizer
         self.config = config
         self.context = context
         self._owns_context = owns_context
-        self._render_chat = render_chat
         self.scheduler = Scheduler(runner, self._decode, eos_ids=tuple(config.eos_ids),
                                    vocab_size=getattr(runner, "vocab_size", None)
                                    or config.vocab_size)
@@ -114,11 +92,6 @@ class TextGenerator:
             VkumdValueError: a bad option; OutOfDeviceMemory: the weights and the cache do
                 not fit (the message says how much they need).
         """
-        from vkumd.framework.models.gguf import GGUFFile
-        from vkumd.framework.models.llama_config import config_from_gguf
-        from vkumd.framework.models.llama_tokenizer import tokenizer_from_gguf
-        from vkumd.framework.models.llama_weights import load_gguf_weights
-
         with GGUFFile(path) as gguf:
             config = config_from_gguf(gguf)
             tokenizer = tokenizer_from_gguf(gguf)
@@ -142,10 +115,6 @@ class TextGenerator:
         Raises:
             ModelFileError: a file is missing or not a model vkumd runs.
         """
-        from vkumd.framework.models.llama_config import config_from_hf
-        from vkumd.framework.models.llama_tokenizer import load_hf_tokenizer
-        from vkumd.framework.models.llama_weights import load_hf_weights
-
         config = config_from_hf(directory)
         tokenizer = load_hf_tokenizer(directory)
         weights = load_hf_weights(directory, config)
@@ -189,18 +158,14 @@ class TextGenerator:
         return ids
 
     def render_chat(self, messages: Any) -> str:
-        """The prompt text for ``messages`` in the model's chat template, ending where the
-        assistant's reply begins.
+        """The prompt text for ``messages`` in the model's chat template (ChatML when it has
+        none), ending where the assistant's reply begins.
 
         Raises:
-            VkumdTypeError, VkumdValueError: see :func:`check_messages`; a model without a
-                chat template.
+            VkumdTypeError: not a list of ``{"role", "content"}`` dicts of strings.
+            VkumdValueError: no messages, a message without a role or content, an unknown
+                role, or the template refuses them.
         """
-        messages = check_messages(messages)
-        if self._render_chat is not None:
-            return self._render_chat(messages)
-        from vkumd.framework.models.llama_tokenizer import render_chat
-
         return render_chat(self.config, messages, add_generation_prompt=True)
 
     # -- generating -------------------------------------------------------------------
