@@ -146,18 +146,17 @@ def apply_repetition_penalty(logits: np.ndarray, seen: np.ndarray,
 
 def _largest(scaled: np.ndarray, count: int) -> np.ndarray:
     """The ids of the ``count`` largest values, largest first; equal values keep ascending
-    ids, also at the edge (a partition, then a sort of the few kept: no full sort)."""
+    ids, also at the edge (a partition, then a sort of the few kept)."""
     vocab = scaled.shape[0]
     if count >= vocab:
-        chosen = np.arange(vocab)
-    else:
-        edge = np.partition(scaled, vocab - count)[vocab - count]
-        above = np.flatnonzero(scaled > edge)
-        chosen = np.concatenate([above, np.flatnonzero(scaled == edge)[:count - above.size]])
+        return np.argsort(-scaled, kind="stable")
+    edge = np.partition(scaled, vocab - count)[vocab - count]
+    above = np.flatnonzero(scaled > edge)
+    chosen = np.concatenate([above, np.flatnonzero(scaled == edge)[:count - above.size]])
     return chosen[np.lexsort((chosen, -scaled[chosen]))]
 
 
-# The nucleus search starts with this many candidates and widens 4x until they hold top_p.
+# The nucleus search starts with this many candidates and widens 8x until they hold top_p.
 _NUCLEUS_START = 64
 
 
@@ -178,11 +177,13 @@ def support(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.
     total = np.exp((scaled if kept is None else scaled[kept]) - peak).sum()
     count = min(limit, _NUCLEUS_START)
     while True:
+        if kept is None and count * 4 > vocab:
+            count = vocab  # a flat distribution: one full sort beats more partitions
         ids = kept[:count] if kept is not None else _largest(scaled, count)
         cumulative = np.cumsum(np.exp(scaled[ids] - peak)) / total
         if cumulative[-1] >= params.top_p * (1 - 1e-12) or count >= limit:
             break
-        count = min(limit, count * 4)
+        count = min(limit, count * 8)
     keep = min(int(np.searchsorted(cumulative, params.top_p * (1 - 1e-12))) + 1, ids.size)
     ids = ids[:keep]
     weights = np.exp(scaled[ids] - peak)
