@@ -162,6 +162,17 @@ def _write(pieces: Iterable[str]) -> str:
     return "".join(text)
 
 
+def _interruptible(pieces: Iterator[str], interactive: bool) -> Iterator[str]:
+    """``pieces``, ended early by Ctrl-C when ``interactive`` (a reply cut short, as
+    llama.cpp's chat does; Ctrl-C at the prompt still ends the command)."""
+    try:
+        yield from pieces
+    except KeyboardInterrupt:
+        if not interactive:
+            raise
+        pieces.close()  # type: ignore[attr-defined]  # frees the slot
+
+
 def _report(generator: Any, quiet: bool) -> None:
     if quiet:
         return
@@ -199,7 +210,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     """Run ``vkumd chat``: each line of stdin is a user turn; the reply streams to stdout.
-    ``/reset`` starts the conversation over, ``/exit`` (or the end of input) ends it.
+    ``/reset`` starts the conversation over, ``/exit`` (or the end of input) ends it; at a
+    terminal, Ctrl-C during a reply cuts it short and Ctrl-C at the prompt ends the chat.
 
     Raises:
         VkumdValueError: a bad option or a missing model.
@@ -232,7 +244,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 continue
             turn = [*messages, {"role": "user", "content": line}]
             try:
-                reply = _write(generator.chat(turn, stream=True, **options))
+                reply = _write(_interruptible(generator.chat(turn, stream=True, **options),
+                                              interactive))
             except VkumdValueError as exc:
                 # The conversation outgrew the context: this turn is dropped, the rest kept.
                 print(f"vkumd: {exc}; /reset starts over", file=sys.stderr)

@@ -155,3 +155,20 @@ def test_bad_arguments_in_a_real_process(argv, words) -> None:
     result = _run(*argv)
     assert result.returncode == 2, result.stderr
     assert words in result.stderr and result.stdout == ""
+
+
+def test_ctrl_c_cuts_a_reply_short_only_at_a_terminal() -> None:
+    closed = []
+
+    def pieces():
+        try:
+            yield "a"
+            yield "b"
+            raise KeyboardInterrupt
+        finally:
+            closed.append(True)
+
+    assert list(cli_generate._interruptible(pieces(), interactive=True)) == ["a", "b"]
+    assert closed == [True]
+    with pytest.raises(KeyboardInterrupt):
+        list(cli_generate._interruptible(pieces(), interactive=False))

@@ -79,6 +79,8 @@ def test_a_dropped_stream_frees_its_slot() -> None:
         next(stream)
         stream.close()
         assert generator.runner.history == {}
+        assert generator.last_stats["finish_reasons"] == ["cancelled"]
+        assert generator.last_stats["generated_tokens"] >= 1
         assert generator.generate("abc", max_new_tokens=3)
 
 

@@ -254,9 +254,9 @@ class TextGenerator:
     def _stream(self, handles: list[Handle]) -> Iterator[str]:
         try:
             yield from handles[0]
-            self._record(handles)
         finally:
             handles[0].cancel()  # a stream dropped mid-way frees its slot
+            self._record(handles)
 
     def _record(self, handles: list[Handle]) -> None:
         prompt = sum(len(h.prompt_ids) for h in handles)
