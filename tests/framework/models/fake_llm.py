@@ -63,6 +63,7 @@ class FakeRunner:
         self.prefills: list[int] = []
         self.released: list[int] = []
         self.fail_decode = False
+        self.fail_prefill: tuple[int, ...] | None = None
         self.closed = False
 
     def _logits(self, slot: int) -> np.ndarray:
@@ -83,6 +84,8 @@ class FakeRunner:
         self.history[slot] = list(ids)
         self.prompts[slot] = tuple(ids)
         self.prefills.append(slot)
+        if tuple(ids) == self.fail_prefill:  # the slot was written in part, as on a fault
+            raise RuntimeError("injected prefill fault")
         return self._logits(slot)
 
     def decode(self, tokens: dict[int, int]) -> dict[int, np.ndarray]:

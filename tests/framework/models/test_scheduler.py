@@ -230,6 +230,22 @@ def test_a_decode_fault_fails_that_steps_requests_and_the_scheduler_goes_on() ->
     assert c.tokens == _alone("hello")
 
 
+def test_a_prefill_fault_fails_only_that_request() -> None:
+    scheduler = _scheduler(slots=2)
+    bad = _ids("bad prompt")
+    scheduler.runner.fail_prefill = tuple(bad)
+    good = scheduler.submit(_ids("hello"), _params())
+    failed = scheduler.submit(bad, _params())
+    scheduler.step()
+    assert failed.finish_reason == "error" and 1 in scheduler.runner.released
+    with pytest.raises(RuntimeError, match="injected prefill fault"):
+        list(failed)
+    good.result()
+    assert good.tokens == _alone("hello")
+    again = scheduler.submit(_ids("hello"), _params())  # the freed slot serves again
+    assert again.result() == good.text
+
+
 def test_a_loop_thread_serves_submitters_on_other_threads() -> None:
     want = {p: _alone(p, **SAMPLED, seed=3) for p in PROMPTS}
     scheduler = _scheduler(slots=2)
