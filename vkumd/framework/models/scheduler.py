@@ -83,8 +83,9 @@ class Handle:
             return "".join(self._text)
 
     def cancel(self) -> None:
-        """Stop the request; its slot is freed at the next step. Safe from any thread and
-        after it has finished (then it does nothing)."""
+        """Stop the request. Its slot is freed at once, or by the next step when another
+        thread is stepping the scheduler. Safe from any thread and after the request has
+        finished (then it does nothing)."""
         self._scheduler._cancel(self)
 
     def __iter__(self) -> Iterator[str]:
