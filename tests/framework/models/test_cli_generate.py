@@ -46,7 +46,7 @@ def fake_model(monkeypatch, tmp_path):
 
     @contextmanager
     def open_generator(args, path):
-        runner = FakeRunner(CONFIG.vocab_size, slots=1, max_context=args.max_context,
+        runner = FakeRunner(CONFIG.vocab_size, slots=1, max_context=args.max_context or 64,
                             script=SCRIPT, eos_id=CONFIG.eos_ids[0])
         generator = TextGenerator(runner, TOKENIZER, CONFIG)
         made.append(generator)
