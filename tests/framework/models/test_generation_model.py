@@ -101,6 +101,10 @@ def test_the_commands_run_on_a_gguf_file(tiny) -> None:
 
 @pytest.fixture(scope="module")
 def smollm2():
+    from vkumd.framework import ops
+
+    if not hasattr(ops, "qmatmul"):  # issue 27's quantized kernels land on their own branch
+        pytest.skip("the quantized kernels (ops.qmatmul) are not here yet")
     generator = TextGenerator.from_gguf(need_smollm2(), slots=1, max_context=128)
     yield generator
     generator.close()
