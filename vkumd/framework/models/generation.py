@@ -50,9 +50,10 @@ class TextGenerator:
         runner, tokenizer, config: as given.
         scheduler: the :class:`Scheduler` every call goes through.
         last_stats: the last call's numbers: ``prompt_tokens``, ``generated_tokens``,
-            ``decoded_tokens`` (those from decode steps: the first of each sequence comes from
-            its prefill), ``prefill_seconds``, ``decode_seconds``, ``prefill_tokens_per_s``,
-            ``decode_tokens_per_s`` (summed over the sequences of a batch), ``finish_reasons``.
+            ``decoded_tokens`` (those from decode steps, an end-of-sequence id included: the
+            first token of each sequence comes from its prefill), ``prefill_seconds``,
+            ``decode_seconds``, ``prefill_tokens_per_s``, ``decode_tokens_per_s`` (summed over
+            the sequences of a batch), ``finish_reasons``.
     """
 
     def __init__(self, runner: Any, tokenizer: Any, config: Any, context: Any = None,
@@ -263,8 +264,7 @@ class TextGenerator:
         generated = sum(len(h.tokens) for h in handles)
         prefill = sum(h.prefill_seconds for h in handles)
         decode = max((h.decode_seconds for h in handles), default=0.0)
-        # The first token of each comes from its prefill; the rest from decode steps.
-        decoded = sum(max(len(h.tokens) - 1, 0) for h in handles)
+        decoded = sum(h.decode_steps for h in handles)
         self.last_stats = {
             "prompt_tokens": prompt, "generated_tokens": generated, "decoded_tokens": decoded,
             "prefill_seconds": prefill, "decode_seconds": decode,

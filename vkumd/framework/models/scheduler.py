@@ -51,6 +51,8 @@ class Handle:
         error: the exception that ended it, for ``"error"``.
         prefill_seconds, decode_seconds: time spent in its prefill and in the decode steps it
             took part in (shared with the sequences decoded beside it).
+        decode_steps: the decode steps it took part in (a token each, the end-of-sequence
+            id among them; its first token comes from the prefill).
     """
 
     def __init__(self, scheduler: Scheduler, prompt_ids: list[int],
@@ -63,6 +65,7 @@ class Handle:
         self.error: BaseException | None = None
         self.prefill_seconds = 0.0
         self.decode_seconds = 0.0
+        self.decode_steps = 0
         self.submitted = time.perf_counter()
         self.first_token_at: float | None = None
         self._scheduler = scheduler
@@ -330,6 +333,7 @@ class Scheduler:
             sequence.length += 1
             sequence.next_token = None
             sequence.handle.decode_seconds += seconds
+            sequence.handle.decode_steps += 1
             try:
                 token = sequence.sampler(logits[sequence.slot])
             except Exception as exc:
