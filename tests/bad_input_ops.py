@@ -67,6 +67,10 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "split": lambda e, x: ops.split(x, 1),
     "add_layer_norm": lambda e, x: ops.add_layer_norm(e.t(), x),
     "fused_elementwise": lambda e, x: ops.fused_elementwise([e.t(), x], RELU_OF_SUM),
+    "swiglu": lambda e, x: ops.swiglu(e.t(), x),
+    "argmax": lambda e, x: ops.argmax(x),
+    "rope": lambda e, x: ops.rope(x, e.ints([0, 1]), theta=10000.0),
+    "kv_write": lambda e, x: ops.kv_write(x, e.t((2, 1, 1, 4)), e.ints([0, 1])),
 }
 # Every op whose public function the registry generates (a one-input float op running as a
 # generated kernel: exp, hardswish, ...) takes the same one-tensor call.

@@ -62,6 +62,19 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_attention.py::test_tiled_float16": "attention, float16",
     "tests/framework/test_attention.py::test_decode_path": "attention, decode",
     "tests/framework/graph/test_fusion_norm.py": "fused residual + norm (add_norm)",
+    "tests/framework/test_rope.py::test_matches_float64": "rotary embedding",
+    "tests/framework/test_rope.py::test_large_positions_keep_float32_accuracy":
+        "rotary embedding, fixed-point angle reduction",
+    "tests/framework/test_kv_write.py::test_writes_each_slot_at_its_position": "KV cache write",
+    "tests/framework/test_kv_write.py::test_graph_reads_the_cache_it_wrote":
+        "KV cache write in a graph, attention over it",
+    "tests/framework/test_argmax.py::test_ties_nan_and_infinities": "argmax, every path",
+    "tests/framework/test_generated_ops.py::test_binary_eager_matches_float64":
+        "generated two-input kernels (swiglu)",
+    "tests/framework/test_qmatmul.py::test_matches_float64":
+        "quantized matmul (Q8_0, Q4_0, Q4_1), both paths",
+    "tests/framework/test_qmatmul.py::test_qembedding_rows_and_out_of_range_ids":
+        "quantized embedding",
 }
 
 # Device-free modules, or ones that take a second or two, for the fast tier.

@@ -22,7 +22,13 @@ from vkumd.framework.opset.common import one_step
 GENERATED = sorted(name for name, op in OPS.items()
                    if op.lower is one_step and op.elementwise is not None
                    and op.elementwise.arity == 1 and op.eager is not None)
+# Two-input ops declared the same way (swiglu): broadcast pairs of shapes.
+GENERATED_BINARY = sorted(name for name, op in OPS.items()
+                          if op.lower is one_step and op.elementwise is not None
+                          and op.elementwise.arity == 2 and op.eager is not None)
 SHAPES = [(1,), (7,), (3, 5), (2, 3, 8), (33, 17)]
+PAIRS = [((7,), (7,)), ((3, 5), (3, 5)), ((2, 3, 8), (3, 8)), ((33, 17), (33, 1)),
+         ((1, 4), (6, 4))]
 
 
 def _inputs(rng: np.random.Generator, op: str, dtype: str, shape: tuple[int, ...]
@@ -40,6 +46,62 @@ def _reference(op: str, x: np.ndarray) -> np.ndarray:
 def test_the_registry_lists_them() -> None:
     assert {"exp", "sqrt", "tanh", "erf", "sigmoid", "hardswish"} <= set(GENERATED)
     assert all(callable(getattr(ops, name)) for name in GENERATED)
+    assert "swiglu" in GENERATED_BINARY
+    assert all(callable(getattr(ops, name)) for name in GENERATED_BINARY)
+
+
+def _binary_reference(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    return OPS[op].reference([a, b], OPS[op].full_attrs({}), [shape])[0]
+
+
+@pytest.mark.parametrize("shapes", PAIRS, ids=str)
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("op", GENERATED_BINARY)
+def test_binary_eager_matches_float64(ctx, op: str, dtype: str,
+                                      shapes: tuple[tuple[int, ...], tuple[int, ...]]) -> None:
+    rng = np.random.default_rng()
+    a, b = (sample(rng, dtype, s, scale=3.0) for s in shapes)
+    shape = np.broadcast_shapes(*shapes)
+    out = poisoned(ctx, shape, dtype)
+    got = getattr(ops, op)(tensor(ctx, a, dtype), tensor(ctx, b, dtype), out=out)
+    assert got is out and got.dtype.name == dtype
+    assert_close(got.numpy().astype(np.float64), _binary_reference(op, a, b), dtype,
+                 f"{op} {dtype}")
+
+
+@pytest.mark.parametrize("op", GENERATED_BINARY)
+def test_binary_fuses_in_a_compiled_graph(ctx, op: str) -> None:
+    """Between two other elementwise steps the op runs inside one generated kernel."""
+    rng = np.random.default_rng()
+    b = GraphBuilder(op)
+    x = b.input("x", ("n", 19))
+    y = b.input("y", ("n", 19))
+    b.output(b.mul(b.op(op, b.mul(x, 0.5), y), 2.0))
+    graph = b.build()
+    compiled = vkumd.compile(lambda x, y: getattr(ops, op)(x * 0.5, y) * 2.0,
+                             {"x": np.ones((6, 19), np.float32),
+                              "y": np.ones((6, 19), np.float32)},
+                             ctx=ctx, dynamic={"x": {0: "n"}, "y": {0: "n"}})
+    assert compiled.executor == "compiled"
+    fused = vkumd.framework.graph.run_passes(graph)
+    assert [n.op for n in fused.nodes] == ["fused_elementwise"]
+    for rows in (6, 3):
+        data = {k: rng.standard_normal((rows, 19)).astype(np.float32) * 3 for k in "xy"}
+        want = evaluate(graph, data)[0]
+        assert_close(compiled(**data).numpy().astype(np.float64), want, "float32", op)
+
+
+def test_swiglu_bad_inputs(ctx) -> None:
+    x = ctx.tensor(np.ones((2, 3), np.float32))
+    assert_each_raises(ctx, [
+        (VkumdTypeError, lambda: ops.swiglu(x, ctx.tensor(np.ones((2, 3), np.float16)))),
+        (VkumdTypeError, lambda: ops.swiglu(ctx.tensor(np.ones((2, 3), np.int32)),
+                                            ctx.tensor(np.ones((2, 3), np.int32)))),
+        (VkumdValueError, lambda: ops.swiglu(x, ctx.tensor(np.ones((2, 4), np.float32)))),
+        (VkumdValueError, lambda: ops.swiglu(x, x, out=ctx.empty((3, 2), "float32"))),
+        (VkumdTypeError, lambda: ops.swiglu(x, np.ones((2, 3), np.float32))),
+    ], "swiglu")
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)

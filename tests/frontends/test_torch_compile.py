@@ -161,3 +161,19 @@ def test_minilm_compile_dynamic_sequence(recwarn: pytest.WarningsRecorder) -> No
         x = _random_bert_inputs(b, s)
         _check_bert(fast(*x), model(*x))
     _no_fallback(recwarn)
+
+
+@torch.no_grad()
+def test_argmax_export(recwarn: pytest.WarningsRecorder) -> None:
+    """aten.argmax over the last axis, another axis with keepdim, and the flattened tensor:
+    int64 indices equal to torch's."""
+    class Pick(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return (torch.argmax(x, dim=-1), torch.argmax(x, dim=1, keepdim=True),
+                    torch.argmax(x))
+
+    x = torch.randn(3, 5, 16)
+    compiled = vkumd.torch.load_exported(torch.export.export(Pick(), (x,)))
+    for got, want in zip(compiled(x), Pick()(x), strict=True):
+        assert got.dtype == torch.int64 and torch.equal(got, want)
+    _no_fallback(recwarn)

@@ -37,8 +37,12 @@ def run_node(ctx: Any, node: Node, args: list[Any], shapes: list[tuple[int, ...]
     record = OPS[node.op]
     reason = device_reason(node)
     if reason is None and not record.view:
-        outs = [ctx.empty(shape, out.dtype)
-                for shape, out in zip(shapes, node.outputs, strict=True)]
+        updated = record.updated_input()
+        if updated is not None:  # kv_write: the output is the updated input's tensor
+            outs = [args[updated]]
+        else:
+            outs = [ctx.empty(shape, out.dtype)
+                    for shape, out in zip(shapes, node.outputs, strict=True)]
         record.lower(node, args, outs)  # type: ignore[misc]  (device_reason: it has one)
         return outs
     if reason is not None and not host:

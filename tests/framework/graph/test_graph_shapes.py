@@ -45,7 +45,7 @@ def test_unsupported_op_names_node_and_lists_ops() -> None:
     x = b.input("x", (3,))
     with pytest.raises(UnsupportedOpError, match=r"node %1 = conv2d \(stem\): op 'conv2d' is "
                                                  r"not supported; supported ops: add, "
-                                                 r"add_layer_norm, attention"):
+                                                 r"add_layer_norm, argmax, attention"):
         b.op("conv2d", x, label="stem")
 
 

@@ -10,9 +10,12 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     attention,
     fused_elementwise,
     gather,
+    kv_cache,
     norm,
     permute,
+    qmatmul,
     reduce,
+    rope,
     softmax,
 )
 from vkumd.compiler.kernels.elementwise import (

@@ -47,3 +47,19 @@ ATTENTION_HEAD_DIM_MULTIPLE = 4
 
 # GEMM (gemm.py): the storage types of A and B.
 GEMM_DTYPES = ("float32", "float16", "bfloat16", "int8")
+
+# Rotary embedding (rope.py) over x[batch, seq, heads, head_dim]: its types, and its pair
+# conventions in the order of the kernel's flag: (2i, 2i+1) as GGUF, (i, i + d/2) as
+# Hugging Face.
+ROPE_DTYPES = FLOAT_DTYPES
+ROPE_PAIRS = ("adjacent", "halves")
+
+# The cache update (kv_cache.py): cache types (new is converted to the cache's).
+KV_CACHE_DTYPES = ("float32", "float16")
+
+# argmax (reduce.py): row lengths it takes (indices pass through float32 reductions).
+ARGMAX_MAX_COLS = 1 << 24
+# Quantized weights (qmatmul.py): GGUF block formats as (values per block, bytes per block),
+# kept as their raw bytes on the device; the activations' dtypes the kernels take.
+QTYPES = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20)}
+QMATMUL_DTYPES = ("float32", "float16")

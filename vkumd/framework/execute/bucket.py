@@ -21,7 +21,7 @@ from vkumd.framework.execute.arena import Arena
 from vkumd.framework.execute.lower import VIEW_OPS
 from vkumd.framework.execute.recording import Recording
 from vkumd.framework.graph.ir import Graph, Node, Value, ValueKind
-from vkumd.framework.graph.memory import MemoryPlan, plan_memory
+from vkumd.framework.graph.memory import MemoryPlan, plan_memory, updated_value
 from vkumd.framework.tensor import Tensor
 
 
@@ -129,6 +129,8 @@ class Bucket:
         for v in self.graph.inputs:
             self.inputs[v.name] = self.context.empty(dims.bind(v.shape, self.env), v.dtype)
         for node in self.graph.nodes:
+            if updated_value(node) is not None:
+                continue  # its output is the updated input's memory
             for out in node.outputs:
                 if self.kept(node) and out.id in output_ids:
                     self.owned[out.id] = self.context.empty(dims.bind(out.shape, self.env),

@@ -25,7 +25,7 @@ from vkumd.framework.execute.buckets import BucketPolicy, BucketSpec, bind_symbo
 from vkumd.framework.execute.lower import check_recordable
 from vkumd.framework.execute.recording import Recording
 from vkumd.framework.graph.ir import Graph
-from vkumd.framework.graph.memory import format_bytes
+from vkumd.framework.graph.memory import format_bytes, updated_value
 from vkumd.framework.tensor import Tensor
 from vkumd.vk.handle import Handle
 
@@ -81,7 +81,10 @@ class CompiledGraph(Handle):
     recording over it (made once, then replayed while the same tensor keeps coming, and
     kept like a size-recording; it pins the tensor's memory until it is evicted). So a
     caller that refills the same input tensors pays no copy, and one that brings a new
-    tensor every call pays no re-recording.
+    tensor every call pays no re-recording. An input an op updates in place (``kv_write``'s
+    cache), given as a vkumd tensor (or view), is always read and written where it is, so the
+    caller's tensor holds the update after the call; given as an array, it is copied in
+    and the update is seen only through the op's returned result.
 
     Args:
         graph: a checked graph whose node list is the schedule.
@@ -132,6 +135,10 @@ class CompiledGraph(Handle):
         # Per thread, per input, the latest bindable tensors (dropped with the thread).
         self._local = threading.local()
         self._input_dtypes = {v.name: v.dtype for v in graph.inputs}
+        # Inputs an op updates in place (kv_write's cache): always read where they are.
+        self._updated = {v.name for node in graph.nodes
+                         if (v := updated_value(node)) is not None and v.name is not None
+                         and any(v is i for i in graph.inputs)}
         self.weights: dict[int, Tensor] = {}
         """A device tensor per weight value id."""
         self._owned: list[Tensor] = []  # the weights uploaded here (the rest are the caller's)
@@ -211,6 +218,10 @@ class CompiledGraph(Handle):
         bound: dict[str, Tensor] = {}
         recent_of: dict[str, list[Tensor]] | None = None
         for name, t in inputs.items():
+            if (name in self._updated and isinstance(t, Tensor) and t.context is self.context
+                    and t.binding is not None and t.dtype is dtypes_of.get(name)):
+                bound[name] = t  # the caller's tensor must hold the update
+                continue
             if not (type(t) is Tensor and t.context is self.context and t.binding is not None
                     and t.dtype is dtypes_of.get(name)):
                 continue

@@ -6,7 +6,8 @@ true-shaped contiguous view of each value at the start of that value's bucket-si
 (the same offset of the same buffer; a value's true size never exceeds its bucket size), and
 lowers every node over those views inside ``ctx.capture()``. Push constants and grids so
 carry the true sizes: no padded element is read or computed, and the results are the bytes
-an exact-shape run gives. Reshapes are views of their input, as in the exact run.
+an exact-shape run gives. Reshapes are views of their input, as in the exact run, and the
+output of an op that updates an input in place (``kv_write``) is that input's tensor.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from vkumd.framework.execute.arena import TensorView, view
 from vkumd.framework.execute.lower import VIEW_OPS, lowering_for
 from vkumd.framework.graph.errors import GraphError
 from vkumd.framework.graph.ir import Value
+from vkumd.framework.graph.memory import updated_value
 from vkumd.framework.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -90,8 +92,11 @@ class Recording:
             given = self.bound.get(v.name)
             tensors[v.id] = given if given is not None else self._fit(bucket.inputs[v.name], v)
         for node in bucket.graph.nodes:
+            updated = updated_value(node)
             for out in node.outputs:
-                if not bucket.kept(node):  # a folded reshape: its input's bytes
+                if updated is not None:  # an in-place update: the input's own tensor
+                    tensors[out.id] = tensors[updated.id]
+                elif not bucket.kept(node):  # a folded reshape: its input's bytes
                     tensors[out.id] = self._fit(tensors[node.inputs[0].id], out)
                 elif out.id in bucket.owned:
                     tensors[out.id] = self._fit(bucket.owned[out.id], out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vkumd.framework.graph.errors import GraphError
-from vkumd.framework.graph.registry import infer
+from vkumd.framework.graph.registry import OPS, infer
 
 if TYPE_CHECKING:
     from vkumd.framework.graph.ir import Graph, Value
@@ -47,7 +47,10 @@ def check_graph(graph: Graph) -> None:
 
     Every node's inputs are defined (inputs, weights, or outputs of earlier nodes) and
     recorded as used by it; every node's output types are what shape inference gives for its
-    inputs and attributes; the outputs are defined values and there is at least one.
+    inputs and attributes; the outputs are defined values and there is at least one. An
+    input a node updates in place (``OpDef.updates``: ``kv_write``'s cache) is no weight, no
+    graph output, and read by no node after that one (which would see the update where the
+    graph means the old value).
 
     Raises:
         GraphError: the first violation, naming the node (``node %5 = matmul``) or value.
@@ -90,3 +93,33 @@ def check_graph(graph: Graph) -> None:
             if id(user) not in present:
                 raise GraphError(f"%{v.id} lists a user that is not in the graph: "
                                  f"{user.describe()}")
+    _check_updates(graph)
+
+
+def _check_updates(graph: Graph) -> None:
+    """Refuse reads of a value after a node updated it in place, and updated weights."""
+    from vkumd.framework.graph.ir import ValueKind
+
+    step = {node.id: i for i, node in enumerate(graph.nodes)}
+    returned = {v.id for v in graph.outputs}
+    for i, node in enumerate(graph.nodes):
+        record = OPS.get(node.op)
+        index = record.updated_input() if record is not None else None
+        if index is None or index >= len(node.inputs) or node.inputs[index] is None:
+            continue
+        v = node.inputs[index]
+        name = record.inputs[index] if record is not None else "input"
+        where = node.describe()
+        if v.kind is ValueKind.WEIGHT:
+            raise GraphError(f"{node.op} updates its {name} in place, and %{v.id} is a weight "
+                             "(a constant); pass it as a graph input instead", where)
+        if v.id in returned:
+            raise GraphError(f"{node.op} updates %{v.id} in place, which is also a graph "
+                             f"output; return {node.op}'s result instead", where)
+        later = [u for u in v.users
+                 if step.get(u.id, -1) > i or (u is node and
+                                               sum(x is v for x in node.inputs) > 1)]
+        if later:
+            raise GraphError(f"{node.op} updates %{v.id} in place, and "
+                             f"{later[0].describe()} reads it afterwards; read "
+                             f"{node.op}'s result instead (or read %{v.id} before)", where)

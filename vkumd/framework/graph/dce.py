@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from vkumd.framework.graph.ir import Graph
+from vkumd.framework.graph.registry import OPS
 
 
 def eliminate_dead_code(graph: Graph) -> Graph:
     """A copy of ``graph`` without nodes whose outputs reach no graph output, and without
-    weights nothing reads. Inputs stay, even unused: they are the graph's signature.
+    weights nothing reads. Inputs stay, even unused: they are the graph's signature. A node
+    that updates an input in place (``OpDef.updates``: ``kv_write``) stays too: its effect is
+    on the caller's tensor.
 
     Args:
         graph: the graph (not modified).
@@ -19,7 +22,9 @@ def eliminate_dead_code(graph: Graph) -> Graph:
     live = {v.id for v in g.outputs}
     kept = []
     for node in reversed(g.nodes):
-        if any(v.id in live for v in node.outputs):
+        record = OPS.get(node.op)
+        if any(v.id in live for v in node.outputs) or (record is not None
+                                                       and record.updates is not None):
             kept.append(node)
             live.update(v.id for v in node.inputs if v is not None)
     keep_ids = {n.id for n in kept}

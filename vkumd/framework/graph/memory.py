@@ -12,7 +12,11 @@ Given a scheduled graph (its node list, a topological order) and sizes for its s
    each at the best-fitting aligned gap (the smallest that holds it) between the buffers
    already placed whose lifetimes overlap its own, else past the highest of them.
 
-Inputs, outputs and weights are never placed and never aliased: the caller owns them.
+Inputs, outputs and weights are never placed and never aliased: the caller owns them. The
+one exception is an op that updates an input in place (``OpDef.updates``: ``kv_write``'s
+cache): its output is that input's memory, so it is not placed either when the input is the
+caller's, and shares the input's buffer (its lifetime extended) when the input is an
+intermediate.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from vkumd.framework.graph.errors import GraphError
-from vkumd.framework.graph.ir import Graph, Value, ValueKind
+from vkumd.framework.graph.ir import Graph, Node, Value, ValueKind
 from vkumd.framework.graph.registry import op_info
 
 DEFAULT_ALIGNMENT = 256
@@ -100,32 +104,52 @@ def value_nbytes(graph: Graph, value: Value, bindings: Mapping[str, int]) -> int
     return count * value.dtype.itemsize
 
 
-def _lifetimes(graph: Graph) -> dict[int, tuple[int, int]]:
+def updated_value(node: Node) -> Value | None:
+    """The input ``node`` updates in place and returns as its output (``OpDef.updates``)."""
+    index = op_info(node.op).updated_input()
+    if index is None or index >= len(node.inputs):
+        return None
+    return node.inputs[index]
+
+
+def _lifetimes(graph: Graph) -> tuple[dict[int, tuple[int, int]], dict[int, int]]:
+    """``(spans, aliases)``: the steps each intermediate lives, and by output id the value
+    an updating node's output is (its input's memory, whoever owns it)."""
     step = {node.id: i for i, node in enumerate(graph.nodes)}
     spans: dict[int, tuple[int, int]] = {}
+    aliases: dict[int, int] = {}
     for i, node in enumerate(graph.nodes):
         for v in node.inputs:
             if v is not None and v.producer is not None and step.get(v.producer.id, i) >= i:
                 raise GraphError(f"input %{v.id} is written later in the schedule",
                                  node.describe())
+        updated = updated_value(node)
+        if updated is not None:
+            aliases[node.outputs[0].id] = updated.id
         for v in node.outputs:
-            if v.kind is ValueKind.INTERMEDIATE:
+            if v.kind is ValueKind.INTERMEDIATE or (updated is not None
+                                                    and v.kind is ValueKind.OUTPUT):
                 last = max((step[u.id] for u in v.users), default=i)
                 spans[v.id] = (i, last)
-    return spans
+    return spans, aliases
 
 
 def _buffers(graph: Graph, spans: dict[int, tuple[int, int]], sizes: dict[int, int],
-             inplace: bool) -> tuple[dict[int, int], dict[int, int]]:
+             inplace: bool, aliases: dict[int, int]) -> tuple[dict[int, int], dict[int, int]]:
     """Group values into buffers: ``(value id -> buffer root id, value id -> reused id)``."""
     root = {vid: vid for vid in spans}
     reuses: dict[int, int] = {}
     tail = {vid: vid for vid in spans}  # root -> its buffer's latest value
+    for out, src in aliases.items():  # in node order: a chain of updates is one buffer
+        if src in root:
+            root[out] = root[src]
+            tail[root[src]] = out
+            reuses[out] = src
     if not inplace:
         return root, reuses
     for i, node in enumerate(graph.nodes):
         info = op_info(node.op)
-        if not info.inplace:
+        if not info.inplace or info.updates is not None:
             continue
         taken: set[int] = set()
         for out in node.outputs:
@@ -194,10 +218,20 @@ def plan_memory(graph: Graph, bindings: Mapping[str, int] | None = None, *,
     if alignment < 1 or alignment & (alignment - 1):
         raise GraphError(f"alignment must be a power of two, got {alignment}")
     env = dict(bindings or {})
-    spans = _lifetimes(graph)
+    spans, aliases = _lifetimes(graph)
     values = {v.id: v for v in graph.values()}
     sizes = {vid: value_nbytes(graph, values[vid], env) for vid in spans}
-    root, reuses = _buffers(graph, spans, sizes, inplace)
+    root, reuses = _buffers(graph, spans, sizes, inplace, aliases)
+    last_step = len(graph.nodes) - 1
+    for out, src in aliases.items():
+        if root.get(out, out) not in spans or src not in spans:
+            # The caller's memory (an input's): nothing to place, for the chain of updates.
+            for vid in [v for v, r in root.items() if r == root.get(out, out)]:
+                for table in (spans, sizes, root, reuses):
+                    table.pop(vid, None)
+        elif values[out].kind is ValueKind.OUTPUT:
+            # An intermediate updated and returned: held to the end, as an output is.
+            spans[out] = (spans[out][0], last_step)
     members: dict[int, list[int]] = {}
     for vid, r in root.items():
         members.setdefault(r, []).append(vid)

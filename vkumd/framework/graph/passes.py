@@ -19,6 +19,7 @@ from vkumd.framework.graph.fusion_attention import fuse_attention
 from vkumd.framework.graph.fusion_elementwise import fuse_elementwise
 from vkumd.framework.graph.fusion_epilogue import fuse_epilogue
 from vkumd.framework.graph.fusion_norm import fuse_add_layer_norm
+from vkumd.framework.graph.fusion_rope import fuse_rope_into_cache_write
 from vkumd.framework.graph.ir import Graph
 from vkumd.framework.graph.transpose_folding import fold_transposes
 from vkumd.settings import register_reader
@@ -38,6 +39,7 @@ PASSES: dict[str, Pass] = {
     "attention_layout": fold_attention_layouts,
     "epilogue_fusion": fuse_epilogue,
     "add_norm_fusion": fuse_add_layer_norm,
+    "rope_fusion": fuse_rope_into_cache_write,
     "elementwise_fusion": fuse_elementwise,
 }
 
@@ -48,9 +50,10 @@ CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "cse", "transpose_folding
 # Fusion: attention first (epilogue fusion would take its mask add as a residual), then its
 # heads/sequence permutes folded into its layouts, then the GEMM epilogues (a residual stored
 # with the product beats re-reading it in the norm), then residual + norm, elementwise last,
-# so it takes only what the pattern fusions left.
+# so it takes only what the pattern fusions left (rope into the cache write before it, though
+# neither touches the other's nodes).
 FUSION: tuple[str, ...] = ("attention_fusion", "attention_layout", "epilogue_fusion",
-                           "add_norm_fusion", "elementwise_fusion")
+                           "add_norm_fusion", "rope_fusion", "elementwise_fusion")
 PIPELINE: tuple[str, ...] = (*CLEANUP, *FUSION, "dce")
 
 

@@ -115,6 +115,14 @@ class OpDef:
             no bytes), or the names of the inputs that may be (matmul's ``residual``: the
             epilogue reads each residual element once, for the output element at its index,
             which only that invocation writes; ``a`` and ``b`` are read by many).
+        updates: the name of the input the op updates in place and returns (``kv_write``'s
+            ``cache``): the output IS that input's memory, not a copy. Executors hand the
+            input's tensor to the lowering as the output, the memory planner gives the output
+            no memory of its own, a compiled graph reads a caller's tensor for that input
+            where it is (so the caller's tensor holds the update), and dead-code elimination
+            keeps the node (its effect is the caller's). The graph stays a function only if
+            no node reads the input after this one: :func:`~vkumd.framework.graph.check.
+            check_graph` refuses a graph that does, or that updates a weight.
         elementwise: how the op joins a generated elementwise kernel (None: it does not).
         epilogue: the op is an activation a GEMM epilogue applies (``matmul``'s
             ``activation`` attribute takes its name).
@@ -137,6 +145,7 @@ class OpDef:
     rule: Rule
     reference: Reference
     inplace: bool | tuple[str, ...] = False
+    updates: str | None = None
     elementwise: Elementwise | None = None
     epilogue: bool = False
     view: bool = False
@@ -153,6 +162,12 @@ class OpDef:
         if index >= len(self.inputs):
             return False
         return self.inputs[index].rstrip("?*") in self.inplace
+
+    def updated_input(self) -> int | None:
+        """The index of the input the op updates in place (see :attr:`updates`), or None."""
+        if self.updates is None:
+            return None
+        return [n.rstrip("?*") for n in self.inputs].index(self.updates)
 
     def full_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
         """``attrs`` with every default filled in (what rules, references and lowering read).

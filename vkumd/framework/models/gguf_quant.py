@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from vkumd.compiler.kernels.limits import QTYPES as BLOCK_QTYPES
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
+from vkumd.framework.opset.quantized import dequantize as dequantize_blocks
 
 BLOCK = 32
-# qtype -> (values per block, bytes per block); a float type is one value per "block".
-QTYPES: dict[str, tuple[int, int]] = {
-    "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2),
-    "Q8_0": (BLOCK, 34), "Q4_0": (BLOCK, 18), "Q4_1": (BLOCK, 20),
-}
+# qtype -> (values per block, bytes per block); a float type is one value per "block". The
+# block formats are the kernels' (compiler/kernels/limits.py).
+QTYPES: dict[str, tuple[int, int]] = {"F32": (1, 4), "F16": (1, 2), "BF16": (1, 2),
+                                      **BLOCK_QTYPES}
 FLOAT_QTYPES = ("F32", "F16", "BF16")
 # How a float qtype is stored; BF16 is kept as its uint16 bit patterns.
 STORAGE = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2")}
@@ -81,24 +82,8 @@ def dequantize(raw: np.ndarray, qtype: str, k: int) -> np.ndarray:
     if raw.ndim != 2 or raw.shape[1] != expected:
         raise VkumdValueError(f"dequantize: {qtype} rows of {k} values take {expected} bytes "
                               f"each ([N, {expected}] uint8), the array has shape {raw.shape}")
-    n = raw.shape[0]
-    nb = expected // QTYPES[qtype][1]
-    blocks = np.ascontiguousarray(raw).reshape(n, nb, QTYPES[qtype][1])
-    d = blocks[..., 0:2].copy().view("<f2").astype(np.float32)  # [n, nb, 1]
     with np.errstate(invalid="ignore", over="ignore"):  # a NaN or inf scale decodes as such
-        values = _decode(blocks, d, qtype)
-    return values.reshape(n, nb * BLOCK)[:, :k].astype(np.float32, copy=False)
-
-
-def _decode(blocks: np.ndarray, d: np.ndarray, qtype: str) -> np.ndarray:
-    if qtype == "Q8_0":
-        return d * blocks[..., 2:].view(np.int8).astype(np.float32)
-    packed = blocks[..., -16:]
-    nibbles = np.concatenate([packed & 0x0F, packed >> 4], axis=-1).astype(np.float32)
-    if qtype == "Q4_0":
-        return d * (nibbles - 8.0)
-    m = blocks[..., 2:4].copy().view("<f2").astype(np.float32)
-    return d * nibbles + m
+        return dequantize_blocks(raw, qtype, k).astype(np.float32, copy=False)
 
 
 def quantize(w: np.ndarray, qtype: str) -> np.ndarray:

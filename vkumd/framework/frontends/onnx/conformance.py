@@ -32,7 +32,7 @@ OPERATORS = (
     "ReduceSum", "ReduceMax", "Cast", "Gather", "Reshape", "Transpose", "Unsqueeze", "Squeeze",
     "Flatten", "Concat", "Split", "Slice", "Shape", "ConstantOfShape", "Expand", "Where",
     "Equal", "Constant", "Identity", "And", "Or", "Xor", "Not", "IsNaN", "Max", "Min",
-    "GatherND", "LpNormalization", "HardSwish")
+    "GatherND", "LpNormalization", "HardSwish", "ArgMax")
 
 
 @dataclass

@@ -248,6 +248,21 @@ def reduce(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
     return [y]
 
 
+@converter("ArgMax", attrs=("axis", "keepdims", "select_last_index"))
+def arg_max(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """ArgMax of a float tensor: vkumd's argmax (the first index among equal maxima; int64
+    indices kept as int32, as vkumd stores int64). ``select_last_index=1`` is refused."""
+    if attrs.get("select_last_index", 0):
+        raise Unsupported("ArgMax with select_last_index=1 (vkumd's argmax gives the first "
+                          "index among equal maxima); flip the axis and subtract from its "
+                          "length - 1 instead")
+    x = st.value(node.input[0])
+    if x.dtype.name not in ("float32", "float16", "bfloat16"):
+        raise Unsupported(f"ArgMax of {x.dtype.name} (vkumd's argmax takes float tensors)")
+    axis = _axis(attrs.get("axis", 0), len(x.shape))
+    return [st.b.argmax(x, axis=axis, keepdims=bool(attrs.get("keepdims", 1)))]
+
+
 @converter("LpNormalization", attrs=("axis", "p"))
 def lp_normalization(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
                      ) -> list[Bound | None]:

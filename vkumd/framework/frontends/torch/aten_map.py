@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import fx
 
+from vkumd.framework.graph.dims import product
 from vkumd.framework.graph.ir import Value
 
 aten = torch.ops.aten
@@ -287,3 +288,13 @@ def _amax_check(node: fx.Node) -> str | None:
 
 
 on(aten.amax.default, check=_amax_check)(_reduce("max"))
+
+
+@on(aten.argmax.default)
+def _argmax(cv: Any, node: fx.Node, x: Value, dim: Any = None, keepdim: bool = False
+            ) -> Value:
+    # int64 indices run as int32, as every int64 does here (dims.py).
+    if dim is None:  # over the flattened tensor
+        flat = cv.b.argmax(cv.b.reshape(x, (product(x.shape),)), axis=0)
+        return cv.b.reshape(flat, (1,) * len(x.shape)) if keepdim else flat
+    return cv.b.argmax(x, axis=dim, keepdims=bool(keepdim))

@@ -1,0 +1,113 @@
+"""``argmax``: the index of the maximum along an axis, as int32 (a decoder's greedy pick).
+
+Ties go to the lowest index; an entry holding a NaN gives the index of its first NaN (as
+numpy's ``argmax``). The kernel works over the last dimension (one workgroup per row, as the
+other reductions); another axis is first moved last with a permute (a copy).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from vkumd.compiler.kernels.limits import ARGMAX_MAX_COLS
+from vkumd.compiler.kernels.reduce import argmax_plan
+from vkumd.compiler.kernels.rows import ROW_CODES
+from vkumd.errors import VkumdValueError
+from vkumd.framework import dtypes
+from vkumd.framework.graph.dims import format_shape, product
+from vkumd.framework.graph.ir import Node
+from vkumd.framework.graph.operands import Types, at_least_1d, axis_of, flag, need_float, only
+from vkumd.framework.graph.registry import TensorType, define
+from vkumd.framework.graph.symbols import DimTable
+from vkumd.framework.ops.checks import check_storage, check_tensor, output
+from vkumd.framework.ops.contract import Verdicts, concrete_rule, recall, remember
+from vkumd.framework.opset.common import attrs_of
+from vkumd.framework.opset.layout import permute
+from vkumd.framework.tensor import Tensor
+
+# (axis as an index, the result's shape) by (x's shape and dtype name, axis, keepdims and
+# their types): calls the rule accepted.
+_VERDICTS: Verdicts = {}
+
+
+def argmax(x: Tensor, *, axis: int = -1, keepdims: bool = False,
+           out: Tensor | None = None) -> Tensor:
+    """The index of the maximum of ``x`` along ``axis``, as int32.
+
+    Equal maxima give the lowest index; where the values along the axis hold a NaN, the
+    result is the index of the first NaN (numpy's rule: NaN counts as the maximum).
+
+    Args:
+        x: float32, float16 or bfloat16, at least 1-D, with a non-empty ``axis``.
+        axis: the dimension to search (negative counts from the end); the last is the
+            kernel's own, any other is moved last first (one copy).
+        keepdims: keep ``axis`` in the result, as 1.
+        out: optional int32 output of the result's shape.
+
+    Returns:
+        int32 indices: ``x.shape`` without ``axis`` (with it as 1 under keepdims).
+
+    Raises:
+        VkumdTypeError: non-float x, a non-int axis, a non-bool keepdims, out not int32.
+        VkumdValueError: 0-d x, an axis out of range, an empty axis (its argmax is
+            undefined), an axis longer than 2^24, out of another shape.
+    """
+    x = check_tensor("argmax", x, "x")
+    key = (x.shape, x.dtype.name, axis, type(axis), keepdims, type(keepdims))
+    known = recall(_VERDICTS, key)
+    if known is None:
+        (result,) = concrete_rule("argmax", (x,), {"axis": axis, "keepdims": keepdims})
+        known = remember(_VERDICTS, key, (axis_of("argmax", axis, x.ndim), result.shape))
+    if x.dtype.itemsize < 4:
+        check_storage("argmax", x.dtype, x.context)
+    index, shape = known
+    out = output("argmax", x.context, out, shape, dtypes.int32)
+    if out.size == 0:
+        return out
+    moved = x
+    if index != x.ndim - 1:
+        moved = permute(x, [d for d in range(x.ndim) if d != index] + [index])
+    cols = x.shape[index]
+    try:
+        x.context.run(argmax_plan(x.context.caps, ROW_CODES[x.dtype.name],
+                                  math.prod(x.shape) // cols, cols), (moved, out))
+    finally:
+        if moved is not x:
+            moved.release()  # back to the pool once the launch has run
+    return out
+
+
+def _argmax_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
+    x = only(ins)
+    need_float("argmax", x)
+    at_least_1d("argmax", x)
+    index = axis_of("argmax", attrs["axis"], x.ndim)
+    keep = flag("argmax", attrs["keepdims"], "keepdims")
+    length = dims.resolve(x.shape[index])
+    rest = x.shape[:index] + x.shape[index + 1:]
+    if length == 0 and dims.resolve(product(rest)) != 0:
+        raise VkumdValueError(f"argmax: x has shape {format_shape(x.shape)}; the argmax of an "
+                              f"empty axis {index} is undefined")
+    if isinstance(length, int) and length > ARGMAX_MAX_COLS:
+        raise VkumdValueError(f"argmax: axis {index} has {length} entries; the kernel takes at "
+                              f"most {ARGMAX_MAX_COLS} (2^24); split it and combine the "
+                              "pieces' maxima")
+    shape = x.shape[:index] + ((1,) if keep else ()) + x.shape[index + 1:]
+    return [TensorType(shape, dtypes.int32)]
+
+
+def _argmax_reference(a: list[Any], attrs: dict[str, Any], s: Any) -> list[np.ndarray]:
+    found = np.argmax(a[0], axis=attrs["axis"], keepdims=attrs["keepdims"])
+    return [np.asarray(found, np.float64)]
+
+
+def _argmax_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    at = attrs_of(node)
+    argmax(ins[0], axis=at["axis"], keepdims=at["keepdims"], out=outs[0])
+
+
+define("argmax", ("x",), {"axis": -1, "keepdims": False}, rule=_argmax_rule,
+       reference=_argmax_reference, lower=_argmax_lower, eager=argmax)
