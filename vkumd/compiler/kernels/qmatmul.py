@@ -13,14 +13,13 @@ from vkumd.vk.caps import DeviceCaps
 
 X_CODES = type_codes(QMATMUL_DTYPES)
 # Rows of x the matrix-vector kernel accumulates at once (it loops over chunks of them).
-VEC_ROW_TILES = (1, 2, 4)
-ROWS = "ROWS"  # specialization constant: output rows per workgroup
+VEC_ROW_TILES = (1, 2)
 # Blocks per lane whose x values the matrix-vector kernel keeps in registers (0: none, x
 # read from memory in every block).
 XCACHE_BLOCKS = (0, 1, 2, 3, 4, 6, 8)
 
 QMATVEC_PUSH = PushLayout("m:u32", "n:u32", "k:u32", "full:u32", "blocks:u32",
-                          "row_units:u32", "flags:u32")
+                          "row_units:u32", "flags:u32", "rows:u32")
 QDEQUANT_PUSH = PushLayout("rows:u32", "blocks:u32", "k:u32", "row_units:u32", "vocab:u32")
 
 
@@ -30,7 +29,7 @@ def _vec_variants(caps: DeviceCaps) -> list[dict]:
     caches = sorted({min((c for c in XCACHE_BLOCKS if c * caps.subgroup_size >= full),
                          default=0) for full in (18, 48)})
     return [{"QTYPE": q, "DTYPE": d, "XVEC": 4, "MT": mt, "XCACHE": c,
-             WORKGROUP: caps.subgroup_size, ROWS: 8}
+             WORKGROUP: caps.subgroup_size}
             for q in QTYPES for d in X_CODES.values() for mt in VEC_ROW_TILES for c in caches]
 
 
@@ -41,7 +40,7 @@ QMATVEC = register(Kernel(
     push=QMATVEC_PUSH,
     defines={"QTYPE": tuple(QTYPES), "DTYPE": tuple(X_CODES.values()), "XVEC": (1, 4),
              "MT": VEC_ROW_TILES, "XCACHE": XCACHE_BLOCKS},
-    spec_constants={WORKGROUP: 0, ROWS: 1},
+    spec_constants={WORKGROUP: 0},
     requires=frozenset({"storage16", "subgroup_arithmetic"}),
     variants=_vec_variants,
     one_subgroup=lambda variant: True,

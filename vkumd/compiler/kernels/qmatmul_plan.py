@@ -4,7 +4,7 @@
 ``qmatmul``'s two paths compute the same function, ``x @ dequant(w)^T (+ bias) (+ residual)``
 with float32 accumulation:
 
-- ``"vec"`` (:data:`VEC_MAX_M` rows of x or fewer: decode): ``shaders/qmatmul_vec.comp``
+- ``"vec"`` (few rows of x: decode; :func:`choose_path`): ``shaders/qmatmul_vec.comp``
   reads each weight block once and dequantises it in registers; each lane accumulates every
   row of x, so a step of 8 sequences reads the weights once, like a step of 1.
 - ``"gemm"`` (prefill): ``shaders/qdequant.comp`` writes ``dequant(w)`` in x's dtype to
@@ -17,6 +17,7 @@ with float32 accumulation:
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,7 +30,6 @@ from vkumd.compiler.kernels.qmatmul import (
     QDEQUANT_PUSH,
     QMATVEC,
     QMATVEC_PUSH,
-    ROWS,
     VEC_ROW_TILES,
     X_CODES,
     XCACHE_BLOCKS,
@@ -41,10 +41,19 @@ from vkumd.errors import VkumdValueError
 from vkumd.vk.caps import DeviceCaps
 
 # Rows of x up to which the matrix-vector path runs; past it the GEMM, whose tiles reuse
-# each loaded value across rows (the vec kernel loads x once per block and row).
+# each loaded value across rows. lavapipe, 1536 x 576 Q4_1, one thread, CPU ms, vec / gemm
+# (dequantise + GEMM): M 1: 0.9 / 7.3; 2: 0.8 / 6.0; 4: 1.6 / 6.2; 8: 2.9 / 6.5;
+# 16: 6.4 / 7.0.
 VEC_MAX_M = 16
-# Output rows per workgroup of the vec kernel.
-VEC_ROWS = 8
+# Rows of x the vec kernel accumulates per pass over a weight row (VEC_ROW_TILES; more rows
+# loop, finding the row in the cache): on lavapipe 4 rows per pass ran 4.9x one row's time,
+# 2 rows 2.1x (1536 x 576 Q4_1, one thread), so the largest tile is 2.
+# Output rows per workgroup of the vec kernel on a GPU, and at least that many on a CPU
+# driver, where the rows are spread over at most CPU_GROUPS_PER_THREAD workgroups per
+# thread: lavapipe pays per workgroup (1536 x 576 at M = 1: 768 groups of 2 rows 12.6 ms,
+# 192 of 8 4.7 ms, 48 of 32 2.1 ms, on a loaded 2-core host).
+VEC_ROWS = 4
+CPU_GROUPS_PER_THREAD = 8
 PATHS = ("vec", "gemm")
 _DEQUANT_WORKGROUP = 64
 
@@ -91,7 +100,7 @@ def qmatmul_plan(caps: DeviceCaps, problem: QMatmulProblem, force: str | None = 
     Raises:
         VkumdValueError: an unknown path, or a grid past the device's limits.
     """
-    knobs = (VEC_MAX_M, VEC_ROWS)
+    knobs = (VEC_MAX_M, VEC_ROWS, CPU_GROUPS_PER_THREAD, os.cpu_count())
     return _qmatmul_plan(caps, problem, force, knobs)
 
 
@@ -115,12 +124,16 @@ def _vec_plan(caps: DeviceCaps, p: QMatmulProblem, blocks: int) -> FixedLaunch:
     xcache = min((c for c in XCACHE_BLOCKS if c >= per_lane), default=0)
     program = QMATVEC.specialize({"QTYPE": p.qtype, "DTYPE": X_CODES[p.dtype], "XVEC": xvec,
                                   "MT": mt, "XCACHE": xcache,
-                                  WORKGROUP: caps.subgroup_size, ROWS: VEC_ROWS})
+                                  WORKGROUP: caps.subgroup_size})
     unit = 4 if p.qtype == "Q4_1" else 2  # the shader's weight word: 32 or 16 bits
     flags = (1 if p.bias else 0) | (2 if p.residual else 0)
+    rows = VEC_ROWS
+    if caps.device_type == "cpu":
+        groups = max(1, CPU_GROUPS_PER_THREAD * (os.cpu_count() or 1))
+        rows = max(VEC_ROWS, -(-p.n // groups))
     push = QMATVEC_PUSH.pack(p.m, p.n, p.k, p.k // 32, blocks,
-                             row_bytes(p.qtype, p.k) // unit, flags)
-    return FixedLaunch(program, push, grid(caps, -(-p.n // VEC_ROWS), 1), (2,))
+                             row_bytes(p.qtype, p.k) // unit, flags, rows)
+    return FixedLaunch(program, push, grid(caps, -(-p.n // rows), 1), (2,))
 
 
 def _dequant_launch(caps: DeviceCaps, qtype: str, code: str, gather: bool, rows: int,

@@ -132,11 +132,11 @@ def record_op(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     """Record a ``vkumd.ops.<name>`` call that has a TracedTensor among its arguments.
 
     The eager signature is mapped to the builder's: ``out=`` cannot be honoured (a graph
-    never writes into a caller's tensor), matmul's ``beta`` (which reads ``out``) and
-    ``variant`` (a kernel choice the compiled graph makes) are refused, ``copy`` is the
-    identity and ``fill`` (in place) is refused. The calls with no builder method of their
-    own (the views ``flatten``/``squeeze``/``unsqueeze``, ``split`` by a piece size) are
-    :mod:`~vkumd.framework.graph.trace_calls`'.
+    never writes into a caller's tensor), matmul's ``beta`` (which reads ``out``), its
+    ``variant`` and qmatmul's ``path`` (kernel choices the compiled graph makes) are refused,
+    ``copy`` is the identity and ``fill`` (in place) is refused. The calls with no builder
+    method of their own (the views ``flatten``/``squeeze``/``unsqueeze``, ``split`` by a piece
+    size) are :mod:`~vkumd.framework.graph.trace_calls`'.
 
     Raises:
         TraceError: the call cannot be recorded, naming it and the user's line.
@@ -155,6 +155,9 @@ def record_op(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         if kwargs.pop("variant", None) is not None:
             raise TraceError(f"vkumd.ops.matmul(..., variant=...){at_site()}: the compiled graph "
                              "chooses kernels itself; drop variant=")
+    if name == "qmatmul" and kwargs.pop("path", None) is not None:
+        raise TraceError(f"vkumd.ops.qmatmul(..., path=...){at_site()}: the compiled graph "
+                         "chooses kernels itself; drop path=")
     if name == "copy":
         return args[0] if args else kwargs["src"]
     if name == "fill":
