@@ -12,6 +12,7 @@ from vkumd.framework.models.errors import (
     SafetensorsError,
     UnsupportedModelError,
 )
+from vkumd.framework.models.generation import TextGenerator
 from vkumd.framework.models.gguf import GGUFFile
 from vkumd.framework.models.llama_config import LlamaConfig
 from vkumd.framework.models.loader import INSTALLED_MODELS, find_model, load_model_files
@@ -20,4 +21,4 @@ from vkumd.framework.models.safetensors import SafetensorsFile
 __all__ = ["INSTALLED_MODELS", "BertConfig", "GGUFError", "GGUFFile", "LlamaConfig",
            "ModelFileError", "ModelNotFound",
            "SafetensorsError", "SafetensorsFile", "SentenceConfig", "SentenceEncoder",
-           "UnsupportedModelError", "find_model", "load_model_files"]
+           "TextGenerator", "UnsupportedModelError", "find_model", "load_model_files"]
