@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from goals import Table  # bench/ is the script's directory, first on sys.path
+
 os.environ.setdefault("VKUMD_VALIDATION", "0")
 
 MODEL = Path(sys.prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / \
@@ -172,18 +174,6 @@ def run_peer(kind: str, path: Path, repeats: int) -> dict[str, Any] | str:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-class Table:
-    """Rows of (what, measured, goal, verdict), printed as they come."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, str, str, str]] = []
-
-    def add(self, what: str, measured: str, goal: str = "", met: bool | None = None) -> None:
-        verdict = "" if met is None else ("pass" if met else "MISS")
-        self.rows.append((what, measured, goal, verdict))
-        print(f"{what:<42} {measured:<56} {goal:<10} {verdict}", flush=True)
-
-
 def goal(table: Table, what: str, ours: float, theirs: float, want: float,
          bound: float | None = None) -> None:
     ratio = ours / theirs
@@ -216,7 +206,7 @@ def main() -> int:
     peers_why = ("--no-peers" if args.no_peers else None if importlib.util.find_spec(
         "llama_cpp") else "llama_cpp not installed (llama-cpp-python 0.3.36 built with "
         "CMAKE_ARGS=-DGGML_VULKAN=on)")
-    table = Table()
+    table = Table((42, 56, 10))
     began = time.perf_counter()
     ours = Ours(args.model, args.compute)
     table.add("vkumd: load and record", f"{time.perf_counter() - began:.1f} s "

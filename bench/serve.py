@@ -49,6 +49,8 @@ import threading
 import time
 from pathlib import Path
 
+from goals import Table  # bench/ is the script's directory, first on sys.path
+
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ("vulkan compute shaders batch tokens embed queue device memory kernel graph "
          "sentence vector search cosine model server latency throughput padding").split()
@@ -254,18 +256,6 @@ def cost_model(enc: object, texts: list[str], one_cpu: float,
     per_token = (local_cpu - one_cpu / batches) / (per_padded - single / batches)
     return {"fixed": one_cpu - per_token * single, "per_token": per_token,
             "tokens": statistics.fmean(lengths)}
-
-
-class Table:
-    """Rows of (what, measured, goal, verdict), printed as they come and kept for the end."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, str, str, str]] = []
-
-    def add(self, what: str, measured: str, goal: str = "", met: bool | None = None) -> None:
-        verdict = "" if met is None else ("pass" if met else "MISS")
-        self.rows.append((what, measured, goal, verdict))
-        print(f"{what:<34} {measured:<58} {goal:<16} {verdict}", flush=True)
 
 
 def fmt(r: dict[str, float]) -> str:

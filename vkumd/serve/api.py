@@ -38,7 +38,8 @@ def parse_json(raw: bytes) -> Any:
                       param=None, code="invalid_json") from None
 
 
-def _is_int(value: Any) -> bool:
+def is_json_int(value: Any) -> bool:
+    """A JSON integer (Python parses true and false as bools, which are ints)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -68,11 +69,11 @@ def parse_input(value: Any, max_inputs: int, param: str = "input") -> Inputs:
             raise invalid(f"'{param}' is an empty string; give non-empty text", param=param)
         return Inputs(texts=[value])
     if not isinstance(value, list):
-        raise invalid(f"'{param}' is {_kind(value)}; give {kinds}", param=param)
+        raise invalid(f"'{param}' is {json_kind(value)}; give {kinds}", param=param)
     if not value:
         raise invalid(f"'{param}' is an empty list; give 1 to {max_inputs} inputs",
                       param=param)
-    if all(_is_int(v) for v in value):
+    if all(is_json_int(v) for v in value):
         return Inputs(ids=[value])
     if len(value) > max_inputs:
         raise invalid(f"'{param}' holds {len(value)} inputs; this server takes at most "
@@ -81,7 +82,7 @@ def parse_input(value: Any, max_inputs: int, param: str = "input") -> Inputs:
     if isinstance(value[0], str):
         for i, item in enumerate(value):
             if not isinstance(item, str):
-                raise invalid(f"'{param}[{i}]' is {_kind(item)} in a list of strings; every "
+                raise invalid(f"'{param}[{i}]' is {json_kind(item)} in a list of strings; every "
                               "item must be a string", param=f"{param}[{i}]")
             if not item:
                 raise invalid(f"'{param}[{i}]' is an empty string; give non-empty text",
@@ -89,20 +90,36 @@ def parse_input(value: Any, max_inputs: int, param: str = "input") -> Inputs:
         return Inputs(texts=value)
     if isinstance(value[0], list):
         for i, item in enumerate(value):
-            if not isinstance(item, list) or not all(_is_int(v) for v in item):
+            if not isinstance(item, list) or not all(is_json_int(v) for v in item):
                 raise invalid(f"'{param}[{i}]' is not an array of integer token ids (it is "
-                              f"{_kind(item)}); a list of token arrays holds only such "
+                              f"{json_kind(item)}); a list of token arrays holds only such "
                               "arrays", param=f"{param}[{i}]")
         return Inputs(ids=value)
-    bad = next(i for i, v in enumerate(value) if not _is_int(v))
-    raise invalid(f"'{param}[{bad}]' is {_kind(value[bad])}; give {kinds}",
+    bad = next(i for i, v in enumerate(value) if not is_json_int(v))
+    raise invalid(f"'{param}[{bad}]' is {json_kind(value[bad])}; give {kinds}",
                   param=f"{param}[{bad}]")
 
 
-def _kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
+    """How an error message names a JSON value's type ("a string", "null", ...)."""
     names = {type(None): "null", bool: "a boolean", int: "an integer", float: "a number",
              str: "a string", list: "a list", dict: "an object"}
     return names.get(type(value), type(value).__name__)
+
+
+def check_model(body: dict, models: tuple[str, ...], verb: str) -> str:
+    """The request's ``model``, one of ``models``: 400 when it is not a name, 404 (OpenAI's
+    ``model_not_found``) when this server has no such model. ``verb`` says what the server
+    does with its models ("serves", "generates with")."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise invalid(f"'model' is {json_kind(model)}; give the model's name ({models[0]})",
+                      param="model")
+    if model not in models:
+        raise ApiError(404, f"The model `{model}` does not exist on this server; it {verb} "
+                       f"{', '.join(models)} (GET /v1/models)", param="model",
+                       code="model_not_found")
+    return model
 
 
 @dataclass
@@ -123,17 +140,10 @@ def parse_embeddings(body: Any, max_inputs: int, hidden: int,
         ApiError: 400 for a field of the wrong type or value, 404 for an unknown model.
     """
     if not isinstance(body, dict):
-        raise invalid(f"the body is {_kind(body)}; send a JSON object such as "
+        raise invalid(f"the body is {json_kind(body)}; send a JSON object such as "
                       '{"input": "text", "model": "' + models[0] + '"}', param=None)
     inputs = parse_input(body.get("input"), max_inputs)
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise invalid(f"'model' is {_kind(model)}; give the model's name ({models[0]})",
-                      param="model")
-    if model not in models:
-        raise ApiError(404, f"The model `{model}` does not exist on this server; it serves "
-                       f"{', '.join(models)} (GET /v1/models)", param="model",
-                       code="model_not_found")
+    model = check_model(body, models, "serves")
     fmt = body.get("encoding_format")
     fmt = "float" if fmt is None else fmt
     if fmt not in FORMATS:
@@ -141,7 +151,7 @@ def parse_embeddings(body: Any, max_inputs: int, hidden: int,
                       param="encoding_format")
     dims = body.get("dimensions")
     if dims is not None:
-        if not _is_int(dims) or dims < 1:
+        if not is_json_int(dims) or dims < 1:
             raise invalid(f"'dimensions' is {dims!r}; give a positive integer",
                           param="dimensions")
         if dims != hidden:
@@ -150,7 +160,7 @@ def parse_embeddings(body: Any, max_inputs: int, hidden: int,
                           param="dimensions", code="unsupported_dimensions")
     user = body.get("user")
     if user is not None and not isinstance(user, str):
-        raise invalid(f"'user' is {_kind(user)}; give a string or leave it out", param="user")
+        raise invalid(f"'user' is {json_kind(user)}; give a string or leave it out", param="user")
     return EmbeddingRequest(inputs, model, fmt, dims)
 
 
@@ -186,7 +196,7 @@ def parse_tei(body: Any, max_inputs: int) -> TeiRequest:
         ApiError: 400 for a missing or mistyped field.
     """
     if not isinstance(body, dict):
-        raise invalid(f"the body is {_kind(body)}; send a JSON object such as "
+        raise invalid(f"the body is {json_kind(body)}; send a JSON object such as "
                       '{"inputs": "text"}', param=None)
     inputs = parse_input(body.get("inputs"), max_inputs, param="inputs")
     if inputs.texts is None:
@@ -196,6 +206,6 @@ def parse_tei(body: Any, max_inputs: int) -> TeiRequest:
     for name, default in (("normalize", True), ("truncate", None)):
         value = body.get(name, default)
         if value is not None and not isinstance(value, bool):
-            raise invalid(f"'{name}' is {_kind(value)}; give true or false", param=name)
+            raise invalid(f"'{name}' is {json_kind(value)}; give true or false", param=name)
         flags[name] = value
     return TeiRequest(inputs.texts, bool(flags["normalize"]), flags["truncate"])

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from vkumd.serve.errors import ApiError, invalid
+from vkumd.serve.api import check_model, is_json_int, json_kind
+from vkumd.serve.errors import invalid
 
 MAX_STOPS = 4
 ROLES = ("system", "developer", "user", "assistant")
@@ -56,23 +57,13 @@ class GenerationRequest:
     include_usage: bool = False
 
 
-def _kind(value: Any) -> str:
-    names = {type(None): "null", bool: "a boolean", int: "an integer", float: "a number",
-             str: "a string", list: "a list", dict: "an object"}
-    return names.get(type(value), type(value).__name__)
-
-
-def _int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _number(body: dict, name: str, default: float, low: float, high: float,
             low_open: bool = False) -> float:
     value = body.get(name)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise invalid(f"'{name}' is {_kind(value)}; give a number in "
+        raise invalid(f"'{name}' is {json_kind(value)}; give a number in "
                       f"{'(' if low_open else '['}{low:g}, {high:g}]", param=name)
     if value < low or value > high or (low_open and value == low):
         raise invalid(f"'{name}'={value!r} is out of range; give a number in "
@@ -106,7 +97,7 @@ def _stop(value: Any) -> list[str]:
         return []
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-        raise invalid(f"'stop' is {_kind(value)}; give a string or a list of up to "
+        raise invalid(f"'stop' is {json_kind(value)}; give a string or a list of up to "
                       f"{MAX_STOPS} strings", param="stop")
     if len(stops) > MAX_STOPS:
         raise invalid(f"'stop' holds {len(stops)} sequences; give at most {MAX_STOPS}",
@@ -117,18 +108,6 @@ def _stop(value: Any) -> list[str]:
     return stops
 
 
-def _model(body: dict, models: tuple[str, ...]) -> str:
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise invalid(f"'model' is {_kind(model)}; give the model's name ({models[0]})",
-                      param="model")
-    if model not in models:
-        raise ApiError(404, f"The model `{model}` does not exist on this server; it "
-                       f"generates with {', '.join(models)} (GET /v1/models)", param="model",
-                       code="model_not_found")
-    return model
-
-
 def _prompt(value: Any) -> tuple[str | None, list[int] | None]:
     kinds = "a string or an array of token ids (one prompt a request)"
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
@@ -137,27 +116,27 @@ def _prompt(value: Any) -> tuple[str | None, list[int] | None]:
         if not value:
             raise invalid("'prompt' is an empty string; give non-empty text", param="prompt")
         return value, None
-    if isinstance(value, list) and value and all(_int(v) for v in value):
+    if isinstance(value, list) and value and all(is_json_int(v) for v in value):
         return None, list(value)
     if isinstance(value, list) and len(value) > 1 and all(isinstance(v, (str, list))
                                                           for v in value):
         raise invalid(f"'prompt' holds {len(value)} prompts; this server takes one prompt a "
                       "request (send several requests)", param="prompt",
                       code="unsupported_value")
-    what = "an empty list" if value == [] else _kind(value)
+    what = "an empty list" if value == [] else json_kind(value)
     raise invalid(f"'prompt' is {what}; give {kinds}", param="prompt")
 
 
 def _messages(value: Any) -> list[dict[str, str]]:
     if not isinstance(value, list) or not value:
-        what = "an empty list" if value == [] else _kind(value)
+        what = "an empty list" if value == [] else json_kind(value)
         raise invalid(f"'messages' is {what}; give a list of {{\"role\", \"content\"}} "
                       "objects", param="messages")
     out = []
     for i, msg in enumerate(value):
         where = f"messages[{i}]"
         if not isinstance(msg, dict):
-            raise invalid(f"'{where}' is {_kind(msg)}; give an object with 'role' and "
+            raise invalid(f"'{where}' is {json_kind(msg)}; give an object with 'role' and "
                           "'content'", param=where)
         role, content = msg.get("role"), msg.get("content")
         if role not in ROLES:
@@ -175,7 +154,7 @@ def _messages(value: Any) -> list[dict[str, str]]:
                 texts.append(part["text"])
             content = "".join(texts)
         if not isinstance(content, str):
-            raise invalid(f"'{where}.content' is {_kind(content)}; give a string",
+            raise invalid(f"'{where}.content' is {json_kind(content)}; give a string",
                           param=f"{where}.content")
         out.append({"role": "system" if role == "developer" else role, "content": content})
     return out
@@ -201,9 +180,9 @@ def parse_generation(body: Any, models: tuple[str, ...], chat: bool,
     example = ('{"model": "' + models[0] + '", ' + ('"messages": [{"role": "user", '
                '"content": "Hi"}]}' if chat else '"prompt": "Once upon a time"}'))
     if not isinstance(body, dict):
-        raise invalid(f"the body is {_kind(body)}; send a JSON object such as {example}",
+        raise invalid(f"the body is {json_kind(body)}; send a JSON object such as {example}",
                       param=None)
-    req = GenerationRequest(chat=chat, model=_model(body, models))
+    req = GenerationRequest(chat=chat, model=check_model(body, models, "generates with"))
     if chat:
         req.messages = _messages(body.get("messages"))
     elif "prompt" not in body or body["prompt"] is None:
@@ -215,7 +194,7 @@ def parse_generation(body: Any, models: tuple[str, ...], chat: bool,
         else "max_tokens"
     limit = body.get(name)
     if limit is not None:
-        if not _int(limit) or limit < 1:
+        if not is_json_int(limit) or limit < 1:
             raise invalid(f"'{name}' is {json.dumps(limit)[:40]}; give a positive integer",
                           param=name)
         if limit > max_tokens_limit:
@@ -228,21 +207,21 @@ def parse_generation(body: Any, models: tuple[str, ...], chat: bool,
     req.temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
     req.top_p = _number(body, "top_p", 1.0, 0.0, 1.0, low_open=True)
     top_k = body.get("top_k")
-    if top_k is not None and (not _int(top_k) or top_k < 0):
+    if top_k is not None and (not is_json_int(top_k) or top_k < 0):
         raise invalid(f"'top_k' is {json.dumps(top_k)[:40]}; give an integer >= 0 (0: no "
                       "limit)", param="top_k")
     req.top_k = top_k or 0
     req.repetition_penalty = _number(body, "repetition_penalty", 1.0, 0.0, 10.0,
                                      low_open=True)
     seed = body.get("seed")
-    if seed is not None and (not _int(seed) or seed < 0):
+    if seed is not None and (not is_json_int(seed) or seed < 0):
         raise invalid(f"'seed' is {json.dumps(seed)[:40]}; give an integer >= 0",
                       param="seed")
     req.seed = seed
     req.stop = _stop(body.get("stop"))
     stream = body.get("stream", False)
     if stream is not None and not isinstance(stream, bool):
-        raise invalid(f"'stream' is {_kind(stream)}; give true or false", param="stream")
+        raise invalid(f"'stream' is {json_kind(stream)}; give true or false", param="stream")
     req.stream = bool(stream)
     options = body.get("stream_options")
     if options is not None:
@@ -260,7 +239,7 @@ def parse_generation(body: Any, models: tuple[str, ...], chat: bool,
                       "this server", param="response_format", code="unsupported_value")
     user = body.get("user")
     if user is not None and not isinstance(user, str):
-        raise invalid(f"'user' is {_kind(user)}; give a string or leave it out", param="user")
+        raise invalid(f"'user' is {json_kind(user)}; give a string or leave it out", param="user")
     return req
 
 
