@@ -18,7 +18,8 @@
 // per block: sum d * (nib - 8) * x = d * (dot(nib, x) - 8 * sum(x)), and likewise
 // d * dot(nib, x) + m * sum(x) for Q4_1, so the per-value work is one multiply-add.
 // Q4_1's 20-byte blocks keep 32-bit alignment and are read as 32-bit words; Q4_0's and
-// Q8_0's are only 16-bit aligned and are read as 16-bit halves. XVEC 4 reads x four values a
+// Q8_0's are only 16-bit aligned and are read as the 32-bit words inside the block plus one
+// 16-bit half (payload()), a word's bytes shifted into place when they straddle. XVEC 4 reads x four values a
 // load (K a multiple of 4). The last block of a row may be partial (K not a multiple of 32):
 // its x values past K load as zero, so whatever the block holds there adds nothing.
 #extension GL_EXT_shader_explicit_arithmetic_types : require
@@ -73,6 +74,11 @@ layout(local_size_x_id = 0) in;
 
 layout(std430, binding = 0) readonly buffer X { XUNIT xs[]; };
 layout(std430, binding = 1) readonly buffer W { WUNIT ws[]; };
+#if QTYPE != Q4_1
+// The same blocks as 32-bit words: a block's payload is read a word a load (half the loads
+// of 16-bit reads; lavapipe turns each load into a per-lane loop, so the count is the cost).
+layout(std430, binding = 1) readonly buffer W32 { uint ww[]; };
+#endif
 layout(std430, binding = 2) writeonly buffer Y { ELEM ys[]; };
 layout(std430, binding = 3) readonly buffer Bias { ELEM bias[]; };
 layout(std430, binding = 4) readonly buffer Residual { ELEM residual[]; };
@@ -131,6 +137,32 @@ uint word(uint at, uint i) {
 }
 #endif
 
+#if QTYPE != Q4_1
+// The NQ payload words of the 16-bit-aligned block at half `at`, and its scale d, in NQ
+// 32-bit loads and one 16-bit load, every load inside the block: the words from half
+// 2 * ((at + 1) / 2) on cover the block's halves but one, its last (block word-aligned:
+// then the payload straddles words) or its first, d (block not word-aligned: then the
+// payload words are whole).
+#if QTYPE == Q8_0
+#define NQ 8
+#else
+#define NQ 4
+#endif
+float payload(uint at, out uint q[NQ]) {
+    bool odd = (at & 1u) != 0u;
+    uint w0 = (at + 1u) >> 1;
+    uint w[NQ + 1];
+    [[unroll]] for (uint i = 0; i < NQ; ++i) {
+        w[i] = ww[w0 + i];
+    }
+    w[NQ] = uint(ws[odd ? at : at + 2u * NQ]);
+    [[unroll]] for (uint i = 0; i < NQ; ++i) {
+        q[i] = odd ? w[i] : (w[i] >> 16) | (w[i + 1u] << 16);
+    }
+    return unpackHalf2x16(odd ? w[NQ] : w[0] & 0xFFFFu).x;
+}
+#endif
+
 vec4 low_nibbles(uint w) {
     return vec4(w & 0xFu, (w >> 8) & 0xFu, (w >> 16) & 0xFu, (w >> 24) & 0xFu);
 }
@@ -149,17 +181,17 @@ void block(uint row_at, uint b, uint j, uint m0, inout float acc[MT]) {
     float d = dm.x;
     float mn = dm.y;
 #elif QTYPE == Q4_0
-    uint at = row_at + b * 9u;
-    float d = unpackHalf2x16(uint(ws[at])).x;
+    uint qw[NQ];
+    float d = payload(row_at + b * 9u, qw);
 #else
-    uint at = row_at + b * 17u;
-    float d = unpackHalf2x16(uint(ws[at])).x;
+    uint qw[NQ];
+    float d = payload(row_at + b * 17u, qw);
 #endif
     uint k0 = b * 32u;
 #if QTYPE == Q8_0
     vec4 q[8];
     [[unroll]] for (uint i = 0; i < 8; ++i) {
-        q[i] = signed_bytes(word(at, i));
+        q[i] = signed_bytes(qw[i]);
     }
     [[unroll]] for (uint r = 0; r < MT; ++r) {
         uint row = min(m0 + r, pc.m - 1u);  // rows past M read row M-1; never stored
@@ -173,7 +205,11 @@ void block(uint row_at, uint b, uint j, uint m0, inout float acc[MT]) {
     vec4 lo[4];
     vec4 hi[4];
     [[unroll]] for (uint i = 0; i < 4; ++i) {
+#if QTYPE == Q4_1
         uint w = word(at, i);
+#else
+        uint w = qw[i];
+#endif
         lo[i] = low_nibbles(w);
         hi[i] = low_nibbles(w >> 4);
     }
