@@ -73,6 +73,11 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "argmax": lambda e, x: ops.argmax(x),
     "rope": lambda e, x: ops.rope(x, e.ints([0, 1]), theta=10000.0),
     "kv_write": lambda e, x: ops.kv_write(x, e.t((2, 1, 1, 4)), e.ints([0, 1])),
+    "conv2d": lambda e, x: ops.conv2d(x, e.t((2, 3, 3, 3))),
+    "max_pool2d": lambda e, x: ops.max_pool2d(x, (2, 2)),
+    "avg_pool2d": lambda e, x: ops.avg_pool2d(x, (2, 2)),
+    "global_avg_pool": lambda e, x: ops.global_avg_pool(x),
+    "batch_norm": lambda e, x: ops.batch_norm(x, e.t((3,)), e.t((3,)), e.t((3,)), e.t((3,))),
 }
 # Every op whose public function the registry generates (a one-input float op running as a
 # generated kernel: exp, hardswish, ...) takes the same one-tensor call.
