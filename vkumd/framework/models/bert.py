@@ -58,6 +58,7 @@ import numpy as np
 from vkumd.errors import VkumdValueError
 from vkumd.framework import dtypes, ops
 from vkumd.framework.models.config import BertConfig, SentenceConfig
+from vkumd.framework.models.device_weights import upload_leaves
 
 # F.normalize's clamp (1e-12 on the norm), as an eps under the square root.
 _NORM_EPS = 1e-24
@@ -196,18 +197,7 @@ def upload(ctx: Any, weights: BertWeights) -> BertWeights:
     Raises:
         OutOfDeviceMemory: the weights do not fit.
     """
-    made: list[Any] = []
-
-    def put(name: str, array: np.ndarray) -> Any:
-        made.append(ctx.tensor(array, dtype=weights.dtype))
-        return made[-1]
-
-    try:
-        return weights.map(put)
-    except BaseException:
-        for t in made:
-            t.release()
-        raise
+    return upload_leaves(ctx, weights, weights.dtype)
 
 
 def layer(p: LayerWeights, x: Any, lengths: Any, batch: Any, seq: Any, config: BertConfig

@@ -40,11 +40,12 @@ import numpy as np
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes, ops
+from vkumd.framework.models.device_weights import upload_leaves
+from vkumd.framework.models.gguf_quant import FLOAT_QTYPES
 from vkumd.framework.opset.attention import attention_path
 
 COMPUTES = ("quantized", "float16", "float32")
 CACHE_DTYPES = ("float16", "float32")
-FLOAT_QTYPES = ("F32", "F16", "BF16")
 LAYER_FIELDS = ("attn_norm", "q", "k", "v", "o", "ffn_norm", "gate", "up", "down")
 NORMS = ("attn_norm", "ffn_norm")
 
@@ -176,18 +177,7 @@ def upload(ctx: Any, weights: LlamaWeights) -> LlamaWeights:
     Raises:
         OutOfDeviceMemory: the weights do not fit.
     """
-    made: list[Any] = []
-
-    def put(name: str, array: np.ndarray) -> Any:
-        made.append(ctx.tensor(array))
-        return made[-1]
-
-    try:
-        return weights.map(put)
-    except BaseException:
-        for t in made:
-            t.release()
-        raise
+    return upload_leaves(ctx, weights)
 
 
 def linear(weights: LlamaWeights, name: str, x: Any, residual: Any = None) -> Any:
