@@ -57,7 +57,8 @@ from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import WORKGROUP, Kernel
 
 N = 1 << 22
-# activation.glsl's selects until 2026-12-01: each arm its own quotient (or product).
+# activation.glsl's selects until 2026-12-01: each arm its own quotient (or product); gelu's
+# erfc is today's, as the selects are what is compared.
 TWO_DIVISION_FORMS = """
 float old_sigmoid(float x) {
     float e = exp(-abs(x));
@@ -74,7 +75,7 @@ float old_gelu_tanh(float x) {
     return u >= 0.0 ? x / (1.0 + e) : x * e / (1.0 + e);
 }
 float old_gelu(float x) {
-    float c = vkumd_erfc_nonneg(abs(x * 0.70710678118654752));
+    float c = vkumd_erfc_nonneg_scaled(abs(x));
     return x >= 0.0 ? 0.5 * x * (2.0 - c) : 0.5 * x * c;
 }
 """

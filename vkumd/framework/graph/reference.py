@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from vkumd.framework.graph.ir import Graph, Node
 
 _erf = np.frompyfunc(math.erf, 1, 1)
+_erfc = np.frompyfunc(math.erfc, 1, 1)
 
 
 def round_to(array: np.ndarray, dtype: dtypes.DType) -> np.ndarray:
@@ -49,8 +50,9 @@ def erf(x: np.ndarray) -> np.ndarray:
 
 def gelu(x: np.ndarray) -> np.ndarray:
     """``x * Phi(x)`` with the exact (erf) normal CDF."""
+    # Phi(x) = erfc(-x / sqrt 2) / 2: 1 + erf cancels every digit in the negative tail.
     # np.asarray: on a 0-d array the ufunc gives a bare float, which has no astype.
-    return 0.5 * x * (1.0 + np.asarray(_erf(x / math.sqrt(2.0)), np.float64))
+    return 0.5 * x * np.asarray(_erfc(-x / math.sqrt(2.0)), np.float64)
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
