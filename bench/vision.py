@@ -222,10 +222,12 @@ def peer_rows(name: str, threads: int, r: dict[str, Any]) -> list[str]:
 
 def details(name: str, threads: int, r: dict[str, Any]) -> list[str]:
     """vkumd's launches, memory plan and time per op family."""
+    firsts = ", ".join(f"{k} {p['first_s']:.1f} s" for k, p in r["batches"].get("1", {}).items()
+                       if "first_s" in p)
+    lines = [f"{name} ({threads}t): first call (recording, pipelines): {firsts}"] if firsts else []
     v = r.get("vkumd")
     if not v:
-        return []
-    lines = []
+        return lines
     mem, prof = v["memory"], v["profile"]
     if mem:
         ratio = mem["arena_bytes"] / mem["intermediate_bytes"] if mem["intermediate_bytes"] else 0
