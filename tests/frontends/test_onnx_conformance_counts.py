@@ -57,6 +57,7 @@ def _cases() -> dict[str, TestCase]:
         _case("test_add_ok", "Add", [a, b], [a + b]),
         _case("test_add_ok_expanded", "Add", [a, b], [a + b], nodes=2),
         _case("test_add_wrong", "Add", [a, b], [a + b + np.float32(1e-2)]),
+        _case("test_identity", "Identity", [a], [a]),
         _case("test_frobnicate", "Frobnicate", [a], [a], domain="com.example"),
         _case("test_identity_string", "Identity", [words], [words], elem=TensorProto.STRING),
     ]
@@ -71,6 +72,9 @@ def test_each_outcome_is_counted_with_its_reason(ctx: Any, tmp_path: Path) -> No
     assert [o.name for o in report.outcomes] == list(cases)
 
     assert got["test_add_ok"].status == "passed", got["test_add_ok"]
+    assert got["test_add_ok"].reason == ""  # ran a kernel
+    assert (got["test_identity"].status, got["test_identity"].reason) == (
+        "passed", report_mod.NO_KERNEL)
     assert got["test_add_ok_expanded"].status == "passed"
     assert got["test_add_ok_expanded"].operator == "Add"  # counted for its base case's op
 
@@ -85,18 +89,20 @@ def test_each_outcome_is_counted_with_its_reason(ctx: Any, tmp_path: Path) -> No
     assert (text.status, text.reason) == ("skipped", "element type not stored by vkumd: STRING")
 
     summary = report.summary()
-    assert summary["total"] == 5
-    assert summary["vkumd"] == {"passed": 2, "failed": 1, "skipped": 1, "not imported": 1}
+    assert summary["total"] == 6
+    assert summary["vkumd"] == {"passed": 3, "failed": 1, "skipped": 1, "not imported": 1}
+    assert summary["passed without a kernel"] == 1
     assert summary["skipped"] == [["element type not stored by vkumd", 1, [("STRING", 1)]]]
     assert summary["missing"] == [["com.example:Frobnicate", 1, 1, 0]]
     assert summary["failed"] == [["test_add_wrong", wrong.reason]]
     if HAS_ORT:
         assert (got["test_add_ok"].ort, got["test_add_wrong"].ort) == ("passed", "failed")
         assert got["test_frobnicate"].ort == "error"
-        assert summary["onnxruntime"]["passed"] == 3  # the two Adds and the string Identity
+        assert summary["onnxruntime"]["passed"] == 4  # the two Adds and the Identities
         # Add: 3 cases, vkumd passes 2, onnxruntime 2, none that only onnxruntime passes.
         assert ["Add", 3, 2, 2, 0] in summary["operators"]
-        assert summary["operators"][0][0] == "Identity"  # the to-do list's first entry
+        # Identity: 2 cases, vkumd passes the float one, onnxruntime both: the to-do list's top.
+        assert summary["operators"][0] == ["Identity", 2, 1, 2, 1]
     else:
         assert summary["onnxruntime"] is None  # not installed: no column, not zeros
     # The markdown renders every count it was given.
