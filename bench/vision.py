@@ -162,6 +162,9 @@ def bench_model(name: str, ctx: Any, threads: int, args: argparse.Namespace) -> 
     if any(b != 1 for b in args.batches) and model.batch_free is not None:
         row["batch8_skipped"] = model.batch_free
     for batch in batches:
+        if batch != 1 and "skipped" in row["batches"]["1"].get("vkumd", {}):
+            row["batch8_skipped"] = "vkumd cannot run the model: batch 1 only"
+            break
         tag = f"[{threads}t] {name} batch {batch}"
         runs: dict[str, Any] = {}
         if "vkumd" in args.peers:
@@ -208,7 +211,10 @@ def peer_rows(name: str, threads: int, r: dict[str, Any]) -> list[str]:
     """Markdown rows: one per peer, batch 1 and batch 8 side by side."""
     b1, b8 = r["batches"].get("1", {}), r["batches"].get("8", {})
     rows = []
+    has_ref = "images_per_s" in b1.get("onnxruntime", {})
     for peer in b1:
+        ref = "(reference)" if peer == "onnxruntime" else (
+            "n/a" if has_ref else "n/a: onnxruntime did not run")
         p, q = b1[peer], b8.get(peer, {})
         if "skipped" in p:
             rows.append(f"| {name} | {threads} | {peer} | not run: {p['skipped']} | | | |")
@@ -216,7 +222,7 @@ def peer_rows(name: str, threads: int, r: dict[str, Any]) -> list[str]:
         eight = (f"{q['images_per_s']:.2f}" if "images_per_s" in q else
                  q.get("skipped") or r.get("batch8_skipped") or "not asked")
         rows.append(f"| {name} | {threads} | {peer} | {_ms(p)} | {p['images_per_s']:.2f} | "
-                    f"{eight} | {_err(p) or '(reference)'} |")
+                    f"{eight} | {_err(p) or ref} |")
     return rows
 
 
