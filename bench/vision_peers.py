@@ -127,6 +127,7 @@ def onnxruntime_peer(model: Model, threads: int) -> Run | str:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only: ddddocr's file declares a smaller output
     try:
         session = ort.InferenceSession(str(model.path), options,
                                        providers=["CPUExecutionProvider"])
