@@ -25,7 +25,8 @@ _DEFAULTS = {"LSTM": ("sigmoid", "tanh", "tanh"), "GRU": ("sigmoid", "tanh")}
 
 def _activations(op: str, attrs: dict[str, Any]) -> None:
     """Refuse activations other than the defaults (written out or left implicit)."""
-    given = [str(a) for a in attrs.get("activations", [])]
+    given = [a.decode() if isinstance(a, bytes) else str(a)
+             for a in attrs.get("activations", [])]
     default = _DEFAULTS[op]
     if given and ([a.lower() for a in given] not in (list(default), list(default) * 2)):
         raise Unsupported(f"attribute activations={given}: vkumd's {op} takes only ONNX's "
