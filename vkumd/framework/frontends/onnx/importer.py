@@ -23,8 +23,8 @@ from vkumd.framework.frontends.onnx import (  # noqa: F401
     ops_linalg,
     ops_logic,
     ops_math,
-    ops_shape,
     ops_recurrent,
+    ops_shape,
     ops_vision,
 )
 from vkumd.framework.frontends.onnx.derived import Derived
