@@ -52,6 +52,7 @@
 #define HAS_HR 16u      // hr (and hr2) hold this step's recurrent product; else it is zero
 #define INPUT_FORGET 32u
 #define CLIP 64u
+#define HAS_LENS 128u   // lens holds each batch row's sequence length
 
 layout(local_size_x_id = 0) in;
 
@@ -65,6 +66,7 @@ layout(std430, binding = 6) readonly buffer C0 { ELEM c0[]; };   // [dirs, batch
 layout(std430, binding = 7) buffer Y { ELEM y[]; };              // [seq, dirs, batch, H]
 layout(std430, binding = 8) buffer YH { ELEM y_h[]; };           // [dirs, batch, H]
 layout(std430, binding = 9) buffer YC { ELEM y_c[]; };           // [dirs, batch, H]; MODE 3: r*h
+layout(std430, binding = 10) readonly buffer Lens { int lens[]; }; // [batch] sequence_lens
 
 layout(push_constant) uniform Recurrent {
     uint seq;
@@ -94,7 +96,31 @@ void main() {
         uint row = index / hidden;           // d * batch + b: the state's row
         uint b = row % pc.batch;
         uint d = row / pc.batch;
-        uint t = ((pc.reverse >> d) & 1u) != 0u ? pc.seq - 1u - pc.step : pc.step;
+        // With sequence_lens, row b runs its first len steps (a backward direction from
+        // step len - 1 down); its later steps write zeros to Y and keep the state.
+        uint len = pc.seq;
+        if ((pc.flags & HAS_LENS) != 0u) {
+            len = min(uint(max(lens[b], 0)), pc.seq);
+        }
+        bool running = pc.step < len;
+        uint t = running && ((pc.reverse >> d) & 1u) != 0u ? len - 1u - pc.step : pc.step;
+        float h_prev = first ? ((pc.flags & HAS_H0) != 0u ? float(h0[index]) : 0.0)
+                             : float(y_h[index]);
+        uint at = (t * pc.dirs + d) * pc.batch * hidden + b * hidden + j;
+#if MODE == LSTM
+        float c_prev = first ? ((pc.flags & HAS_C0) != 0u ? float(c0[index]) : 0.0)
+                             : float(y_c[index]);
+#endif
+        if (!running) {
+#if MODE != GRU_RESET
+            y[at] = ELEM(0.0);
+            y_h[index] = ELEM(h_prev);
+#if MODE == LSTM
+            y_c[index] = ELEM(c_prev);
+#endif
+#endif
+            continue;
+        }
         uint xbase = (t * pc.batch + b) * (pc.dirs * gh) + d * gh + j;
         uint hbase = row * pc.hr_cols + j;
         uint bbase = d * 2u * gh + j;
@@ -119,12 +145,7 @@ void main() {
             }
             pre[g] = v;
         }
-        float h_prev = first ? ((pc.flags & HAS_H0) != 0u ? float(h0[index]) : 0.0)
-                             : float(y_h[index]);
-        uint at = (t * pc.dirs + d) * pc.batch * hidden + b * hidden + j;
 #if MODE == LSTM
-        float c_prev = first ? ((pc.flags & HAS_C0) != 0u ? float(c0[index]) : 0.0)
-                             : float(y_c[index]);
         bool peep_on = (pc.flags & HAS_PEEPHOLES) != 0u;
         uint pbase = d * 3u * hidden + j;
         float pi = pre[0];

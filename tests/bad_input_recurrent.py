@@ -1,6 +1,6 @@
 """Bad calls of the recurrent layers (``ops.lstm``, ``ops.gru``), in
 :mod:`bad_input_ops`'s ``Case(id, call, error, message fragment)`` form. The ONNX-only
-refusals (activations, layout, sequence_lens) are tests/frontends/test_onnx_recurrent.py's."""
+refusals (activations, layout) are tests/frontends/test_onnx_recurrent.py's."""
 
 from __future__ import annotations
 
@@ -49,6 +49,10 @@ RECURRENT = [
     C("lstm_peepholes_wrong_shape", lambda e: _lstm(e, p=e.t((1, 20))), VE, "p has shape"),
     C("lstm_initial_h_wrong_batch", lambda e: _lstm(e, initial_h=e.t((1, 3, 7))), VE,
       "initial_h has shape"),
+    C("lstm_sequence_lens_float", lambda e: _lstm(e, sequence_lens=e.t((2,))), TE,
+      "sequence_lens is float32"),
+    C("lstm_sequence_lens_wrong_batch", lambda e: _lstm(e, sequence_lens=e.ints([3, 3, 3])),
+      VE, "sequence_lens has shape"),
     C("lstm_x_2d", lambda e: _lstm(e, x=e.t((3, 5))), VE, "must be 3-D"),
     C("lstm_no_time_step", lambda e: _lstm(e, x=e.t((0, 2, 5))), VE, "no time step"),
     C("lstm_int32", lambda e: ops.lstm(_x(e, "int32"), e.t((1, 28, 5), "int32"),

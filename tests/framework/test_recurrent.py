@@ -140,6 +140,44 @@ def test_float16(ctx, cell: str, extra: bool) -> None:
         assert_close(g.numpy().astype(np.float64), w, "float16", cell)
 
 
+def _per_row(cell, a, lens, direction, clip, extra):
+    """The expected outputs with ``lens``: each batch row is its own layer over its first
+    ``lens[i]`` steps (this file's references), zeros after them."""
+    seq, batch, _ = a["x"].shape
+    outs = None
+    for i, n in enumerate(lens):
+        row = {k: v[:, i:i + 1] if k in ("x", "initial_h", "initial_c") else v
+               for k, v in a.items()}
+        row["x"] = row["x"][:n]
+        got = _expected(cell, row, direction, clip, extra)
+        if outs is None:
+            outs = [np.zeros((seq,) + got[0].shape[1:2] + (batch,) + got[0].shape[3:])]
+            outs += [np.zeros(g.shape[:1] + (batch,) + g.shape[2:]) for g in got[1:]]
+        outs[0][:n, :, i] = got[0][:, :, 0]
+        for o, g in zip(outs[1:], got[1:], strict=False):
+            o[:, i] = g[:, 0]
+    return outs
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("cell,extra", [("lstm", False), ("gru", False), ("gru", True)])
+def test_sequence_lens(ctx, cell: str, extra: bool, direction: str) -> None:
+    rng = np.random.default_rng()
+    a = _case(rng, cell, "float32", 6, 4, 5, 7, direction, True)
+    lens = [6, 2, 5, 1]
+    want = _per_row(cell, a, lens, direction, None, extra)
+    out = tuple(poisoned(ctx, w.shape, "float32") for w in want)
+    t = {k: tensor(ctx, v, "float32") for k, v in a.items()}
+    keys = {k: t[k] for k in ("initial_h", "initial_c", "p") if k in t}
+    seq_lens = ctx.tensor(np.asarray(lens, np.int32))
+    fn = ops.lstm if cell == "lstm" else ops.gru
+    flag = {"input_forget" if cell == "lstm" else "linear_before_reset": extra}
+    got = fn(t["x"], t["w"], t["r"], t["b"], sequence_lens=seq_lens, **keys,
+             direction=direction, out=out, **flag)
+    for g, w in zip(got, want, strict=True):
+        assert_close(g.numpy().astype(np.float64), w, "float32", cell)
+
+
 def test_larger_layer_uses_the_gemm_tiles(ctx) -> None:
     # Sizes past one GEMM tile on every side, so the projections are real tiled GEMMs.
     rng = np.random.default_rng()
@@ -157,6 +195,7 @@ def test_record_reference_agrees_with_this_one() -> None:
         a = _case(rng, cell, "float32", 4, 2, 3, 5, "bidirectional", True)
         b = GraphBuilder(cell)
         ins = [b.input(k, v.shape) for k, v in a.items()]
+        ins.insert(4, None)  # no sequence_lens
         attrs = {"input_forget" if cell == "lstm" else "linear_before_reset": extra}
         outs = b.op(cell, *ins, direction="bidirectional", clip=0.8, **attrs)
         b.output(*outs)
@@ -172,6 +211,7 @@ def test_compiled_graph(ctx) -> None:
     b = GraphBuilder("gru")
     x = b.input("x", a["x"].shape)
     weights = [b.constant(a[k].astype(np.float32)) for k in ("w", "r", "b", "initial_h")]
+    weights.insert(3, None)  # no sequence_lens
     y, y_h = b.op("gru", x, *weights, direction="reverse")
     b.output(b.relu(y), y_h)
     graph = CompiledGraph(b.build(), ctx)

@@ -103,7 +103,7 @@ def test_matches_onnxruntime(ctx, case) -> None:
     ({"activation_alpha": [0.5]}, "activation_alpha"),
     ({"layout": 2}, "layout"),
     ({"direction": "both"}, "direction='both'"),
-    ({"sequence_lens": np.array([4, 2], np.int32)}, "sequence_lens"),
+    ({"sequence_lens": np.array([4, 2, 1], np.int32)}, "sequence_lens has shape"),
 ])
 def test_bad_nodes_name_the_node(ctx, change: dict, fragment: str) -> None:
     weights = {"W": np.ones((1, 20, 4), np.float32), "R": np.ones((1, 20, 5), np.float32)}
@@ -115,6 +115,26 @@ def test_bad_nodes_name_the_node(ctx, change: dict, fragment: str) -> None:
         vkumd.onnx.load(model, ctx=ctx)
     assert "the_node" in str(info.value)
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("op,direction", [("LSTM", "bidirectional"), ("GRU", "reverse"),
+                                          ("LSTM", "forward")])
+def test_sequence_lens_matches_onnxruntime(ctx, op: str, direction: str) -> None:
+    ort = pytest.importorskip("onnxruntime", reason="checked against onnxruntime, which is "
+                              "not installed")
+    rng = np.random.default_rng()
+    dirs = 2 if direction == "bidirectional" else 1
+    weights = _weights(rng, op, dirs, 3, 4, 5, True)
+    weights["sequence_lens"] = np.array([5, 2, 4], np.int32)
+    outputs = ("Y", "Y_h", "Y_c") if op == "LSTM" else ("Y", "Y_h")
+    model = recurrent_model(op, weights, (5, 3, 4), outputs, hidden_size=5,
+                            direction=direction)
+    x = rng.standard_normal((5, 3, 4)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    got = vkumd.onnx.load(model, ctx=ctx)(X=x)
+    for name, w in zip(outputs, want, strict=True):
+        np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 def test_uniform_constant_sequence_lens_is_the_plain_layer(ctx) -> None:

@@ -21,7 +21,8 @@ RECURRENT_PUSH = PushLayout("seq:u32", "batch:u32", "hidden:u32", "dirs:u32", "s
 # of a GRU step without it (r * h_prev, then the rest once (r * h_prev) . Rh^T is known).
 MODES = {"lstm": 1, "gru_linear": 2, "gru_reset": 3, "gru_cell": 4}
 # The shader's flag bits.
-HAS_BIAS, HAS_PEEPHOLES, HAS_H0, HAS_C0, HAS_HR, INPUT_FORGET, CLIP = (1 << i for i in range(7))
+HAS_BIAS, HAS_PEEPHOLES, HAS_H0, HAS_C0, HAS_HR, INPUT_FORGET, CLIP, HAS_LENS = (
+    1 << i for i in range(8))
 
 
 def _variants(caps: DeviceCaps) -> list[dict]:
@@ -33,7 +34,7 @@ def _variants(caps: DeviceCaps) -> list[dict]:
 RECURRENT = register(Kernel(
     name="recurrent",
     source="recurrent.comp",
-    buffers=10,
+    buffers=11,
     push=RECURRENT_PUSH,
     defines={"DTYPE": tuple(RECURRENT_CODES.values()), "MODE": tuple(MODES.values())},
     spec_constants={WORKGROUP: 0},

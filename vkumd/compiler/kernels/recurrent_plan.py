@@ -32,6 +32,7 @@ from vkumd.compiler.kernels.recurrent import (
     HAS_C0,
     HAS_H0,
     HAS_HR,
+    HAS_LENS,
     HAS_PEEPHOLES,
     INPUT_FORGET,
     MODES,
@@ -58,7 +59,8 @@ class RecurrentProblem:
         dtype: every operand's dtype name.
         seq, batch, input, hidden, dirs: the sizes.
         reverse: bit ``d`` set: direction ``d`` walks the sequence backwards.
-        bias, peepholes, initial_h, initial_c: which optional operands are given.
+        bias, lens, peepholes, initial_h, initial_c: which optional operands are given
+            (``lens``: sequence_lens).
         input_forget: LSTM's coupled input and forget gates.
         clip: the bound of every activation's input (None: none).
         linear_before_reset: GRU's variant that resets after the recurrent GEMM.
@@ -74,6 +76,7 @@ class RecurrentProblem:
     dirs: int
     reverse: int
     bias: bool
+    lens: bool
     peepholes: bool
     initial_h: bool
     initial_c: bool
@@ -111,8 +114,8 @@ def _gemm(caps: DeviceCaps, dtype: str, m: int, n: int, k: int, count: int,
 def recurrent_plan(caps: DeviceCaps, problem: RecurrentProblem) -> RecurrentPlan:
     """The launches of one LSTM or GRU layer (see the module's docstring).
 
-    Operands: x, w, r, b, initial_h, initial_c, p, y, y_h, y_c (None when absent; GRU has no
-    initial_c, p or y_c).
+    Operands: x, w, r, b, sequence_lens (int32), initial_h, initial_c, p, y, y_h, y_c (None
+    when absent; GRU has no initial_c, p or y_c).
 
     Raises:
         VkumdValueError: no time step; a tensor past the kernels' 32-bit indexing.
@@ -157,8 +160,9 @@ def recurrent_plan(caps: DeviceCaps, problem: RecurrentProblem) -> RecurrentPlan
     cell = RECURRENT.specialize({"DTYPE": code, "MODE": mode, WORKGROUP: ELEMENTWISE_WORKGROUP})
     reset = (RECURRENT.specialize({"DTYPE": code, "MODE": MODES["gru_reset"],
                                    WORKGROUP: ELEMENTWISE_WORKGROUP}) if split else None)
-    flags = ((HAS_BIAS if p.bias else 0) | (HAS_PEEPHOLES if p.peepholes else 0)
-             | (HAS_H0 if p.initial_h else 0) | (HAS_C0 if p.initial_c else 0)
+    flags = ((HAS_BIAS if p.bias else 0) | (HAS_LENS if p.lens else 0)
+             | (HAS_PEEPHOLES if p.peepholes else 0) | (HAS_H0 if p.initial_h else 0)
+             | (HAS_C0 if p.initial_c else 0)
              | (INPUT_FORGET if p.input_forget else 0) | (CLIP if p.clip is not None else 0))
     hr_cols = 2 * p.hidden if split else gh
     pushes = tuple(
@@ -204,7 +208,7 @@ class RecurrentPlan:
                  scratch: Sequence[Operand] = ()) -> list[Launch]:
         """Every launch of the layer, in order."""
         p = self.problem
-        x, w, r, b, h0, c0, peep, y, y_h, y_c = (list(operands) + [None] * 10)[:10]
+        x, w, r, b, lens, h0, c0, peep, y, y_h, y_c = (list(operands) + [None] * 11)[:11]
         assert y is not None and y_h is not None and r is not None
         own, rest = scratch[:self.base], list(scratch[self.base:])
         sub_scratch = []
@@ -218,7 +222,8 @@ class RecurrentPlan:
             return (t if t is not None else xw).binding
 
         common = [xw.binding, hr.binding, hr.binding, bind(b), bind(peep), bind(h0), bind(c0),
-                  y.binding, y_h.binding, bind(y_c) if p.cell == "lstm" else y_h.binding]
+                  y.binding, y_h.binding, bind(y_c) if p.cell == "lstm" else y_h.binding,
+                  bind(lens)]
         writes = (7, 8, 9) if p.cell == "lstm" else (7, 8)
         if self.reset is None:
             buffers = tuple(common)

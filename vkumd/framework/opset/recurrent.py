@@ -30,8 +30,8 @@ from vkumd.framework.opset.recurrent_reference import DIRECTIONS, gru_reference,
 from vkumd.framework.tensor import Tensor
 
 _VERDICTS: Verdicts = {}
-LSTM_INPUTS = ("x", "w", "r", "b?", "initial_h?", "initial_c?", "p?")
-GRU_INPUTS = ("x", "w", "r", "b?", "initial_h?")
+LSTM_INPUTS = ("x", "w", "r", "b?", "sequence_lens?", "initial_h?", "initial_c?", "p?")
+GRU_INPUTS = ("x", "w", "r", "b?", "sequence_lens?", "initial_h?")
 
 
 def _expect(op: str, what: str, t: TensorType | None, want: tuple[Any, ...], meaning: str,
@@ -48,9 +48,10 @@ def _expect(op: str, what: str, t: TensorType | None, want: tuple[Any, ...], mea
 def _rule(op: str, ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
     gates = GATES[op]
     names = ("x", "w", "r", "b", "initial_h", "initial_c", "p")
-    x, w, r = ins[0], ins[1], ins[2]
+    x, w, r, lens = ins[0], ins[1], ins[2], ins[4]
     assert x is not None and w is not None and r is not None  # required inputs
-    dt = same_dtype(op, *zip(names, ins, strict=False))
+    floats = ins[:4] + ins[5:]
+    dt = same_dtype(op, *zip(names, floats, strict=False))
     if dt.name not in RECURRENT_DTYPES:
         raise VkumdTypeError(f"{op}: x is {dt.name}; {op} takes {', '.join(RECURRENT_DTYPES)} "
                              "(cast() converts)")
@@ -84,11 +85,15 @@ def _rule(op: str, ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Te
             f"hidden] for {layout}", dims)
     _expect(op, "b", ins[3], (dirs, 2 * gates * hidden), "[directions, 2 * "
             f"{gates} * hidden]: input biases then recurrent ones, for {layout}", dims)
+    if lens is not None:
+        if lens.dtype.name != "int32":
+            raise VkumdTypeError(f"{op}: sequence_lens is {lens.dtype.name}; it takes int32")
+        _expect(op, "sequence_lens", lens, (batch,), "[batch]: each batch row's length", dims)
     state = (dirs, batch, hidden)
-    _expect(op, "initial_h", ins[4], state, "[directions, batch, hidden]", dims)
+    _expect(op, "initial_h", ins[5], state, "[directions, batch, hidden]", dims)
     if op == "lstm":
-        _expect(op, "initial_c", ins[5], state, "[directions, batch, hidden]", dims)
-        _expect(op, "p", ins[6], (dirs, 3 * hidden), "[directions, 3 * hidden]: the i, o "
+        _expect(op, "initial_c", ins[6], state, "[directions, batch, hidden]", dims)
+        _expect(op, "p", ins[7], (dirs, 3 * hidden), "[directions, 3 * hidden]: the i, o "
                 "and f peepholes", dims)
         flag(op, attrs["input_forget"], "input_forget")
     else:
@@ -125,27 +130,28 @@ def _run(op: str, ins: list[Tensor | None], attrs: dict[str, Any],
     hidden = results[1].shape[2]
     if batch == 0 or hidden == 0:
         return results
-    padded = list(ins) + [None] * (7 - len(ins))
-    w, r, b, h0, c0, p = padded[1:]
+    padded = list(ins) + [None] * (8 - len(ins))
+    w, r, b, lens, h0, c0, p = padded[1:]
     assert w is not None and r is not None
     direction = attrs["direction"]
     reverse = {"forward": 0, "reverse": 1, "bidirectional": 2}[direction]
     clip = attrs.get("clip")
     problem = RecurrentProblem(
         op, x.dtype.name, seq, batch, inputs, hidden, DIRECTIONS[direction], reverse,
-        b is not None, p is not None, h0 is not None, c0 is not None,
+        b is not None, lens is not None, p is not None, h0 is not None, c0 is not None,
         bool(attrs.get("input_forget", False)), None if clip is None else float(clip),
         bool(attrs.get("linear_before_reset", False)),
         (x.address % 16, w.address % 16, r.address % 16,
          0 if h0 is None else h0.address % 16, results[1].address % 16))
     plan = recurrent_plan(context.caps, problem)
     y_c = results[2] if op == "lstm" else None
-    context.run(plan, (x, w, r, b, h0, c0, p, results[0], results[1], y_c))
+    context.run(plan, (x, w, r, b, lens, h0, c0, p, results[0], results[1], y_c))
     return results
 
 
 def lstm(x: Tensor, w: Tensor, r: Tensor, b: Tensor | None = None, *,
-         initial_h: Tensor | None = None, initial_c: Tensor | None = None,
+         sequence_lens: Tensor | None = None, initial_h: Tensor | None = None,
+         initial_c: Tensor | None = None,
          p: Tensor | None = None, hidden_size: int | None = None, direction: str = "forward",
          clip: float | None = None, input_forget: bool = False,
          out: tuple[Tensor, Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -159,6 +165,9 @@ def lstm(x: Tensor, w: Tensor, r: Tensor, b: Tensor | None = None, *,
         x: ``[seq, batch, input]``, float32 or float16.
         w: ``[dirs, 4 * hidden, input]`` (gates i, o, f, c); r: ``[dirs, 4 * hidden, hidden]``.
         b: optional ``[dirs, 8 * hidden]``: the input biases, then the recurrent ones.
+        sequence_lens: optional int32 ``[batch]``: row ``i`` runs its first
+            ``sequence_lens[i]`` steps (clamped to [0, seq]); Y is zero past them and
+            Y_h / Y_c hold the state after the last of them.
         initial_h, initial_c: optional ``[dirs, batch, hidden]`` states (zeros when absent).
         p: optional ``[dirs, 3 * hidden]`` peepholes (i, o, f).
         hidden_size: checked against r's shape when given.
@@ -180,12 +189,14 @@ def lstm(x: Tensor, w: Tensor, r: Tensor, b: Tensor | None = None, *,
     """
     attrs = {"hidden_size": hidden_size, "direction": direction, "clip": clip,
              "input_forget": input_forget}
-    y, y_h, y_c = _run("lstm", [x, w, r, b, initial_h, initial_c, p], attrs, out)
+    y, y_h, y_c = _run("lstm", [x, w, r, b, sequence_lens, initial_h, initial_c, p], attrs,
+                       out)
     return y, y_h, y_c
 
 
 def gru(x: Tensor, w: Tensor, r: Tensor, b: Tensor | None = None, *,
-        initial_h: Tensor | None = None, hidden_size: int | None = None,
+        sequence_lens: Tensor | None = None, initial_h: Tensor | None = None,
+        hidden_size: int | None = None,
         direction: str = "forward", clip: float | None = None,
         linear_before_reset: bool = False,
         out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
@@ -199,6 +210,7 @@ def gru(x: Tensor, w: Tensor, r: Tensor, b: Tensor | None = None, *,
         x: ``[seq, batch, input]``, float32 or float16.
         w: ``[dirs, 3 * hidden, input]`` (gates z, r, h); r: ``[dirs, 3 * hidden, hidden]``.
         b: optional ``[dirs, 6 * hidden]``: the input biases, then the recurrent ones.
+        sequence_lens: optional int32 ``[batch]``, as :func:`lstm`'s.
         initial_h: optional ``[dirs, batch, hidden]`` (zeros when absent).
         hidden_size: checked against r's shape when given.
         direction: ``"forward"``, ``"reverse"`` or ``"bidirectional"``.
@@ -214,7 +226,7 @@ def gru(x: Tensor, w: Tensor, r: Tensor, b: Tensor | None = None, *,
     """
     attrs = {"hidden_size": hidden_size, "direction": direction, "clip": clip,
              "linear_before_reset": linear_before_reset}
-    y, y_h = _run("gru", [x, w, r, b, initial_h], attrs, out)
+    y, y_h = _run("gru", [x, w, r, b, sequence_lens, initial_h], attrs, out)
     return y, y_h
 
 

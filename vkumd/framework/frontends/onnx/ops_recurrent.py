@@ -1,10 +1,9 @@
 """Converters of the recurrent layers: LSTM and GRU (opsets 7 to 22) onto ``lstm`` and
 ``gru``.
 
-``layout=1`` (batch first) runs as the layout-0 op between permutes. ``sequence_lens`` is
-taken when it is known at import time and every entry is the whole sequence (the layer is
-then the plain one); anything else is refused, as are activations other than ONNX's
-defaults.
+``layout=1`` (batch first) runs as the layout-0 op between permutes. A ``sequence_lens``
+known at import time whose every entry is the whole sequence is dropped (the plain layer);
+any other is the op's int32 input. Activations other than ONNX's defaults are refused.
 """
 
 from __future__ import annotations
@@ -38,20 +37,17 @@ def _activations(op: str, attrs: dict[str, Any]) -> None:
                               f"and vkumd's {op} takes only those")
 
 
-def _sequence_lens(st: State, node: onnx.NodeProto, seq: Any) -> None:
-    """Accept a sequence_lens that is the whole sequence for every batch entry."""
+def _sequence_lens(st: State, node: onnx.NodeProto, seq: Any) -> Value | None:
+    """The sequence_lens input, or None where it is absent or the whole sequence for every
+    batch entry."""
     if not st.present(node, 4):
-        return
+        return None
     known = st.known(node.input[4])
-    if known is None or not isinstance(seq, int):
-        raise Unsupported("sequence_lens computed at run time is not supported: vkumd runs "
-                          "every batch entry for the whole sequence (drop the input, or make "
-                          "it a constant equal to seq_length)")
-    lens = np.asarray(known).reshape(-1)
-    if lens.size and not np.all(lens == seq):
-        raise Unsupported(f"sequence_lens={lens.tolist()[:8]} differs from seq_length {seq}: "
-                          "sequences of different lengths are not supported (pad them and "
-                          "drop sequence_lens)")
+    if known is not None and isinstance(seq, int) and known.dtype != object:
+        lens = np.asarray(known).reshape(-1)
+        if lens.size and np.all(lens == seq):
+            return None
+    return st.value(node.input[4])
 
 
 def _recurrent(st: State, node: onnx.NodeProto, attrs: dict[str, Any], op: str,
@@ -65,12 +61,14 @@ def _recurrent(st: State, node: onnx.NodeProto, attrs: dict[str, Any], op: str,
         raise Unsupported(f"X has shape {tuple(x.shape)}; {node.op_type} takes a 3-D X")
     if layout == 1:
         x = st.b.permute(x, (1, 0, 2))
-    _sequence_lens(st, node, x.shape[0])
+    # ONNX's optional inputs are the op's, in the same order: B, sequence_lens, initial_h
+    # (and LSTM's initial_c, P).
     optional: list[Value | None] = []
-    names = (3, 5, 6, 7) if op == "lstm" else (3, 5)
-    for i in names:
+    for i in range(3, 8 if op == "lstm" else 6):
         v = st.value(node.input[i]) if st.present(node, i) else None
-        if v is not None and layout == 1 and i in (5, 6):
+        if i == 4:
+            v = _sequence_lens(st, node, x.shape[0])
+        elif v is not None and layout == 1 and i in (5, 6):
             v = st.b.permute(v, (1, 0, 2))  # initial states: [batch, dirs, hidden]
         optional.append(v)
     clip = attrs.get("clip")
