@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from transformer_checks import assert_close, assert_each_raises, poisoned, sample, tensor
 
+import vkumd.compiler.kernels.recurrent_plan as recurrent_plan
 from vkumd import ops
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.execute import CompiledGraph
@@ -127,6 +128,25 @@ def test_matches_float64(ctx, cell: str, extra: bool, clip: float | None, seq: i
     assert all(g is o for g, o in zip(got, out, strict=True))
     for name, g, w in zip(("Y", "Y_h", "Y_c"), got, want, strict=False):
         assert_close(g.numpy().astype(np.float64), w, "float32", f"{cell} {name}")
+
+
+@pytest.mark.parametrize("step", ["gemm", "matvec"])
+@pytest.mark.parametrize("direction", ["reverse", "bidirectional"])
+@pytest.mark.parametrize("cell,extra", [("lstm", True), ("gru", False), ("gru", True)])
+def test_each_step_path(ctx, monkeypatch: pytest.MonkeyPatch, cell: str, extra: bool,
+                        direction: str, step: str) -> None:
+    # The planner's choice of the per-step projection forced each way, on a batch the other
+    # rule would take.
+    matvec = step == "matvec"
+    monkeypatch.setattr(recurrent_plan, "MATVEC_MAX_BATCH", 8 if matvec else 0)
+    monkeypatch.setattr(recurrent_plan, "MATVEC_ON_GPU", matvec)
+    rng = np.random.default_rng()
+    a = _case(rng, cell, "float32", 5, 3, 6, 9, direction, True)
+    want = _expected(cell, a, direction, 0.9, extra)
+    out = tuple(poisoned(ctx, w.shape, "float32") for w in want)
+    got = _call(ctx, cell, a, "float32", direction, 0.9, extra, out)
+    for g, w in zip(got, want, strict=True):
+        assert_close(g.numpy().astype(np.float64), w, "float32", f"{cell} {step}")
 
 
 @pytest.mark.parametrize("cell,extra", [("lstm", False), ("gru", False), ("gru", True)])

@@ -40,3 +40,24 @@ RECURRENT = register(Kernel(
     spec_constants={WORKGROUP: 0},
     variants=_variants,
 ))
+
+RECURRENT_MATVEC_PUSH = PushLayout("dirs:u32", "batch:u32", "hidden:u32", "cols:u32",
+                                   "r_rows:u32", "row0:u32")
+# Lanes per workgroup of the matvec kernel (powers of two: the lanes' sums are a tree).
+MATVEC_WIDTHS = (8, 64)
+
+
+def _matvec_variants(caps: DeviceCaps) -> list[dict]:
+    codes = [c for c in RECURRENT_CODES.values() if caps.storage_16bit or c == "F32"]
+    return [{"DTYPE": c, WORKGROUP: w} for c in codes for w in MATVEC_WIDTHS]
+
+
+RECURRENT_MATVEC = register(Kernel(
+    name="recurrent_matvec",
+    source="recurrent_matvec.comp",
+    buffers=3,
+    push=RECURRENT_MATVEC_PUSH,
+    defines={"DTYPE": tuple(RECURRENT_CODES.values())},
+    spec_constants={WORKGROUP: 0},
+    variants=_matvec_variants,
+))

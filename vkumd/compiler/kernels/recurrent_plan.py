@@ -10,6 +10,8 @@ The layer runs as:
    (``shaders/recurrent.comp``) for every direction, which adds the biases, applies the gates
    and writes ``h`` (``Y``'s slice and ``Y_h``) and ``c`` (``Y_c``).
 
+With a batch of a few rows on a CPU driver the per-step projection is the matvec kernel
+(``shaders/recurrent_matvec.comp``, every direction in one launch) instead of the GEMM.
 A GRU without ``linear_before_reset`` needs ``(r * h) . Rh^T``, so its step is two GEMMs
 per direction (against ``R``'s ``[z, r]`` rows, then its ``h`` rows) around the kernel's two
 halves. The steps are recorded back to back; the runtime puts them in one submission and
@@ -38,6 +40,8 @@ from vkumd.compiler.kernels.recurrent import (
     MODES,
     RECURRENT,
     RECURRENT_CODES,
+    RECURRENT_MATVEC,
+    RECURRENT_MATVEC_PUSH,
     RECURRENT_PUSH,
 )
 from vkumd.compiler.launch import Launch, Operand
@@ -46,6 +50,11 @@ from vkumd.errors import VkumdValueError
 from vkumd.vk.caps import DeviceCaps
 
 GATES = {"lstm": 4, "gru": 3}
+# On CPU drivers, batches of at most this many rows take the matvec kernel for the per-step
+# projection instead of the GEMM, whose tiles hold 32 or more rows (shaders/recurrent_matvec
+# .comp has the measurement). GPUs keep the GEMM: the matvec kernel is unmeasured there.
+MATVEC_MAX_BATCH = 4
+MATVEC_ON_GPU = False
 # The kernel and the GEMM index with 32-bit unsigned integers.
 _MAX_ELEMENTS = (1 << 32) - 1
 
@@ -110,7 +119,34 @@ def _gemm(caps: DeviceCaps, dtype: str, m: int, n: int, k: int, count: int,
     return gemm_plan(caps, GemmProblem(shape, dtype, itemsize))
 
 
-@functools.lru_cache(maxsize=1024)
+@dataclass(frozen=True)
+class _Matvec:
+    """The per-step projection by the matvec kernel, every direction in one launch; its
+    ``launches`` takes the GEMM's operands (h, r, hr, None, None) for the same product."""
+
+    program: Any
+    push: bytes
+    groups: tuple[int, int, int]
+    scratch: tuple[int, ...] = ()
+
+    def launches(self, operands: Sequence[Operand | None],
+                 scratch: Sequence[Operand] = ()) -> list[Launch]:
+        h, r, hr = operands[:3]
+        assert h is not None and r is not None and hr is not None
+        return [Launch(self.program, (h.binding, r.binding, hr.binding), self.push,
+                       self.groups, (2,))]
+
+
+def _matvec(caps: DeviceCaps, p: RecurrentProblem, cols: int, r_rows: int, row0: int
+            ) -> _Matvec:
+    """``hr[d, b, :cols] = h[d, b] . R[d, row0:row0 + cols]^T`` for every direction."""
+    width = 8 if caps.device_type == "cpu" else 64
+    program = RECURRENT_MATVEC.specialize({"DTYPE": RECURRENT_CODES[p.dtype],
+                                           WORKGROUP: width})
+    push = RECURRENT_MATVEC_PUSH.pack(p.dirs, p.batch, p.hidden, cols, r_rows, row0)
+    return _Matvec(program, push, looped_grid(caps, -(-p.dirs * cols // width)))
+
+
 def recurrent_plan(caps: DeviceCaps, problem: RecurrentProblem) -> RecurrentPlan:
     """The launches of one LSTM or GRU layer (see the module's docstring).
 
@@ -120,6 +156,14 @@ def recurrent_plan(caps: DeviceCaps, problem: RecurrentProblem) -> RecurrentPlan
     Raises:
         VkumdValueError: no time step; a tensor past the kernels' 32-bit indexing.
     """
+    matvec = ((caps.device_type == "cpu" or MATVEC_ON_GPU)
+              and problem.batch <= MATVEC_MAX_BATCH)
+    return _recurrent_plan(caps, problem, matvec)
+
+
+@functools.lru_cache(maxsize=1024)
+def _recurrent_plan(caps: DeviceCaps, problem: RecurrentProblem, matvec: bool
+                    ) -> RecurrentPlan:
     p = problem
     if p.seq < 1:
         raise VkumdValueError(f"{p.cell}: the sequence has no time step (seq_length "
@@ -135,9 +179,14 @@ def recurrent_plan(caps: DeviceCaps, problem: RecurrentProblem) -> RecurrentPlan
     x_gemm = _gemm(caps, p.dtype, p.seq * p.batch, p.dirs * gh, p.input, 1, (x_at,), (w_at,))
     h_at = (yh_at, h0_at) if p.initial_h else (yh_at,)
     split = p.cell == "gru" and not p.linear_before_reset
-    steps: tuple[GemmLaunchPlan, ...]
+    steps: tuple[GemmLaunchPlan | _Matvec, ...]
+    if matvec:
+        steps = ((_matvec(caps, p, gh, gh, 0),) if not split else
+                 (_matvec(caps, p, 2 * p.hidden, gh, 0),
+                  _matvec(caps, p, p.hidden, gh, 2 * p.hidden)))
     if not split:
-        steps = (_gemm(caps, p.dtype, p.batch, gh, p.hidden, p.dirs, h_at, (r_at,)),)
+        if not matvec:
+            steps = (_gemm(caps, p.dtype, p.batch, gh, p.hidden, p.dirs, h_at, (r_at,)),)
         mode = MODES[p.cell if p.cell == "lstm" else "gru_linear"]
         scratch = (xw * e, p.dirs * p.batch * gh * e)
     else:
@@ -149,8 +198,9 @@ def recurrent_plan(caps: DeviceCaps, problem: RecurrentProblem) -> RecurrentPlan
         r_zr = [(r_at + d * 3 * rows) % 16 for d in range(p.dirs)]
         r_h = [(r_at + (d * 3 + 2) * rows) % 16 for d in range(p.dirs)]
         rh_at = [d * row % 16 for d in range(p.dirs)]
-        steps = (_gemm(caps, p.dtype, p.batch, 2 * p.hidden, p.hidden, 1, dirs_h, r_zr),
-                 _gemm(caps, p.dtype, p.batch, p.hidden, p.hidden, 1, rh_at, r_h))
+        if not matvec:
+            steps = (_gemm(caps, p.dtype, p.batch, 2 * p.hidden, p.hidden, 1, dirs_h, r_zr),
+                     _gemm(caps, p.dtype, p.batch, p.hidden, p.hidden, 1, rh_at, r_h))
         mode = MODES["gru_cell"]
         scratch = (xw * e, p.dirs * p.batch * 2 * p.hidden * e, p.dirs * row, p.dirs * row)
     base = len(scratch)
@@ -196,7 +246,7 @@ class RecurrentPlan:
 
     problem: RecurrentProblem
     x_gemm: GemmLaunchPlan
-    steps: tuple[GemmLaunchPlan, ...]
+    steps: tuple[GemmLaunchPlan | _Matvec, ...]
     cell: Any
     reset: Any
     pushes: tuple[bytes, ...]
@@ -246,12 +296,20 @@ class RecurrentPlan:
             if has_state:
                 h = y_h if s > 0 else h0
                 assert h is not None
-                for d in range(p.dirs):
-                    launches += zr.launches((_At(h, d * row), _At(r, d * 3 * rows),
-                                             _At(hr, d * 2 * row), None, None), sub_scratch[1])
+                if isinstance(zr, _Matvec):  # every direction in one launch
+                    launches += zr.launches((h, r, hr))
+                else:
+                    for d in range(p.dirs):
+                        launches += zr.launches((_At(h, d * row), _At(r, d * 3 * rows),
+                                                 _At(hr, d * 2 * row), None, None),
+                                                sub_scratch[1])
                 launches.append(Launch(self.reset, reset_buffers, push, self.groups, (9,)))
-                for d in range(p.dirs):
-                    launches += hh.launches((_At(rh, d * row), _At(r, (d * 3 + 2) * rows),
-                                             _At(hr2, d * row), None, None), sub_scratch[2])
+                if isinstance(hh, _Matvec):
+                    launches += hh.launches((rh, r, hr2))
+                else:
+                    for d in range(p.dirs):
+                        launches += hh.launches((_At(rh, d * row), _At(r, (d * 3 + 2) * rows),
+                                                 _At(hr2, d * row), None, None),
+                                                sub_scratch[2])
             launches.append(Launch(self.cell, cell_buffers, push, self.groups, writes))
         return launches
