@@ -139,3 +139,55 @@ def test_vkumd_reads_the_same_strings_as_onnxruntime(device_ocr, reference_ocr):
         want = reference_ocr(page)
         assert [line.text for line in got.lines] == [line.text for line in want.lines]
         assert [line.rotated for line in got.lines] == [line.rotated for line in want.lines]
+
+
+def test_vkumd_orientation_matches_onnxruntime():
+    import vkumd
+
+    try:
+        reference = Orientation("onnxruntime")
+    except ModelNotFound as exc:
+        pytest.skip(str(exc))
+    page = render(LINES, 24)
+    with vkumd.Context() as ctx, Orientation("vkumd", ctx=ctx) as orientation:
+        for k in (0, 1):
+            turned = np.rot90(page, k).copy()
+            try:
+                got = orientation(turned)
+            except VkumdError as exc:
+                pytest.skip(f"vkumd cannot run the orientation model yet: {str(exc)[:300]}")
+            want = reference(turned)
+            assert got[0] == want[0] and got[1] == pytest.approx(want[1], rel=1e-4)
+
+
+def test_vkumd_backend_imports_one_graph_per_shape(tmp_path):
+    """The backend's own path on a network vkumd runs today: a strided convolution with a
+    symbolic page size, called at two sizes, each against onnxruntime."""
+    import onnx
+    import onnxruntime
+    from onnx import helper, numpy_helper
+
+    import vkumd
+    from vkumd.framework.models import vision_backend
+
+    rng = np.random.default_rng()
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "strided",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, "h", "w"])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [w])
+    path = tmp_path / "strided.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    with vkumd.Context() as ctx:
+        backend = vision_backend.VkumdBackend(ctx=ctx)
+        run = backend.load(path)
+        for h, wd in ((32, 64), (96, 32), (32, 64)):
+            x = rng.standard_normal((1, 3, h, wd)).astype(np.float32)
+            got = run(x)
+            want = session.run(None, {"x": x})[0]
+            assert got.shape == want.shape == (1, 4, h // 2, wd // 2)
+            assert rel_error(got, want) <= 1e-5
+        backend.close()  # not its context: left open
+        assert not ctx.closed
