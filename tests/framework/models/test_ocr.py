@@ -36,6 +36,22 @@ def render(lines: list[str], size: int) -> np.ndarray:
     return np.asarray(img).copy()
 
 
+def skimage_image(name: str):
+    """A photograph or scan that scikit-image's wheel ships (found without importing it), or
+    a skip saying how to install it."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("skimage")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("scikit-image ships the real test images: pip install --no-deps "
+                    "scikit-image (its data files only)")
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / name
+    if not path.is_file():
+        pytest.skip(f"{path} is missing from the installed scikit-image")
+    return path
+
+
 @pytest.fixture(scope="module")
 def reference_ocr():
     try:
@@ -70,6 +86,14 @@ def test_files_and_arrays_read_the_same(reference_ocr, tmp_path):
     want = [line.text for line in reference_ocr(page).lines]
     assert [line.text for line in reference_ocr(tmp_path / "page.png").lines] == want
     assert [line.text for line in reference_ocr(str(tmp_path / "gray.png")).lines] == want
+
+
+def test_reads_a_scanned_page(reference_ocr):
+    lines = [line.text for line in reference_ocr(skimage_image("page.png")).lines]
+    # scikit-image's scan of a textbook page: its heading and the first line read exactly.
+    assert lines[:2] == ["Region-based segmentation",
+                         "Let us first determine markers of the coins and the"]
+    assert len(lines) >= 4
 
 
 def test_orientation_names_each_quarter_turn():
@@ -133,8 +157,15 @@ def test_vkumd_detector_map_matches_onnxruntime(device_ocr, reference_ocr, size)
     assert rel_error(got, want) <= 1e-4
 
 
+def test_vkumd_detector_map_matches_onnxruntime_on_a_photograph(device_ocr, reference_ocr):
+    photo = skimage_image("rocket.jpg")
+    got, want = device_ocr.probability_map(photo), reference_ocr.probability_map(photo)
+    assert rel_error(got, want) <= 1e-4
+
+
 def test_vkumd_reads_the_same_strings_as_onnxruntime(device_ocr, reference_ocr):
-    for page in (render(LINES, 24), render(LINES[:2], 32)[::-1, ::-1].copy()):
+    pages = [render(LINES, 24), render(LINES[:2], 32)[::-1, ::-1].copy()]
+    for page in [*pages, skimage_image("page.png")]:
         got = device_ocr(page)
         want = reference_ocr(page)
         assert [line.text for line in got.lines] == [line.text for line in want.lines]
