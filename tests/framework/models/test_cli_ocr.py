@@ -92,3 +92,66 @@ def test_bad_files_fail_alone_without_a_traceback(page, tmp_path):
     assert f"image {tmp_path / 'empty.jpg'}: not an image" in run.stderr
     assert "3 of 4 images failed" in run.stderr
     assert TEXT[0] in run.stdout and TEXT[1] in run.stdout
+
+
+def _tiny_model_dir(folder: Path, det_op: str) -> Path:
+    """Three stand-in networks: a detector of one ``det_op`` node, a classifier and a
+    recogniser that are identities, the recogniser carrying a character list."""
+    import onnx
+    from onnx import helper
+
+    def save(name: str, op: str, characters: str | None = None) -> None:
+        graph = helper.make_graph(
+            [helper.make_node(op, ["x"], ["y"])], name,
+            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, "h", "w"])],
+            [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        if characters is not None:
+            helper.set_model_props(model, {"character": characters})
+        onnx.save(model, folder / name)
+
+    save(ocr_module.DET_FILE, det_op)
+    save(ocr_module.CLS_FILE, "Identity")
+    save(ocr_module.REC_FILE, "Identity", "a\nb")
+    return folder
+
+
+def test_a_network_vkumd_cannot_import_ends_the_command_with_2(page, tmp_path):
+    folder = _tiny_model_dir(tmp_path, "Det")  # ONNX's Det: no vkumd converter
+    run = subprocess.run([sys.executable, "-m", "vkumd.cli", "ocr", "--model-dir", str(folder),
+                          str(page), str(page)], capture_output=True, text=True, cwd=REPO,
+                         timeout=300)
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr
+    assert "cannot be imported (operators Det)" in run.stderr
+    assert run.stdout == ""
+
+
+def test_a_backend_of_ones_own_runs_the_same_processing(page):
+    """The pipeline takes any object with load(path) -> run(x): here onnxruntime's sessions
+    behind a wrapper that records each call's input shape."""
+    from vkumd.framework.models.vision_backend import OnnxruntimeBackend
+
+    shapes: list[tuple[str, tuple[int, ...]]] = []
+
+    class Recording:
+        name = "recording"
+
+        def __init__(self) -> None:
+            self.inner = OnnxruntimeBackend()
+
+        def load(self, path: Path):
+            run = self.inner.load(path)
+
+            def call(x: np.ndarray) -> np.ndarray:
+                shapes.append((path.name, x.shape))
+                return run(x)
+
+            return call
+
+    with ocr_module.OCR(Recording()) as ocr:
+        assert [line.text for line in ocr(page).lines] == TEXT
+    assert shapes[0] == (ocr_module.DET_FILE, (1, 3, 160, 544))  # 520 x 160 padded to 32s
+    assert (ocr_module.CLS_FILE, (2, 3, 48, 192)) in shapes
+    assert all(s[3] in ocr_module.REC_WIDTHS for name, s in shapes
+               if name == ocr_module.REC_FILE)
