@@ -127,15 +127,18 @@ def test_a_network_vkumd_cannot_import_ends_the_command_with_2(page, tmp_path):
     assert run.stdout == ""
 
 
-def test_a_backend_of_ones_own_runs_the_same_processing(page):
+@pytest.mark.parametrize("pad_batch", [False, True])
+def test_a_backend_of_ones_own_runs_the_same_processing(page, pad_batch):
     """The pipeline takes any object with load(path) -> run(x): here onnxruntime's sessions
-    behind a wrapper that records each call's input shape."""
+    behind a wrapper that records each call's input shape; with ``pad_batch`` every
+    classifier and recogniser call has the full batch of rows (as vkumd's backend asks)."""
     from vkumd.framework.models.vision_backend import OnnxruntimeBackend
 
     shapes: list[tuple[str, tuple[int, ...]]] = []
 
     class Recording:
         name = "recording"
+        pad_batch = False
 
         def __init__(self) -> None:
             self.inner = OnnxruntimeBackend()
@@ -149,9 +152,13 @@ def test_a_backend_of_ones_own_runs_the_same_processing(page):
 
             return call
 
-    with ocr_module.OCR(Recording()) as ocr:
+    backend = Recording()
+    backend.pad_batch = pad_batch
+    with ocr_module.OCR(backend) as ocr:
         assert [line.text for line in ocr(page).lines] == TEXT
     assert shapes[0] == (ocr_module.DET_FILE, (1, 3, 160, 544))  # 520 x 160 padded to 32s
-    assert (ocr_module.CLS_FILE, (2, 3, 48, 192)) in shapes
+    rows = ocr_module.BATCH if pad_batch else 2
+    assert (ocr_module.CLS_FILE, (rows, 3, 48, 192)) in shapes
+    assert all(s[0] == rows for name, s in shapes if name != ocr_module.DET_FILE)
     assert all(s[3] in ocr_module.REC_WIDTHS for name, s in shapes
                if name == ocr_module.REC_FILE)

@@ -246,11 +246,11 @@ class OCR:
         ch, cw = CLS_SIZE
         for i in range(0, len(crops), BATCH):
             group = crops[i:i + BATCH]
-            x = np.zeros((len(group), 3, ch, cw), np.float32)
+            x = np.zeros((self._rows(len(group)), 3, ch, cw), np.float32)
             for j, c in enumerate(group):
                 w = min(cw, max(1, int(np.ceil(ch * c.shape[1] / c.shape[0]))))
                 x[j, :, :, :w] = _normalise(resize(c, ch, w))
-            probs = self._cls(x)
+            probs = self._cls(x)[:len(group)]
             out.extend(bool(p[1] > p[0] and p[1] >= CLS_THRESH) for p in probs)
         return out
 
@@ -262,14 +262,20 @@ class OCR:
         for i in range(0, len(order), BATCH):
             group = order[i:i + BATCH]
             width = _bucket(max(widths[k] for k in group))
-            x = np.zeros((len(group), 3, REC_HEIGHT, width), np.float32)
+            x = np.zeros((self._rows(len(group)), 3, REC_HEIGHT, width), np.float32)
             for j, k in enumerate(group):
                 x[j, :, :, :min(widths[k], width)] = _normalise(
                     resize(crops[k], REC_HEIGHT, min(widths[k], width)))
-            for k, decoded in zip(group, ocr_boxes.ctc_greedy(self._rec(x), self.alphabet),
+            probs = self._rec(x)[:len(group)]
+            for k, decoded in zip(group, ocr_boxes.ctc_greedy(probs, self.alphabet),
                                   strict=True):
                 out[k] = decoded
         return out
+
+    def _rows(self, lines: int) -> int:
+        """Rows of a classifier or recogniser call: the lines, or the full batch where the
+        backend asks for fixed shapes (``pad_batch``; the extra rows are blank)."""
+        return BATCH if getattr(self.backend, "pad_batch", False) else lines
 
     @staticmethod
     def _image(image: Any) -> np.ndarray:

@@ -106,6 +106,9 @@ class VkumdBackend:
     """
 
     name = "vkumd"
+    # Each input shape is an import and a recording (tens of seconds on lavapipe), so the
+    # pipelines fill every classifier and recogniser call to the full batch with blank lines.
+    pad_batch = True
 
     def __init__(self, ctx: Any = None, device: Any = None) -> None:
         self._ctx, self._device, self._owned = ctx, device, ctx is None
