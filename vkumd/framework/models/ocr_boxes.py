@@ -116,8 +116,7 @@ def min_area_rect(points: np.ndarray) -> tuple[np.ndarray, float, float]:
     """The minimum-area rectangle around ``[n, 2]`` points (x, y).
 
     Returns:
-        The corners ordered as :class:`Box` says, the width (the side nearer horizontal)
-        and the height.
+        The corners ordered as :class:`Box` says, and the lengths of its two sides.
     """
     hull = convex_hull(points)
     if len(hull) < 3:
