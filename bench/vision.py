@@ -191,6 +191,12 @@ def worker(args: argparse.Namespace) -> None:
     report: dict[str, Any] = {"threads": threads, "models": {}}
     with vkumd.Context() as ctx:
         report["device"] = f"{ctx.caps.name} ({ctx.caps.driver_info})"
+        if args.ceiling:
+            import ceiling  # bench/ceiling.py: the driver's multiply-add ceiling, this run
+
+            say(f"[{threads}t] measuring the driver's multiply-add ceiling (bench/ceiling.py)")
+            report["ceiling_gflops"] = ceiling.measure(ctx, repeats=3)["gflops"]
+            say(f"[{threads}t] ceiling {report['ceiling_gflops']:.1f} GFLOP/s")
         for name in args.models:
             report["models"][name] = bench_model(name, ctx, threads, args)
             ctx.synchronize()
@@ -231,7 +237,8 @@ def peer_rows(name: str, threads: int, r: dict[str, Any]) -> list[str]:
     return rows
 
 
-def details(name: str, threads: int, r: dict[str, Any]) -> list[str]:
+def details(name: str, threads: int, r: dict[str, Any], ceiling: float | None = None
+            ) -> list[str]:
     """vkumd's launches, memory plan and time per op family."""
     firsts = ", ".join(f"{k} {p['first_s']:.1f} s" for k, p in r["batches"].get("1", {}).items()
                        if "first_s" in p)
@@ -250,18 +257,34 @@ def details(name: str, threads: int, r: dict[str, Any]) -> list[str]:
     if total:
         shares = ", ".join(f"{op} {t / total:.0%}" for op, t in list(prof["ops"].items())[:6])
         conv = prof["ops"].get("conv2d", 0.0)
-        rate = (f"; conv2d {v['flops']['conv2d'] / 1e9:.2f} GFLOP at "
-                f"{v['flops']['conv2d'] / conv / 1e9:.1f} GFLOP/s" if conv else "")
+        gflops = v["flops"]["conv2d"] / conv / 1e9 if conv else 0.0
+        rate = (f"; conv2d {v['flops']['conv2d'] / 1e9:.2f} GFLOP at {gflops:.1f} GFLOP/s"
+                if conv else "")
+        if conv and ceiling:
+            rate += f" ({gflops / ceiling:.0%} of the driver's {ceiling:.1f} GFLOP/s ceiling)"
         lines.append(f"{name} ({threads}t): device time by op, node by node: "
                      f"{total * 1e3:.1f} ms = {shares}{rate}")
     return lines
 
 
-def bound(r: dict[str, Any], allowed_ms: float, wall_ms: float) -> str:
-    """What vkumd's own kernels, timed alone in this run, leave of the goal's allowance."""
+def bound(r: dict[str, Any], allowed_ms: float, wall_ms: float,
+          ceiling: float | None = None) -> str:
+    """What vkumd's own kernels, timed alone in this run, leave of the goal's allowance; with
+    the driver's ceiling, whether the model's multiply-adds alone fit it at all."""
     prof = r.get("vkumd", {}).get("profile")
     if not prof or not prof["ops"]:
         return "no profile (vkumd did not run)"
+    reach = ""
+    if ceiling:
+        least = sum(r["vkumd"]["flops"].values()) / (ceiling * 1e9) * 1e3
+        reach = (f"; at the driver's ceiling ({ceiling:.1f} GFLOP/s) its conv2d and matmul "
+                 f"work alone takes {least:.1f} ms, " + (
+                     "so the goal is out of this driver's reach" if least > allowed_ms else
+                     "within the allowance"))
+    return _kernels_bound(prof, allowed_ms, wall_ms) + reach
+
+
+def _kernels_bound(prof: dict[str, Any], allowed_ms: float, wall_ms: float) -> str:
     top, top_s = next(iter(prof["ops"].items()))
     total = sum(prof["ops"].values()) * 1e3
     if top_s * 1e3 > allowed_ms:
@@ -274,7 +297,8 @@ def bound(r: dict[str, Any], allowed_ms: float, wall_ms: float) -> str:
             f"{wall_ms:.1f} ms call (launches, transfers, host) is what misses")
 
 
-def goals(table: Table, name: str, threads: int, r: dict[str, Any]) -> None:
+def goals(table: Table, name: str, threads: int, r: dict[str, Any],
+          ceiling: float | None = None) -> None:
     b1 = r["batches"].get("1", {})
     ours = b1.get("vkumd", {})
     if "ms_per_image" not in ours:
@@ -294,7 +318,7 @@ def goals(table: Table, name: str, threads: int, r: dict[str, Any]) -> None:
             table.add(what, f"{ratio:.2f}x its time ({mine:.1f} vs {theirs:.1f} ms)",
                       f"<= {want:g}x", met)
         if not met:
-            table.add("  bound", bound(r, allowed, mine))
+            table.add("  bound", bound(r, allowed, mine, ceiling))
 
 
 def report_text(report: dict[str, Any]) -> Table:
@@ -310,13 +334,13 @@ def report_text(report: dict[str, Any]) -> Table:
     say("")
     for threads, part in report["runs"].items():
         for name, r in part["models"].items():
-            for line in details(name, int(threads), r):
+            for line in details(name, int(threads), r, part.get("ceiling_gflops")):
                 say(line)
     say("")
     table = Table((30, 70, 8))
     for threads, part in report["runs"].items():
         for name, r in part["models"].items():
-            goals(table, name, int(threads), r)
+            goals(table, name, int(threads), r, part.get("ceiling_gflops"))
     return table
 
 
@@ -331,6 +355,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--peers", default=",".join(PEERS), help="a subset of " + ",".join(PEERS))
     p.add_argument("--budget", type=float, default=120.0,
                    help="seconds of timed rounds per model and batch before stopping early")
+    p.add_argument("--ceiling", action="store_true",
+                   help="measure the driver's multiply-add ceiling (bench/ceiling.py) per "
+                   "thread count and bound each missed goal by it")
     p.add_argument("--only-importable", action="store_true",
                    help="measure the peers only on models vkumd runs (a cheaper full run)")
     p.add_argument("--cache-dir", type=Path, default=vp.CACHE, help="pnnx's conversions")
@@ -365,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
                    "--batches", ",".join(map(str, args.batches)), "--peers",
                    ",".join(args.peers), "--budget", str(args.budget),
                    "--cache-dir", str(args.cache_dir),
-                   *(["--only-importable"] if args.only_importable else [])]
+                   *(["--only-importable"] if args.only_importable else []),
+                   *(["--ceiling"] if args.ceiling else [])]
             env = {**os.environ, "LP_NUM_THREADS": str(threads)}
             done = subprocess.run(cmd, env=env)
             if done.returncode != 0 or not out.is_file():

@@ -57,6 +57,11 @@ def test_goals_pass_and_miss_with_the_kernel_bound(capsys) -> None:
     assert "conv2d alone takes 70.0 ms" in bound[1] and "60.0 ms allowed" in bound[1]
     row["vkumd"]["profile"]["ops"] = {"conv2d": 0.03, "add": 0.02}
     assert "within 60.0 ms" in vision.bound(row, 60.0, 100.0)
+    # 2 GFLOP at a 10 GFLOP/s ceiling is at least 200 ms, over the 60 ms allowed.
+    row["vkumd"]["flops"] = {"conv2d": 1.5e9, "matmul": 0.5e9}
+    assert "takes 200.0 ms, so the goal is out of this driver's reach" in vision.bound(
+        row, 60.0, 100.0, ceiling=10.0)
+    assert "takes 200.0 ms, within the allowance" in vision.bound(row, 300.0, 100.0, 10.0)
 
 
 def test_relative_error_is_against_the_references_largest_magnitude() -> None:
