@@ -23,6 +23,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     generation,
     kv_cache,
     layout,
+    lrn,
     matmul,
     norms,
     pool,

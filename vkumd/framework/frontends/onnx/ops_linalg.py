@@ -114,6 +114,31 @@ def matmul(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
     return [y if tuple(y.shape) == want else st.b.reshape(y, want)]
 
 
+# Vulkan's guaranteed minimum of maxStorageBufferRange (lavapipe's limit too): a weight
+# larger than this cannot be bound as one buffer on every device.
+BINDING_FLOOR = 1 << 27
+
+
+def _weight_blocks(st: State, name: str, trans_b: bool
+                   ) -> list[tuple[Value, int, int]] | None:
+    """A known 2-D weight past :data:`BINDING_FLOOR` bytes as blocks of whole output columns
+    (``(block, first column, end column)``), each within it; None for any other ``name``.
+    VGG's and AlexNet's first fully connected weights (151-411 MB) are such."""
+    w = st.known(name)
+    if w is None or w.ndim != 2 or w.nbytes <= BINDING_FLOOR or w.dtype.kind != "f":
+        return None
+    n = w.shape[0] if trans_b else w.shape[1]
+    per_column = w.nbytes // n
+    step = max(1, BINDING_FLOOR // per_column)
+    dtype = st.dtype(name)
+    blocks = []
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        part = w[lo:hi] if trans_b else w[:, lo:hi]
+        blocks.append((st.constant(np.ascontiguousarray(part), dtype), lo, hi))
+    return blocks
+
+
 @converter("Gemm", attrs=("alpha", "beta", "transA", "transB"))
 def gemm(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """``alpha * op(A) @ op(B) + beta * C``: C of ``[N]`` (or ``[1, N]``) is the bias,
@@ -134,6 +159,10 @@ def gemm(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     n = b.shape[0] if kw["trans_b"] else b.shape[1]
     if tuple(c.shape) in ((n,), (1, n)):
         bias = c if tuple(c.shape) == (n,) else st.b.reshape(c, (n,))
+        blocks = _weight_blocks(st, node.input[1], kw["trans_b"])
+        if blocks is not None:
+            return [st.b.concat([st.b.matmul(a, w, bias=st.b.slice(bias, 0, lo, hi), **kw)
+                                 for w, lo, hi in blocks], axis=1)]
         return [st.b.matmul(a, b, bias=bias, **kw)]
     if tuple(c.shape) == (m, n):
         return [st.b.matmul(a, b, residual=c, **kw)]
