@@ -78,6 +78,7 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "avg_pool2d": lambda e, x: ops.avg_pool2d(x, (2, 2)),
     "global_avg_pool": lambda e, x: ops.global_avg_pool(x),
     "batch_norm": lambda e, x: ops.batch_norm(x, e.t((3,)), e.t((3,)), e.t((3,)), e.t((3,))),
+    "lrn": lambda e, x: ops.lrn(x, 3),
 }
 # Every op whose public function the registry generates (a one-input float op running as a
 # generated kernel: exp, hardswish, ...) takes the same one-tensor call.
@@ -121,6 +122,7 @@ MIXED = [
 ]
 
 DTYPES = [
+    C("lrn_int32", lambda e: ops.lrn(e.t(dtype="int32"), 3), TE, "lrn takes float32"),
     C("add_dtype_mismatch", lambda e: ops.add(e.t(), e.t(dtype="float16")), TE,
       "dtypes differ"),
     C("add_int8", lambda e: ops.add(e.t(dtype="int8"), e.t(dtype="int8")), TE,
@@ -173,6 +175,8 @@ DTYPES = [
 ]
 
 SHAPES = [
+    C("lrn_1d", lambda e: ops.lrn(e.t((3,)), 3), VE, "channels second"),
+    C("lrn_out_shape", lambda e: ops.lrn(e.t((2, 3)), 3, out=e.t((3, 2))), VE, "shape"),
     C("add_no_broadcast", lambda e: ops.add(e.t((2, 3)), e.t((4,))), VE, "do not broadcast"),
     C("add_seven_dims", lambda e: ops.add(e.t((1,) * 7), e.t((1,) * 7)), VE, "at most 6"),
     C("copy_does_not_broadcast_into_out", lambda e: ops.copy(e.t((2, 3)), out=e.t((1, 3))), VE,
@@ -408,6 +412,11 @@ VIEWS = [
     C("split_sizes_do_not_add_up", lambda e: ops.split(e.t(), [1, 2]), VE, "add up to"),
     C("split_0d", lambda e: ops.split(e.ctx.zeros(()), 1), VE, "0-d"),
     C("split_float_size", lambda e: ops.split(e.t(), 1.5), TE, "sequence of ints"),
+    C("lrn_size_zero", lambda e: ops.lrn(e.t(), 0), VE, "at least one channel"),
+    C("lrn_size_float", lambda e: ops.lrn(e.t(), 2.0), TE, "size must be an int"),
+    C("lrn_size_bool", lambda e: ops.lrn(e.t(), True), TE, "size must be an int"),
+    C("lrn_beta_nan", lambda e: ops.lrn(e.t(), 3, beta=NAN), VE, "not finite"),
+    C("lrn_bias_string", lambda e: ops.lrn(e.t(), 3, bias="1"), TE, "real number"),
 ]
 
 # Float attributes past float32's range: kernels take them as float32 push constants, and
@@ -436,6 +445,7 @@ FLOAT_ATTRS = [
     C("fused_const_1e300",
       lambda e: ops.fused_elementwise([e.t()], (("add", 0, ("const", 1e300)),)), VE,
       OUT_OF_RANGE),
+    C("lrn_alpha_1e300", lambda e: ops.lrn(e.t(), 3, alpha=1e300), VE, OUT_OF_RANGE),
     C("fused_const_int_past_float64",
       lambda e: ops.fused_elementwise([e.t()], (("mul", 0, ("const", -10**400)),)), VE,
       OUT_OF_RANGE),

@@ -33,7 +33,7 @@ OPERATORS = (
     "Flatten", "Concat", "Split", "Slice", "Shape", "ConstantOfShape", "Expand", "Where",
     "Equal", "Constant", "Identity", "And", "Or", "Xor", "Not", "IsNaN", "Max", "Min",
     "GatherND", "LpNormalization", "HardSwish", "ArgMax", "Conv", "MaxPool",
-    "AveragePool", "GlobalAveragePool", "BatchNormalization")
+    "AveragePool", "GlobalAveragePool", "BatchNormalization", "LRN", "Dropout", "Sum", "Mean")
 
 
 @dataclass
