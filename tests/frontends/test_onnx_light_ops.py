@@ -129,16 +129,27 @@ def test_sum_of_known_inputs_folds(ctx) -> None:
     np.testing.assert_array_equal(vkumd.onnx.load(m, ctx=ctx)(x=x)["y"], x + a + b)
 
 
-def test_gemm_weight_past_the_binding_floor_is_split(ctx, monkeypatch) -> None:
-    # A small floor stands in for 128 MiB: the same blocks, in kilobytes.
+@pytest.mark.parametrize("form", ["gemm_bias_trans_b", "gemm_no_bias", "matmul_3d"])
+def test_weight_past_the_binding_floor_is_split(ctx, monkeypatch, form: str) -> None:
+    # A small floor stands in for 128 MiB: 29 columns of 13 floats in blocks of 7 (3 of 7, 8).
     monkeypatch.setattr(ops_linalg, "BINDING_FLOOR", 7 * 13 * 4 + 4)
     rng = np.random.default_rng()
-    w = rng.standard_normal((29, 13)).astype(np.float32)  # [N, K]: 3 blocks of 7 rows, then 8
+    w = rng.standard_normal((13, 29)).astype(np.float32)  # [K, N]
     bias = rng.standard_normal(29).astype(np.float32)
-    m = model([helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)], {"x": (5, 13)},
-              ["y"], 13, {"w": w, "b": bias})
+    x_shape = (2, 5, 13) if form == "matmul_3d" else (5, 13)
+    if form == "gemm_bias_trans_b":
+        node = helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)
+        inits = {"w": np.ascontiguousarray(w.T), "b": bias}
+    elif form == "gemm_no_bias":
+        node, inits = helper.make_node("Gemm", ["x", "w"], ["y"]), {"w": w}
+    else:
+        node, inits = helper.make_node("MatMul", ["x", "w"], ["y"]), {"w": w}
+    m = model([node], {"x": x_shape}, ["y"], 13, inits)
     loaded = vkumd.onnx.load(m, ctx=ctx)
     assert sum(n.op == "matmul" for n in loaded.graph.nodes) == 5
-    x = rng.standard_normal((5, 13)).astype(np.float32)
-    want = x.astype(np.float64) @ w.T.astype(np.float64) + bias
-    assert rel_error(loaded(x=x)["y"], want) < 1e-6
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    want = x.astype(np.float64) @ w.astype(np.float64)
+    if form == "gemm_bias_trans_b":
+        want = want + bias
+    got = loaded(x=x)["y"]
+    assert got.shape == want.shape and rel_error(got, want) < 1e-6
