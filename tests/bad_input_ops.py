@@ -79,6 +79,8 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "global_avg_pool": lambda e, x: ops.global_avg_pool(x),
     "batch_norm": lambda e, x: ops.batch_norm(x, e.t((3,)), e.t((3,)), e.t((3,)), e.t((3,))),
     "lrn": lambda e, x: ops.lrn(x, 3),
+    "maximum": lambda e, x: ops.maximum(x, e.t()),
+    "minimum": lambda e, x: ops.minimum(e.t(), x),
 }
 # Every op whose public function the registry generates (a one-input float op running as a
 # generated kernel: exp, hardswish, ...) takes the same one-tensor call.
@@ -122,6 +124,10 @@ MIXED = [
 ]
 
 DTYPES = [
+    C("maximum_int32", lambda e: ops.maximum(e.t(dtype="int32"), e.t(dtype="int32")), TE,
+      "maximum: a is int32"),
+    C("minimum_dtypes_differ", lambda e: ops.minimum(e.t(), e.t(dtype="float16")), TE,
+      "share a dtype"),
     C("lrn_int32", lambda e: ops.lrn(e.t(dtype="int32"), 3), TE, "lrn takes float32"),
     C("add_dtype_mismatch", lambda e: ops.add(e.t(), e.t(dtype="float16")), TE,
       "dtypes differ"),
@@ -175,6 +181,8 @@ DTYPES = [
 ]
 
 SHAPES = [
+    C("maximum_no_broadcast", lambda e: ops.maximum(e.t((2, 3)), e.t((4,))), VE,
+      "do not broadcast"),
     C("lrn_1d", lambda e: ops.lrn(e.t((3,)), 3), VE, "channels second"),
     C("lrn_out_shape", lambda e: ops.lrn(e.t((2, 3)), 3, out=e.t((3, 2))), VE, "shape"),
     C("add_no_broadcast", lambda e: ops.add(e.t((2, 3)), e.t((4,))), VE, "do not broadcast"),

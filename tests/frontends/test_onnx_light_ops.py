@@ -153,3 +153,20 @@ def test_weight_past_the_binding_floor_is_split(ctx, monkeypatch, form: str) -> 
         want = want + bias
     got = loaded(x=x)["y"]
     assert got.shape == want.shape and rel_error(got, want) < 1e-6
+
+
+@pytest.mark.parametrize("op", ["Max", "Min"])
+def test_max_and_min_broadcast_and_propagate_nan(ctx, op: str) -> None:
+    shapes = [(3, 1, 7), (5, 1), (3, 5, 7)]
+    names = [f"x{i}" for i in range(len(shapes))]
+    m = model([helper.make_node(op, names, ["y"])], dict(zip(names, shapes, strict=True)),
+              ["y"], 13)
+    rng = np.random.default_rng()
+    feed = {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(names, shapes,
+                                                                       strict=True)}
+    feed["x1"][2, 0] = np.nan  # a NaN in any input gives NaN, as numpy's maximum
+    fn = np.maximum if op == "Max" else np.minimum
+    want = fn(fn(feed["x0"], feed["x1"]), feed["x2"])
+    got = vkumd.onnx.load(m, ctx=ctx)(**feed)["y"]
+    assert np.isnan(want).sum() == 3 * 7
+    np.testing.assert_array_equal(got, want)

@@ -19,6 +19,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     batch_norm,
     compare,
     conv,
+    extremum,
     fused,
     generation,
     kv_cache,
