@@ -112,6 +112,7 @@ FAST: dict[str, str] = {
     "tests/framework/models/test_scheduler.py": "continuous batching over a fake model",
     "tests/framework/models/test_generation.py": "TextGenerator over a fake model",
     "tests/framework/models/test_cli_generate.py": "vkumd generate and chat over a fake model",
+    "tests/framework/models/test_ocr_boxes.py": "OCR geometry: components, boxes, CTC",
     "tests/frontends/test_ir_math_ops.py": "frontend IR math",
     "tests/frontends/test_onnx_conformance_counts.py": "the conformance harness's counting on "
                                                        "six built cases; the docs table",
@@ -147,6 +148,7 @@ TRANSFERS: dict[str, str] = {
     "tests/framework/models/test_llama_runner_smollm2.py": "SmolLM2 runner: 1-5 min",
     "tests/serve/test_generation_model.py": "the generation routes on a tiny GGUF end to end",
     "tests/framework/models/test_generation_model.py": "text generation end to end",
+    "tests/framework/models/test_ocr.py": "the OCR pipeline on vkumd against onnxruntime",
     "tests/frontends/test_onnx_import.py": "ONNX models end to end",
     "tests/frontends/test_onnx_derived.py": "ONNX models with masks end to end",
     "tests/frontends/test_onnx_vision.py": "ONNX vision nodes end to end",
