@@ -79,6 +79,7 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_pool.py::test_matches_float64": "max and average pooling",
     "tests/framework/test_batch_norm.py::test_matches_float64": "inference batch norm",
     "tests/framework/test_lrn.py::test_matches_float64": "local response normalisation",
+    "tests/framework/test_recurrent.py::test_matches_float64": "LSTM and GRU cell, its GEMMs",
 }
 
 # Device-free modules, or ones that take a second or two, for the fast tier.
@@ -155,6 +156,7 @@ TRANSFERS: dict[str, str] = {
     "tests/frontends/test_onnx_light_ops.py": "ONNX LRN, Dropout, Sum and Mean end to end",
     "tests/frontends/test_onnx_light_models.py": "ONNX's nine light models end to end (their "
                                                  "151-411 MB weights through staging)",
+    "tests/frontends/test_onnx_recurrent.py": "ONNX LSTM and GRU, and ddddocr, end to end",
     "tests/runtime/test_sync_validation.py": "barriers around staging copies, checked by the "
                                              "layer's synchronization validation",
     "tests/frontends/test_onnx_bert_block.py": "an ONNX BERT block end to end",
