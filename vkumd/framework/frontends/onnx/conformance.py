@@ -33,7 +33,8 @@ OPERATORS = (
     "Flatten", "Concat", "Split", "Slice", "Shape", "ConstantOfShape", "Expand", "Where",
     "Equal", "Constant", "Identity", "And", "Or", "Xor", "Not", "IsNaN", "Max", "Min",
     "GatherND", "LpNormalization", "HardSwish", "ArgMax", "Conv", "MaxPool",
-    "AveragePool", "GlobalAveragePool", "BatchNormalization")
+    "AveragePool", "GlobalAveragePool", "BatchNormalization", "Resize", "Upsample",
+    "ConvTranspose", "Pad")
 
 
 @dataclass
