@@ -201,6 +201,29 @@ def test_conv_transpose_matches_float64(ctx, dtype: str, case) -> None:
     assert_close(got.numpy().astype(np.float64), want, dtype, str(case))
 
 
+@pytest.mark.parametrize("gemm", [True, False], ids=["gemm", "gather"])
+def test_conv_transpose_both_paths(ctx, monkeypatch: pytest.MonkeyPatch, gemm: bool) -> None:
+    # Stride equal to the kernel runs as GEMM + permute; force each path on the same case.
+    from vkumd.compiler.kernels.resample_plan import conv_transpose_is_gemm
+    from vkumd.framework.opset import conv_transpose as module
+
+    assert conv_transpose_is_gemm((2, 3), (2, 3), (1, 1), (0, 0, 0, 0), (0, 0), 1)
+    assert not conv_transpose_is_gemm((2, 2), (2, 2), (1, 1), (0, 0, 0, 0), (0, 0), 2)
+    seen = []
+    monkeypatch.setattr(module, "conv_transpose_is_gemm",
+                        lambda *a: seen.append(a) or gemm)
+    rng = np.random.default_rng()
+    x = sample(rng, "float32", (2, 5, 7, 9))
+    w = sample(rng, "float32", (5, 3, 2, 3), 0.5)
+    bias = sample(rng, "float32", (3,))
+    want = scattered(x, w, bias, (2, 3), (1, 1), (0, 0, 0, 0), (0, 0), 1)
+    out = poisoned(ctx, want.shape, "float32")
+    ops.conv_transpose2d(tensor(ctx, x, "float32"), tensor(ctx, w, "float32"),
+                         tensor(ctx, bias, "float32"), stride=(2, 3), out=out)
+    assert seen
+    assert_close(out.numpy().astype(np.float64), want, "float32", "gemm" if gemm else "gather")
+
+
 def test_compiled_graph(ctx) -> None:
     rng = np.random.default_rng()
     b = GraphBuilder("resample")

@@ -158,6 +158,18 @@ def pad_plan(caps: DeviceCaps, code: str, shape: tuple[int, ...], pads: tuple[in
                        (1,))
 
 
+def conv_transpose_is_gemm(kernel: tuple[int, int], stride: tuple[int, int],
+                           dilation: tuple[int, int], pads: tuple[int, ...],
+                           output_padding: tuple[int, int], groups: int) -> bool:
+    """Whether the transposed convolution is the GEMM ``w[C, C_out*kh*kw]^T @ x[n, C, H*W]``
+    followed by a permute that interleaves the taps (stride equal to the kernel, no dilation,
+    pads or output padding, one group: the taps never overlap). PP-OCR's 2x2 stride-2
+    upsampling is one. Measured on lavapipe (2 cores shared, loaded), 24 -> 24 channels,
+    160x160: about 1 s in the gather kernel against 110-250 ms for numpy's einsum."""
+    return (stride == kernel and dilation == (1, 1) and not any(pads)
+            and not any(output_padding) and groups == 1)
+
+
 @functools.lru_cache(maxsize=4096)
 def conv_transpose2d_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
                           w_shape: tuple[int, int, int, int], out_shape: tuple[int, ...],

@@ -15,7 +15,7 @@ import numpy as np
 
 from vkumd.compiler.kernels.limits import RESAMPLE_DTYPES
 from vkumd.compiler.kernels.resample import RESAMPLE_CODES
-from vkumd.compiler.kernels.resample_plan import conv_transpose2d_plan
+from vkumd.compiler.kernels.resample_plan import conv_transpose2d_plan, conv_transpose_is_gemm
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.graph.dims import Dim, format_shape
 from vkumd.framework.graph.ir import Node
@@ -24,8 +24,11 @@ from vkumd.framework.graph.registry import TensorType, define
 from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_context, check_storage, check_tensor, output
 from vkumd.framework.ops.contract import Verdicts, concrete_rule, recall, remember
+from vkumd.framework.opset.arith import add
 from vkumd.framework.opset.common import attrs_of
 from vkumd.framework.opset.conv import int_tuple
+from vkumd.framework.opset.layout import permute, reshape
+from vkumd.framework.opset.matmul import matmul
 from vkumd.framework.tensor import Tensor
 
 _VERDICTS: Verdicts = {}
@@ -153,11 +156,28 @@ def conv_transpose2d(x: Tensor, w: Tensor, bias: Tensor | None = None, *,
     if x.size == 0 or w.size == 0:
         raise VkumdValueError(f"{op}: x {format_shape(x.shape)} or w {format_shape(w.shape)} "
                               f"is empty but the output {format_shape(shape)} is not")
+    if conv_transpose_is_gemm(w.shape[2:], tuple(stride), tuple(dilation), tuple(pads),
+                              tuple(output_padding), int(groups)):
+        _gemm(x, w, bias, out)
+        return out
     plan = conv_transpose2d_plan(x.context.caps, RESAMPLE_CODES[x.dtype.name], x.shape,
                                  w.shape, shape, tuple(stride), tuple(dilation),
                                  (pads[0], pads[1]), int(groups), bias is not None)
     x.context.run(plan, (x, w, w if bias is None else bias, out))
     return out
+
+
+def _gemm(x: Tensor, w: Tensor, bias: Tensor | None, out: Tensor) -> None:
+    """Non-overlapping taps: ``cols[n, (o, ky, kx), (i, j)] = w^T @ x``, then each tap's
+    plane interleaved into the output by one permute."""
+    n, c, h, wd = x.shape
+    _, o, kh, kw = w.shape
+    cols = x.context.empty((n, o * kh * kw, h * wd), x.dtype)
+    matmul(reshape(w, (c, o * kh * kw)), reshape(x, (n, c, h * wd)), trans_a=True, out=cols)
+    permute(reshape(cols, (n, o, kh, kw, h, wd)), (0, 1, 4, 2, 5, 3),
+            out=reshape(out, (n, o, h, kh, wd, kw)))
+    if bias is not None:
+        add(out, reshape(bias, (o, 1, 1)), out=out)
 
 
 def conv_transpose2d_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
