@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 from bad_input_env import Case, Env
+from bad_input_recurrent import RECURRENT, RECURRENT_UNARY
 
 from vkumd import ops
 from vkumd.errors import ContextClosed, VkumdTypeError, VkumdValueError
@@ -82,6 +83,7 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "pad": lambda e, x: ops.pad(x, (1, 1, 1, 1)),
     "conv_transpose2d": lambda e, x: ops.conv_transpose2d(x, e.t((3, 2, 2, 2))),
 }
+UNARY.update(RECURRENT_UNARY)
 # Every op whose public function the registry generates (a one-input float op running as a
 # generated kernel: exp, hardswish, ...) takes the same one-tensor call.
 UNARY.update({name: (lambda n: lambda e, x: getattr(ops, n)(x))(name)
@@ -471,4 +473,4 @@ FLOAT_ATTRS = [
 ]
 
 CASES = (_each_op() + MIXED + DTYPES + SHAPES + RESAMPLE + SCALARS + KEYWORDS + OUT + VIEWS
-         + FLOAT_ATTRS)
+         + FLOAT_ATTRS + RECURRENT)

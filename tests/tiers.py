@@ -82,6 +82,7 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_resample.py::test_pad_matches_numpy": "pad, every mode",
     "tests/framework/test_resample.py::test_conv_transpose_matches_float64":
         "transposed convolution",
+    "tests/framework/test_recurrent.py::test_matches_float64": "LSTM and GRU cell, its GEMMs",
 }
 
 # Device-free modules, or ones that take a second or two, for the fast tier.
@@ -115,6 +116,7 @@ FAST: dict[str, str] = {
     "tests/framework/models/test_scheduler.py": "continuous batching over a fake model",
     "tests/framework/models/test_generation.py": "TextGenerator over a fake model",
     "tests/framework/models/test_cli_generate.py": "vkumd generate and chat over a fake model",
+    "tests/framework/models/test_ocr_boxes.py": "OCR geometry: components, boxes, CTC",
     "tests/frontends/test_ir_math_ops.py": "frontend IR math",
     "tests/frontends/test_onnx_conformance_counts.py": "the conformance harness's counting on "
                                                        "six built cases; the docs table",
@@ -150,9 +152,11 @@ TRANSFERS: dict[str, str] = {
     "tests/framework/models/test_llama_runner_smollm2.py": "SmolLM2 runner: 1-5 min",
     "tests/serve/test_generation_model.py": "the generation routes on a tiny GGUF end to end",
     "tests/framework/models/test_generation_model.py": "text generation end to end",
+    "tests/framework/models/test_ocr.py": "the OCR pipeline on vkumd against onnxruntime",
     "tests/frontends/test_onnx_import.py": "ONNX models end to end",
     "tests/frontends/test_onnx_derived.py": "ONNX models with masks end to end",
     "tests/frontends/test_onnx_vision.py": "ONNX vision nodes end to end",
+    "tests/frontends/test_onnx_recurrent.py": "ONNX LSTM and GRU, and ddddocr, end to end",
     "tests/runtime/test_sync_validation.py": "barriers around staging copies, checked by the "
                                              "layer's synchronization validation",
     "tests/frontends/test_onnx_bert_block.py": "an ONNX BERT block end to end",

@@ -76,3 +76,6 @@ RESIZE_ROUNDINGS = ("floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
 # Pad's modes and the most dimensions it takes once neighbouring unpadded ones are merged.
 PAD_MODES = ("constant", "reflect", "edge")
 PAD_MAX_RANK = 5
+
+# The recurrent layers (recurrent.py: LSTM, GRU): the storage types of every operand.
+RECURRENT_DTYPES = ("float32", "float16")
