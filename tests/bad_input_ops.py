@@ -82,6 +82,9 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "lrn": lambda e, x: ops.lrn(x, 3),
     "maximum": lambda e, x: ops.maximum(x, e.t()),
     "minimum": lambda e, x: ops.minimum(e.t(), x),
+    "resize2d": lambda e, x: ops.resize2d(x, scale=(2.0, 2.0)),
+    "pad": lambda e, x: ops.pad(x, (1, 1, 1, 1)),
+    "conv_transpose2d": lambda e, x: ops.conv_transpose2d(x, e.t((3, 2, 2, 2))),
 }
 UNARY.update(RECURRENT_UNARY)
 # Every op whose public function the registry generates (a one-input float op running as a
@@ -230,6 +233,28 @@ SHAPES = [
     C("attention_key_lengths_past_k_len", lambda e: ops.attention(_q(e), _q(e), _q(e),
                                                                   key_lengths=[5]), VE,
       "outside [0, k_len=4]"),
+]
+
+RESAMPLE = [
+    C("resize2d_3d", lambda e: ops.resize2d(e.t((2, 3, 4)), size=(2, 2)), VE, "[N, C, H, W]"),
+    C("resize2d_cubic", lambda e: ops.resize2d(e.t((1, 1, 4, 4)), size=(2, 2), mode="cubic"),
+      VE, "mode='cubic'"),
+    C("resize2d_size_and_scale",
+      lambda e: ops.resize2d(e.t((1, 1, 4, 4)), size=(2, 2), scale=(0.5, 0.5)), VE,
+      "exactly one"),
+    C("resize2d_int32", lambda e: ops.resize2d(e.t((1, 1, 4, 4), dtype="int32"),
+                                               size=(2, 2)), TE, "takes float32"),
+    C("pad_reflect_past_size", lambda e: ops.pad(e.t((2, 3)), (0, 3, 0, 0), mode="reflect"),
+      VE, "reflect pads"),
+    C("pad_crop_past_size", lambda e: ops.pad(e.t((2, 3)), (0, -2, 0, -2)), VE, "crop"),
+    C("pad_wrap", lambda e: ops.pad(e.t((2, 3)), (0, 1, 0, 1), mode="wrap"), VE,
+      "mode='wrap'"),
+    C("conv_transpose2d_channels",
+      lambda e: ops.conv_transpose2d(e.t((1, 3, 4, 4)), e.t((2, 2, 3, 3))), VE,
+      "input channels"),
+    C("conv_transpose2d_output_padding",
+      lambda e: ops.conv_transpose2d(e.t((1, 2, 4, 4)), e.t((2, 2, 3, 3)), stride=(2, 2),
+                                     output_padding=(2, 0)), VE, "output_padding"),
 ]
 
 SCALARS = [
@@ -459,7 +484,11 @@ FLOAT_ATTRS = [
     C("fused_const_int_past_float64",
       lambda e: ops.fused_elementwise([e.t()], (("mul", 0, ("const", -10**400)),)), VE,
       OUT_OF_RANGE),
+    C("pad_value_1e300", lambda e: ops.pad(e.t((2, 3)), (0, 1, 0, 1), value=1e300), VE,
+      OUT_OF_RANGE),
+    C("resize2d_scale_1e300",
+      lambda e: ops.resize2d(e.t((1, 1, 2, 2)), scale=(1e300, 1.0)), VE, OUT_OF_RANGE),
 ]
 
-CASES = (_each_op() + MIXED + DTYPES + SHAPES + SCALARS + KEYWORDS + OUT + VIEWS
+CASES = (_each_op() + MIXED + DTYPES + SHAPES + RESAMPLE + SCALARS + KEYWORDS + OUT + VIEWS
          + FLOAT_ATTRS + RECURRENT)

@@ -79,6 +79,10 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_pool.py::test_matches_float64": "max and average pooling",
     "tests/framework/test_batch_norm.py::test_matches_float64": "inference batch norm",
     "tests/framework/test_lrn.py::test_matches_float64": "local response normalisation",
+    "tests/framework/test_resample.py::test_resize_float16": "resize, nearest and bilinear",
+    "tests/framework/test_resample.py::test_pad_matches_numpy": "pad, every mode",
+    "tests/framework/test_resample.py::test_conv_transpose_matches_float64":
+        "transposed convolution",
     "tests/framework/test_recurrent.py::test_matches_float64": "LSTM and GRU cell, its GEMMs",
 }
 
