@@ -67,13 +67,29 @@ def conv2d_block(c_out: int, groups: int) -> int:
     return 4 if (c_out // groups) % 4 == 0 else 1
 
 
+# A grouped convolution runs as one GEMM per group (batched over the groups) when each
+# group's GEMM has at least this many output channels; below it (depthwise: one) the GEMM's
+# tiles would be mostly idle and the direct kernel runs.
+GROUP_GEMM_MIN_CHANNELS = 8
+
+
+def grouped_as_gemm(c_out: int, groups: int) -> bool:
+    """Whether a convolution's groups are GEMMs worth running (always for one group).
+    Measured on lavapipe (2 shared cores, load 1.5-2.5): on 28x28, a 3x3 conv 240->240 in
+    3 groups took 27-29 ms as im2col + batched GEMM against 187-191 ms in the direct kernel,
+    a 1x1 one 3.4-3.6 against 30-35 ms; at 8 channels per group (64->64 in 8 groups, 3x3,
+    56x56) 25-26 against 31-39 ms."""
+    return groups == 1 or c_out // groups >= GROUP_GEMM_MIN_CHANNELS
+
+
 def conv2d_is_gemm(kernel: tuple[int, int], stride: tuple[int, int],
-                   pads: tuple[int, ...], groups: int) -> bool:
-    """Whether the convolution is a plain GEMM ``w[C_out, C] @ x[n, C, H * W]`` (1x1
-    kernel, stride 1, no padding, one group): the pointwise convolutions of MobileNet and
-    ResNet's bottlenecks. Measured on lavapipe, 64->64 on 56x56: 9.8 ms through the GEMM
-    against 90 ms in the direct kernel."""
-    return kernel == (1, 1) and stride == (1, 1) and not any(pads) and groups == 1
+                   pads: tuple[int, ...], groups: int, c_out: int) -> bool:
+    """Whether the convolution is a plain GEMM ``w[C_out, C] @ x[n, C, H * W]`` per group
+    (1x1 kernel, stride 1, no padding, groups the GEMM takes): the pointwise convolutions of
+    MobileNet and ResNet's bottlenecks, ShuffleNet's grouped ones. Measured on lavapipe,
+    64->64 on 56x56: 9.8 ms through the GEMM against 90 ms in the direct kernel."""
+    return (kernel == (1, 1) and stride == (1, 1) and not any(pads)
+            and grouped_as_gemm(c_out, groups))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -147,13 +163,16 @@ def im2col_columns(x_shape: tuple[int, int, int, int], w_shape: tuple[int, int, 
                    out_hw: tuple[int, int], groups: int, itemsize: int
                    ) -> tuple[int, int, int] | None:
     """The column buffer's shape ``[n, C*kh*kw, oh*ow]`` when a convolution should run as
-    im2col + GEMM (one group, columns within :data:`IM2COL_MAX_BYTES`), else None.
+    im2col + GEMM (groups the GEMM takes, :func:`grouped_as_gemm`; columns within
+    :data:`IM2COL_MAX_BYTES`), else None. Each group's rows are a contiguous block of the
+    columns, so one buffer serves every group.
     Measured on lavapipe (2 shared cores, load 3-4, noisy): a 3x3 64->64 conv on 56x56 took
     36-63 ms this way against 177-384 ms in the direct kernel."""
     n, c, _, _ = x_shape
     rows = c * w_shape[2] * w_shape[3]
     shape = (n, rows, out_hw[0] * out_hw[1])
-    if groups != 1 or n * rows * shape[2] * itemsize > IM2COL_MAX_BYTES:
+    too_large = n * rows * shape[2] * itemsize > IM2COL_MAX_BYTES
+    if too_large or not grouped_as_gemm(w_shape[0], groups):
         return None
     return shape
 

@@ -34,6 +34,7 @@ from vkumd.framework.opset.arith import add
 from vkumd.framework.opset.common import attrs_of
 from vkumd.framework.opset.layout import reshape
 from vkumd.framework.opset.matmul import matmul
+from vkumd.framework.opset.windows import concat
 from vkumd.framework.tensor import Tensor
 
 _VERDICTS: Verdicts = {}
@@ -180,12 +181,17 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, *,
                               f"{format_shape(w.shape)} is empty but the output "
                               f"{format_shape(shape)} is not (padding alone); give at least "
                               "one input element and one kernel tap")
-    if conv2d_is_gemm(w.shape[2:], tuple(stride), tuple(pads), int(groups)):
-        _pointwise(x, w, bias, out)
+    if conv2d_is_gemm(w.shape[2:], tuple(stride), tuple(pads), int(groups), w.shape[0]):
+        _group_gemm(w, reshape(x, (x.shape[0], x.shape[1], x.shape[2] * x.shape[3])), bias,
+                    out, int(groups))
         return out
-    cols = im2col_columns(x.shape, w.shape, shape[2:], int(groups), x.dtype.itemsize)
-    if cols is not None:
-        _im2col(x, w, bias, out, cols, tuple(stride), tuple(dilation), (pads[0], pads[1]))
+    cols_shape = im2col_columns(x.shape, w.shape, shape[2:], int(groups), x.dtype.itemsize)
+    if cols_shape is not None:
+        cols = x.context.empty(cols_shape, x.dtype)
+        x.context.run(im2col_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape,
+                                  shape[2:], tuple(stride), tuple(dilation),
+                                  (pads[0], pads[1])), (x, cols))
+        _group_gemm(w, cols, bias, out, int(groups))
         return out
     plan = conv2d_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape,
                        shape[2:], tuple(stride), tuple(dilation), (pads[0], pads[1]),
@@ -194,26 +200,25 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, *,
     return out
 
 
-def _im2col(x: Tensor, w: Tensor, bias: Tensor | None, out: Tensor,
-            cols_shape: tuple[int, int, int], stride: tuple[int, int],
-            dilation: tuple[int, int], pads: tuple[int, int]) -> None:
-    """A one-group convolution as columns then the GEMM ``w[C_out, C*kh*kw] @ cols[n]``."""
-    cols = x.context.empty(cols_shape, x.dtype)
-    x.context.run(im2col_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape,
-                              out.shape[2:], stride, dilation, pads), (x, cols))
+def _group_gemm(w: Tensor, cols: Tensor, bias: Tensor | None, out: Tensor,
+                groups: int) -> None:
+    """The convolution as GEMMs over its columns ``cols[n, C*kh*kw, pixels]`` (the input
+    itself for a pointwise one): group ``g``'s outputs are ``w_g[C_out/groups, K] @`` the
+    ``g``-th block of ``K`` column rows, one batched GEMM over the groups (and the images:
+    the weights are repeated per image, as matmul shares only a 2-D operand), bias added
+    after."""
     n, c_out = out.shape[:2]
-    result = reshape(out, (n, c_out, cols_shape[2]))
-    matmul(reshape(w, (c_out, cols_shape[1])), cols, out=result)
-    if bias is not None:
-        add(result, reshape(bias, (c_out, 1)), out=result)
-
-
-def _pointwise(x: Tensor, w: Tensor, bias: Tensor | None, out: Tensor) -> None:
-    """A 1x1 convolution as the GEMM ``w[C_out, C] @ x[n, C, H * W]``, bias added after."""
-    n, c, h, wd = x.shape
-    c_out = w.shape[0]
-    result = reshape(out, (n, c_out, h * wd))
-    matmul(reshape(w, (c_out, c)), reshape(x, (n, c, h * wd)), out=result)
+    pixels = cols.shape[2]
+    k = cols.shape[1] // groups
+    result = reshape(out, (n, c_out, pixels))
+    if groups == 1:
+        matmul(reshape(w, (c_out, k)), cols, out=result)
+    else:
+        per_group = reshape(w, (1, groups, c_out // groups, k))
+        if n > 1:
+            per_group = concat([per_group] * n, axis=0)
+        matmul(per_group, reshape(cols, (n, groups, k, pixels)),
+               out=reshape(out, (n, groups, c_out // groups, pixels)))
     if bias is not None:
         add(result, reshape(bias, (c_out, 1)), out=result)
 
