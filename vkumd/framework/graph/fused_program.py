@@ -80,6 +80,8 @@ def step(op: str, operands: Sequence[Any], attrs: Mapping[str, Any]) -> Step:
     full = record.full_attrs(attrs)
     if trait.rewrite is not None:
         return trait.rewrite(list(operands), full)
+    if trait.numeric:
+        return (op, *operands, *(float(full[p]) for p in trait.params))
     params = (full[p] for p in trait.params
               if record.attrs[p] is REQUIRED or full[p] != record.attrs[p])
     return (op, *operands, *params)
@@ -99,6 +101,19 @@ def _operand(where: str, item: Any, limit: int) -> None:
         return
     raise VkumdTypeError(f"{OP}: {where} has operand {item!r}; an operand is a value number "
                          "or ('const', number)")
+
+
+def _numbers(where: str, op: str, trait: Elementwise, params: Sequence[Any]) -> None:
+    """Refuse a numeric step whose params are not all there, or not float32 numbers."""
+    if len(params) != len(trait.params):
+        raise VkumdValueError(f"{OP}: {where}: {op} takes its parameters "
+                              f"{', '.join(trait.params)} after its operand(s)")
+    for name, value in zip(trait.params, params, strict=True):
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            raise VkumdTypeError(f"{OP}: {where}: {op}'s {name} must be a real number, not "
+                                 f"{value!r}")
+        if outside_float32(value):
+            raise VkumdValueError(float32_refusal(OP, f"{where}: {name}", value))
 
 
 def check_program(program: Any, inputs: int) -> Program:
@@ -135,6 +150,8 @@ def check_program(program: Any, inputs: int) -> Program:
                                   + (" and one parameter" if trait.params else ""))
         for item in operands:
             _operand(where, item, inputs + k)
+        if trait.numeric:
+            _numbers(where, op, trait, params)
         if op == "cast" and (len(params) != 1 or params[0] not in FLOATS):
             raise VkumdTypeError(f"{OP}: {where}: cast needs a target dtype, one of "
                                  f"{', '.join(FLOATS)}")

@@ -33,7 +33,10 @@ OPERATORS = (
     "Flatten", "Concat", "Split", "Slice", "Shape", "ConstantOfShape", "Expand", "Where",
     "Equal", "Constant", "Identity", "And", "Or", "Xor", "Not", "IsNaN", "Max", "Min",
     "GatherND", "LpNormalization", "HardSwish", "ArgMax", "Conv", "MaxPool",
-    "AveragePool", "GlobalAveragePool", "BatchNormalization")
+    "AveragePool", "GlobalAveragePool", "BatchNormalization", "Clip", "HardSigmoid",
+    "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Softplus", "Softsign", "Mish",
+    "ThresholdedRelu", "Abs", "Ceil", "Floor", "Round", "Sign", "Log", "Sin", "Cos", "Tan",
+    "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "IsInf")
 
 
 @dataclass

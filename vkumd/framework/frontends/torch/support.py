@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import fx
 
-# Importing the layout module registers its handlers.
-from vkumd.framework.frontends.torch import aten_layout  # noqa: F401
+# Importing the layout and activation modules registers their handlers.
+from vkumd.framework.frontends.torch import aten_activation, aten_layout  # noqa: F401
 from vkumd.framework.frontends.torch.aten_map import CHECKS, HANDLERS, MULTI_OUTPUT, meta
 from vkumd.framework.frontends.torch.dims import IR_DTYPES, is_static
 
