@@ -17,6 +17,8 @@ broadcast (numpy rules) to the output's shape. Attributes:
     * ``relu``, ``gelu``, ``gelu_tanh``, ``silu``, ``exp``, ``sqrt``, ``tanh``, ``erf``,
       ``sigmoid``: one operand.
     * ``cast``: one operand, then a float dtype name; rounds the value to that type.
+    * an op whose trait is ``numeric`` (``clip``, ``leaky_relu``, ``elu``, ...): its operands,
+      then every one of its numeric params, in the trait's order (``("clip", 2, 0.0, 6.0)``).
 
     Example over two inputs: ``(("mul", 0, 1), ("add", 2, ("const", 1.5)), ("gelu", 3))``
     is ``gelu(x0 * x1 + 1.5)``. Programs are tuples of tuples, so they hash (one generated
