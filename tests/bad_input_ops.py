@@ -376,7 +376,7 @@ VIEWS = [
       ">= 0"),
     C("fused_program_string", lambda e: ops.fused_elementwise([e.t()], "relu"), TE,
       "tuple of step tuples"),
-    C("fused_program_unknown_step", lambda e: ops.fused_elementwise([e.t()], (("cosh", 0),)),
+    C("fused_program_unknown_step", lambda e: ops.fused_elementwise([e.t()], (("cbrt", 0),)),
       TE, "no known op"),
     C("fused_program_reads_undefined",
       lambda e: ops.fused_elementwise([e.t()], (("add", 0, 5),)), VE, "reads value 5"),
