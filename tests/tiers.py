@@ -78,6 +78,7 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_conv.py::test_matches_float64": "direct convolution",
     "tests/framework/test_pool.py::test_matches_float64": "max and average pooling",
     "tests/framework/test_batch_norm.py::test_matches_float64": "inference batch norm",
+    "tests/framework/test_recurrent.py::test_matches_float64": "LSTM and GRU cell, its GEMMs",
 }
 
 # Device-free modules, or ones that take a second or two, for the fast tier.
@@ -111,7 +112,10 @@ FAST: dict[str, str] = {
     "tests/framework/models/test_scheduler.py": "continuous batching over a fake model",
     "tests/framework/models/test_generation.py": "TextGenerator over a fake model",
     "tests/framework/models/test_cli_generate.py": "vkumd generate and chat over a fake model",
+    "tests/framework/models/test_ocr_boxes.py": "OCR geometry: components, boxes, CTC",
     "tests/frontends/test_ir_math_ops.py": "frontend IR math",
+    "tests/frontends/test_onnx_conformance_counts.py": "the conformance harness's counting on "
+                                                       "six built cases; the docs table",
     "tests/framework/test_tensor.py": "upload and read back every dtype",
     "tests/runtime/test_dispatch.py": "one dispatch end to end",
     "tests/runtime/test_launch.py": "launch plans",
@@ -144,10 +148,12 @@ TRANSFERS: dict[str, str] = {
     "tests/framework/models/test_llama_runner_smollm2.py": "SmolLM2 runner: 1-5 min",
     "tests/serve/test_generation_model.py": "the generation routes on a tiny GGUF end to end",
     "tests/framework/models/test_generation_model.py": "text generation end to end",
+    "tests/framework/models/test_ocr.py": "the OCR pipeline on vkumd against onnxruntime",
     "tests/frontends/test_onnx_import.py": "ONNX models end to end",
     "tests/frontends/test_onnx_derived.py": "ONNX models with masks end to end",
     "tests/frontends/test_onnx_vision.py": "ONNX vision nodes end to end",
     "tests/frontends/test_onnx_activations.py": "ONNX activations and unary math end to end",
+    "tests/frontends/test_onnx_recurrent.py": "ONNX LSTM and GRU, and ddddocr, end to end",
     "tests/runtime/test_sync_validation.py": "barriers around staging copies, checked by the "
                                              "layer's synchronization validation",
     "tests/frontends/test_onnx_bert_block.py": "an ONNX BERT block end to end",

@@ -1,7 +1,8 @@
 """The ``vkumd`` command: ``vkumd info`` lists devices; ``vkumd demo`` runs the demo;
 ``vkumd compile --all`` builds every kernel variant the device can use; ``vkumd embed`` embeds
 sentences (see :mod:`vkumd.cli_embed`); ``vkumd generate`` and ``vkumd chat`` run a language
-model (see :mod:`vkumd.cli_generate`); ``vkumd serve`` serves them over HTTP (see
+model (see :mod:`vkumd.cli_generate`); ``vkumd ocr`` reads text in images (see
+:mod:`vkumd.cli_ocr`); ``vkumd serve`` serves them over HTTP (see
 :mod:`vkumd.serve`)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import sys
 import time
 
-from vkumd import cli_embed, cli_generate
+from vkumd import cli_embed, cli_generate, cli_ocr
 from vkumd.errors import VkumdError
 from vkumd.runtime.context import devices
 from vkumd.runtime.device import default_device_index
@@ -150,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     compile_parser.set_defaults(func=cmd_compile)
     cli_embed.add_parser(sub)
     cli_generate.add_parser(sub)
+    cli_ocr.add_parser(sub)
     serve_cli.add_parser(sub)
     try:
         args = parser.parse_args(argv)

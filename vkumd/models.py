@@ -16,9 +16,10 @@ from vkumd.framework.models.generation import TextGenerator
 from vkumd.framework.models.gguf import GGUFFile
 from vkumd.framework.models.llama_config import LlamaConfig
 from vkumd.framework.models.loader import INSTALLED_MODELS, find_model, load_model_files
+from vkumd.framework.models.ocr import OCR, OCRResult, Orientation, TextLine
 from vkumd.framework.models.safetensors import SafetensorsFile
 
 __all__ = ["INSTALLED_MODELS", "BertConfig", "GGUFError", "GGUFFile", "LlamaConfig",
-           "ModelFileError", "ModelNotFound",
+           "ModelFileError", "ModelNotFound", "OCR", "OCRResult", "Orientation",
            "SafetensorsError", "SafetensorsFile", "SentenceConfig", "SentenceEncoder",
-           "TextGenerator", "UnsupportedModelError", "find_model", "load_model_files"]
+           "TextGenerator", "TextLine", "UnsupportedModelError", "find_model", "load_model_files"]

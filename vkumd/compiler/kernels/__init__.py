@@ -16,6 +16,7 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     permute,
     pool,
     qmatmul,
+    recurrent,
     reduce,
     rope,
     softmax,

@@ -67,3 +67,6 @@ QMATMUL_DTYPES = ("float32", "float16")
 # Convolution and pooling (conv.py, pool.py) over NCHW tensors.
 CONV_DTYPES = ("float32", "float16")
 POOL_DTYPES = CONV_DTYPES
+
+# The recurrent layers (recurrent.py: LSTM, GRU): the storage types of every operand.
+RECURRENT_DTYPES = ("float32", "float16")

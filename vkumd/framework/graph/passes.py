@@ -16,6 +16,7 @@ from vkumd.framework.graph.constant_folding import fold_constants
 from vkumd.framework.graph.cse import eliminate_common_subexpressions
 from vkumd.framework.graph.dce import eliminate_dead_code
 from vkumd.framework.graph.fusion_attention import fuse_attention
+from vkumd.framework.graph.fusion_conv_bn import fold_batch_norm_into_conv
 from vkumd.framework.graph.fusion_elementwise import fuse_elementwise
 from vkumd.framework.graph.fusion_epilogue import fuse_epilogue
 from vkumd.framework.graph.fusion_norm import fuse_add_layer_norm
@@ -33,6 +34,7 @@ DISABLE_VARIABLE = "VKUMD_DISABLE_PASSES"
 PASSES: dict[str, Pass] = {
     "dce": eliminate_dead_code,
     "constant_folding": fold_constants,
+    "conv_bn_folding": fold_batch_norm_into_conv,
     "cse": eliminate_common_subexpressions,
     "transpose_folding": fold_transposes,
     "attention_fusion": fuse_attention,
@@ -46,7 +48,10 @@ PASSES: dict[str, Pass] = {
 # Cleanups first (so fusion sees the smallest graph), fusion in the middle, a last DCE for
 # what fusion and folding orphaned. Transposes fold into matmul flags before fusion, so
 # attention fusion sees ``q @ k.transpose(-2, -1)`` in the form it matches.
-CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "cse", "transpose_folding")
+# Batch norms fold into their convolutions after constant folding, which may have computed
+# their statistics.
+CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "conv_bn_folding", "cse",
+                            "transpose_folding")
 # Fusion: attention first (epilogue fusion would take its mask add as a residual), then its
 # heads/sequence permutes folded into its layouts, then the GEMM epilogues (a residual stored
 # with the product beats re-reading it in the norm), then residual + norm, elementwise last,

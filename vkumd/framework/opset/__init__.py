@@ -28,6 +28,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     norms,
     pool,
     quantized,
+    recurrent,
     reductions,
     rotary,
     softmax,

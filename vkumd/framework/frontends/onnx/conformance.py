@@ -1,198 +1,323 @@
-"""ONNX's node test cases run against vkumd, counted as pass, skip (with reason) or fail.
+"""ONNX's node test cases, all of them, run on vkumd and on onnxruntime in one process.
 
-``python -m vkumd.framework.frontends.onnx.conformance`` prints the table that
-``docs/frameworks.md`` records. A case is included when every operator of its model is one the
-importer converts; a skip is a refusal with a stated reason (a dtype vkumd does not store, an
-attribute or pattern it refuses, an op with no device kernel); anything else that goes wrong,
-and every result outside the case's own tolerance, is a failure.
+``python -m vkumd.framework.frontends.onnx.conformance`` runs every case ONNX's
+``collect_testcases`` generates (1884 in onnx 1.23.2) and counts each, on vkumd, as:
+
+- **not imported**: its model has an operator vkumd has no converter for (named; such a case
+  is not run, even where the importer could compute the node on the host);
+- **skipped**: the importer or the device refused it with a stated reason, grouped as an
+  element type vkumd does not store, a device capability missing, an op with no device
+  kernel (its import is then still checked in the IR's float64 evaluator, and a mismatch
+  there is a failure: never a pass), or an attribute or pattern the importer refuses;
+- **failed**: anything else that goes wrong, and every result outside the case's own
+  tolerance (ONNX's runner check, its ``rtol``/``atol``) or of another dtype or shape;
+- **passed**: every output within tolerance, computed on the device (the ONNX runner
+  refuses host steps); a case whose graph is left with no node (its outputs are sizes,
+  constants or an input) is counted apart among them.
+
+onnxruntime runs the same cases beside it (:mod:`.conformance_ort`). Options: ``--json PATH``
+(every case's record and the summary), ``--write-docs`` (docs/frameworks.md's table and
+docs/conformance.json), ``--journal PATH`` (resume a stopped run), ``-k PATTERN`` (cases whose
+name contains it), ``--no-ort``. Progress goes to stderr; the text report to stdout.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import sys
-from collections import Counter
+import time
+import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from vkumd.errors import CapabilityMissing, VkumdValueError
 from vkumd.framework.execute.lower import NoDeviceKernel
+from vkumd.framework.frontends.onnx import conformance_ort
 from vkumd.framework.frontends.onnx.backend import VkumdBackend
+from vkumd.framework.frontends.onnx.conformance_report import (
+    NO_KERNEL,
+    SKIP_GROUPS,
+    Outcome,
+    Report,
+    text,
+    write_docs,
+)
 from vkumd.framework.frontends.onnx.errors import UnsupportedModelError
 from vkumd.framework.frontends.onnx.state import CONVERTERS
 
-# The operators the frontend is asked to cover (docs/frameworks.md's table).
-OPERATORS = (
-    "MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Exp",
-    "Erf", "Tanh", "Relu", "Sigmoid", "Gelu", "Softmax", "LayerNormalization", "ReduceMean",
-    "ReduceSum", "ReduceMax", "Cast", "Gather", "Reshape", "Transpose", "Unsqueeze", "Squeeze",
-    "Flatten", "Concat", "Split", "Slice", "Shape", "ConstantOfShape", "Expand", "Where",
-    "Equal", "Constant", "Identity", "And", "Or", "Xor", "Not", "IsNaN", "Max", "Min",
-    "GatherND", "LpNormalization", "HardSwish", "ArgMax", "Conv", "MaxPool",
-    "AveragePool", "GlobalAveragePool", "BatchNormalization", "Clip", "HardSigmoid",
-    "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Softplus", "Softsign", "Mish",
-    "ThresholdedRelu", "Abs", "Ceil", "Floor", "Round", "Sign", "Log", "Sin", "Cos", "Tan",
-    "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "IsInf")
+DOCS = Path(__file__).resolve().parents[4] / "docs"
+PROGRESS_EVERY = 50
 
 
-@dataclass
-class Report:
-    """Counts of one conformance run.
+def collect(contains: str | None = None) -> list[Any]:
+    """ONNX's node test cases (``onnx.backend.test.case.node.collect_testcases``), by name.
 
-    Attributes:
-        passed: names of the cases that matched.
-        skipped: case name -> reason.
-        failed: case name -> what went wrong.
+    Args:
+        contains: keep only the cases whose name contains it.
+
+    Returns:
+        The ``TestCase`` objects, sorted by name.
     """
+    from onnx.backend.test.case.node import collect_testcases
 
-    passed: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
-    operator: dict[str, str] = field(default_factory=dict)
-    ir_checked: list[str] = field(default_factory=list)
-
-    def by_operator(self) -> dict[str, tuple[int, int, int]]:
-        """``(passed, skipped, failed)`` per operator (a multi-node case counts as
-        ``expanded``)."""
-        counts: dict[str, list[int]] = {}
-        for names, slot in ((self.passed, 0), (self.skipped, 1), (self.failed, 2)):
-            for name in names:
-                counts.setdefault(self.operator.get(name, "?"), [0, 0, 0])[slot] += 1
-        return {op: (c[0], c[1], c[2]) for op, c in sorted(counts.items())}
-
-    def reasons(self) -> Counter[str]:
-        """How many cases were skipped for each reason."""
-        return Counter(self.skipped.values())
-
-    def table(self) -> str:
-        """The counts and the skip reasons, as text."""
-        lines = [f"ONNX node tests: {len(self.passed)} passed, {len(self.skipped)} skipped, "
-                 f"{len(self.failed)} failed; of the skipped, {len(self.ir_checked)} without a "
-                 "device kernel matched in the IR's float64 evaluator"]
-        reasons = self.reasons()
-        types = {w: n for w, n in reasons.items() if w.startswith("dtype ")}
-        if types:
-            listed = ", ".join(f"{w.split()[1]} {n}" for w, n in sorted(types.items()))
-            lines.append(f"  skip x{sum(types.values())}: element type not stored by vkumd "
-                         f"({listed})")
-        lines += [f"  skip x{n}: {why}" for why, n in reasons.most_common() if why not in types]
-        lines += [f"  FAIL {name}: {why}" for name, why in sorted(self.failed.items())]
-        lines.append("per operator (passed/skipped/failed):")
-        lines += [f"  {op}: {p}/{s}/{f}" for op, (p, s, f) in self.by_operator().items()]
-        return "\n".join(lines)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")  # the case generators' own numpy warnings
+        cases = list(collect_testcases(None))
+    chosen = {c.name: c for c in cases if contains is None or contains in c.name}
+    return [chosen[name] for name in sorted(chosen)]
 
 
-def _category(exc: Exception) -> str:
-    """A short, grouped reason for a skip (numbers and names stripped)."""
+def _op_name(node: onnx.NodeProto) -> str:
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
+
+
+def missing_operators(model: onnx.ModelProto) -> list[str]:
+    """The operators of ``model`` that vkumd has no converter for (another domain's
+    operators included, named ``domain:Op``), sorted."""
+    return sorted({_op_name(n) for n in model.graph.node
+                   if n.domain not in ("", "ai.onnx") or n.op_type not in CONVERTERS})
+
+
+def operators_of(cases: Iterable[Any]) -> dict[str, str]:
+    """Case name -> the operator it tests: a one-node case's operator; a multi-node case
+    (``_expanded``) counts for its base case's operator, or ``(multi-node)`` without one."""
+    single = {c.name: _op_name(c.model.graph.node[0]) for c in cases
+              if len(c.model.graph.node) == 1}
+    out = {}
+    for case in cases:
+        base = case.name.split("_expanded")[0]
+        out[case.name] = single.get(case.name) or single.get(base) or "(multi-node)"
+    return out
+
+
+def normalize(value: Any) -> Any:
+    """A case's stored value as a runtime takes it: a ``TensorProto`` as an array (types
+    numpy lacks, float16 bits and bfloat16, are stored so), a sequence item by item."""
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, list):
+        return [normalize(v) for v in value]
+    return value
+
+
+def skip_reason(exc: Exception) -> str:
+    """A refusal as ``"group: detail"`` (the group one of :data:`SKIP_GROUPS`; numbers and
+    names stripped from the detail so that like refusals count together)."""
     if isinstance(exc, NoDeviceKernel):
-        text = str(exc).split(" (")[0]
-        typed = re.match(r"\w+ has no device kernel for (\w+)", text)
-        if typed:
-            return f"no device kernel: elementwise ops on {typed.group(1)}"
-        return f"no device kernel: {text}"
+        detail = str(exc).split(" (")[0]
+        typed = re.match(r"\w+ has no device kernel for (\w+)", detail)
+        detail = f"elementwise ops on {typed.group(1)}" if typed else detail
+        return f"{SKIP_GROUPS[2]}: {detail}"
+    if isinstance(exc, CapabilityMissing):
+        return f"{SKIP_GROUPS[1]}: {str(exc).split(';')[0][:120]}"
     assert isinstance(exc, UnsupportedModelError)
     refusal = exc.refusals[0]
-    reason = refusal.reason
-    match = re.match(r"(\w+) tensors are not supported", reason)
-    if match:
-        return f"dtype {match.group(1)} not stored by vkumd"
-    if reason.startswith("attribute"):
-        return f"{refusal.op_type}: {reason}"
-    reason = re.sub(r"-?\d+(\.\d+)?(e-?\d+)?", "N", reason)
-    reason = re.sub(r"\[[^\]]*\]|\([^)]*\)", "", reason)
-    return f"{refusal.op_type}: {reason.strip()}"
+    typed = re.match(r"(\w+) tensors are not supported", refusal.reason)
+    if typed:
+        return f"{SKIP_GROUPS[0]}: {typed.group(1).upper()}"
+    # A dimension count ("2-D") stays: it says which form is refused.
+    reason = re.sub(r"-?\d+(\.\d+)?(e-?\d+)?(?!\d|-D)", "N", refusal.reason)
+    reason = re.sub(r"\[[^\]]*\]|\([^)]*\)|'[^']*'", "", reason).split(";")[0]
+    return f"{SKIP_GROUPS[3]}: {refusal.op_type}: {' '.join(reason.split())[:120]}"
 
 
-def select(cases: Iterable[Any], operators: Iterable[str] = OPERATORS) -> list[Any]:
-    """The cases whose every node is an operator in ``operators`` (and converted)."""
-    allowed = set(operators) & set(CONVERTERS)
-    chosen = []
-    for case in cases:
-        if case.model is None or not case.data_sets:
-            continue
-        ops = {n.op_type for n in case.model.graph.node}
-        if ops and ops <= allowed and any(op in OPERATORS for op in ops):
-            chosen.append(case)
-    return chosen
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:240]}"
 
 
-def _compare(name: str, want: np.ndarray, got: np.ndarray, rtol: float, atol: float) -> None:
-    want = np.asarray(want)
-    if got.dtype != want.dtype:
-        raise AssertionError(f"dtype {got.dtype}, expected {want.dtype}")
-    if got.shape != want.shape:
-        raise AssertionError(f"shape {got.shape}, expected {want.shape}")
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=name)
+def run_vkumd(case: Any, ctx: Any) -> tuple[str, str]:
+    """Run one imported case on vkumd, every data set.
 
-
-def _array(x: Any) -> np.ndarray:
-    # Cases of types numpy lacks (float16 bits, bfloat16) hold TensorProtos.
-    return numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else np.asarray(x)
-
-
-def run_case(case: Any, ctx: Any, report: Report) -> None:
-    """Run one case (every data set) and record its outcome in ``report``.
-
-    A case whose graph has an op without a device kernel is skipped, and its import is
-    still checked through the IR's float64 evaluator (a mismatch there is a failure).
+    Returns:
+        ``(status, reason)``: ``passed``, ``skipped`` (reason from :func:`skip_reason`) or
+        ``failed``.
     """
+    check = onnx_check()
     rep = None
     try:
         rep = VkumdBackend.prepare(case.model, ctx=ctx)
         for inputs, expected in case.data_sets:
-            outputs = rep.run([_array(x) for x in inputs])
-            for want, got in zip(expected, outputs, strict=True):
-                _compare(case.name, _array(want), got, case.rtol, case.atol)
-    except (UnsupportedModelError, NoDeviceKernel) as exc:
-        report.skipped[case.name] = _category(exc)
+            got = rep.run([normalize(x) for x in inputs])
+            check([normalize(x) for x in expected], list(got), case.rtol, case.atol)
+    except (UnsupportedModelError, CapabilityMissing) as exc:
         if isinstance(exc, NoDeviceKernel) and rep is not None:
-            _check_in_ir(case, rep, report)
-        return
-    except Exception as exc:  # anything else is a failure, with its message
-        report.failed[case.name] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        return
-    report.passed.append(case.name)
+            failure = _check_in_ir(case, rep, check)
+            if failure:
+                return "failed", failure
+        return "skipped", skip_reason(exc)
+    except Exception as exc:  # noqa: BLE001 -- anything else is a failure, with its message
+        return "failed", _short(exc)
+    # The runner refuses host steps, so a graph with nodes ran on the device; one without
+    # returned sizes, constants or an input, which the report counts apart.
+    return "passed", "" if rep.model.graph.nodes else NO_KERNEL
 
 
-def _check_in_ir(case: Any, rep: Any, report: Report) -> None:
+def onnx_check() -> Any:
+    """ONNX's runner comparison (length, shape, dtype, then ``assert_allclose`` at the
+    case's ``rtol``/``atol``; bfloat16 at two of its ulps)."""
+    from onnx.backend.test.runner import Runner
+
+    return lambda want, got, rtol, atol: Runner.assert_similar_outputs(want, got, rtol, atol)
+
+
+def _check_in_ir(case: Any, rep: Any, check: Any) -> str:
+    """An empty string when the import's float64 evaluation matches; else the failure."""
     try:
         for inputs, expected in case.data_sets:
-            feed = dict(zip(rep.model.input_names, [_array(x) for x in inputs], strict=False))
+            feed = dict(zip(rep.model.input_names, [normalize(x) for x in inputs],
+                            strict=False))
             got = rep.model.evaluate(**feed)
-            for want, name in zip(expected, rep.model.output_names, strict=True):
-                _compare(case.name, _array(want), got[name], case.rtol, case.atol)
-    except Exception as exc:  # the import is wrong, though the device could not run it
-        report.failed[case.name] = f"in the IR evaluator: {type(exc).__name__}: {exc}"[:300]
-        return
-    report.ir_checked.append(case.name)
+            check([normalize(x) for x in expected], [got[n] for n in rep.model.output_names],
+                  case.rtol, case.atol)
+    except Exception as exc:  # noqa: BLE001 -- the import is wrong, though no kernel ran
+        return f"in the IR evaluator: {_short(exc)}"
+    return ""
 
 
-def run(ctx: Any = None, operators: Iterable[str] = OPERATORS) -> Report:
-    """Collect ONNX's node cases, select those of ``operators`` and run them on ``ctx``.
+class Journal:
+    """A JSON-lines file each finished case is appended to, so a stopped run resumes.
+
+    A case is marked started (per runtime) before it runs; one started and never finished
+    stopped the process (a crash, a kill), and is counted failed with that reason.
+
+    Args:
+        path: the file (created when absent; read when present).
+
+    Raises:
+        VkumdValueError: a line of an existing file is not an entry this class wrote.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.done: dict[str, Outcome] = {}
+        self.stopped: dict[str, str] = {}
+        if path is None or not path.exists():
+            return
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            try:
+                entry = json.loads(line)
+                if not isinstance(entry, dict) or not ({"started", "name"} & entry.keys()):
+                    raise ValueError("neither a started mark nor a case's record")
+            except ValueError as exc:
+                raise VkumdValueError(
+                    f"{path}, line {number}: not a conformance journal entry ({exc}); it is "
+                    "not the journal of this harness, or was cut short: delete the file (or "
+                    "that line) and run again") from exc
+            if "started" in entry:
+                self.stopped[entry["started"]] = entry["runner"]
+            else:
+                self.done[entry["name"]] = Outcome.from_json(entry)
+                self.stopped.pop(entry["name"], None)
+
+    def write(self, entry: dict[str, Any]) -> None:
+        """Append one entry and flush it to the file."""
+        if self.path is not None:
+            with self.path.open("a") as f:
+                f.write(json.dumps(entry) + "\n")
+
+
+def _run_one(case: Any, operator: str, ctx: Any, ort: bool, journal: Journal) -> Outcome:
+    start = time.perf_counter()
+    outcome = Outcome(case.name, operator, "not imported", missing=missing_operators(case.model))
+    stopped = journal.stopped.get(case.name)
+    if outcome.missing:
+        outcome.reason = "no converter for " + ", ".join(outcome.missing)
+    elif stopped == "vkumd":
+        outcome.status, outcome.reason = "failed", "the process stopped during this case's run"
+    else:
+        journal.write({"started": case.name, "runner": "vkumd"})
+        with np.errstate(all="ignore"):
+            outcome.status, outcome.reason = run_vkumd(case, ctx)
+    if stopped == "onnxruntime":
+        outcome.ort, outcome.ort_reason = "error", "the process stopped during this run"
+    elif ort:
+        journal.write({"started": case.name, "runner": "onnxruntime"})
+        outcome.ort, outcome.ort_reason = conformance_ort.run_case(case, normalize)
+    outcome.seconds = round(time.perf_counter() - start, 3)
+    journal.write(outcome.to_json())
+    return outcome
+
+
+def run(ctx: Any = None, cases: list[Any] | None = None, ort: bool = True,
+        journal: Path | None = None, progress: TextIO | None = None) -> Report:
+    """Run ``cases`` (default: all of ONNX's node cases) on vkumd and on onnxruntime.
+
+    Args:
+        ctx: the vkumd context (default: the backend's shared one).
+        cases: the ``TestCase`` objects; None for :func:`collect`'s.
+        ort: run onnxruntime beside vkumd (when it is installed).
+        journal: a file recording each finished case; cases already in it are not rerun.
+        progress: where a line of counts goes every :data:`PROGRESS_EVERY` cases.
 
     Returns:
-        The :class:`Report`.
+        The :class:`Report`, one outcome per case in case order.
     """
-    import warnings
+    from vkumd.framework.frontends.onnx.backend import shared_context
 
-    from onnx.backend.test.case.node import collect_testcases
-
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        cases = select(collect_testcases(None), operators)
-    report = Report()
-    for case in cases:
-        nodes = case.model.graph.node
-        report.operator[case.name] = nodes[0].op_type if len(nodes) == 1 else "expanded"
-        run_case(case, ctx, report)
+    cases = collect() if cases is None else cases
+    ctx = ctx or shared_context()
+    ort_version = conformance_ort.version() if ort else None
+    record = Journal(journal)
+    operators = operators_of(cases)
+    report = Report(meta={"onnx": onnx.__version__, "onnxruntime": ort_version,
+                          "device": ctx.caps.name,
+                          "date": datetime.now(timezone.utc).strftime("%Y-%m-%d")})
+    start = time.perf_counter()
+    resumed = sum(o.seconds for o in record.done.values())
+    for i, case in enumerate(cases, 1):
+        outcome = record.done.get(case.name)
+        if outcome is None:
+            outcome = _run_one(case, operators[case.name], ctx, ort_version is not None,
+                               record)
+        report.outcomes.append(outcome)
+        if progress is not None and (i % PROGRESS_EVERY == 0 or i == len(cases)):
+            counts = ", ".join(f"{s} {len(report.by_status(s))}" for s in
+                               ("passed", "failed", "skipped", "not imported"))
+            ort_passed = sum(o.ort == "passed" for o in report.outcomes)
+            print(f"conformance: {i}/{len(cases)} cases, {time.perf_counter() - start:.0f} s: "
+                  f"vkumd {counts}; onnxruntime passed {ort_passed}", file=progress,
+                  flush=True)
+    report.meta["seconds"] = round(time.perf_counter() - start + resumed, 1)
     return report
 
 
+def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit status (1 when a case failed on vkumd)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m vkumd.framework.frontends.onnx.conformance",
+        description="Run all of ONNX's node test cases on vkumd and onnxruntime.")
+    parser.add_argument("--json", type=Path, help="write every case's record and the summary")
+    parser.add_argument("--write-docs", type=Path, nargs="?", const=DOCS, metavar="DOCS_DIR",
+                        help="write DOCS_DIR/frameworks.md's table (between its markers) and "
+                        "DOCS_DIR/conformance.json (default: the repository's docs)")
+    parser.add_argument("--journal", type=Path,
+                        help="record finished cases here; a rerun resumes from it")
+    parser.add_argument("-k", dest="contains", help="only cases whose name contains this")
+    parser.add_argument("--no-ort", action="store_true", help="do not run onnxruntime")
+    args = parser.parse_args(argv)
+    cases = collect(args.contains)
+    if not cases:
+        parser.error(f"no ONNX node case's name contains {args.contains!r} (names look like "
+                     "test_add_bcast)")
+    report = run(cases=cases, ort=not args.no_ort, journal=args.journal,
+                 progress=sys.stderr)
+    summary = report.summary()
+    print(text(summary))
+    if args.json:
+        args.json.write_text(json.dumps(report.to_json(), indent=1) + "\n")
+    if args.write_docs:
+        write_docs(summary, args.write_docs / "frameworks.md",
+                   args.write_docs / "conformance.json")
+    return 1 if summary["vkumd"]["failed"] else 0
+
+
 if __name__ == "__main__":
-    result = run()
-    print(result.table())
-    sys.exit(1 if result.failed else 0)
+    sys.exit(main())

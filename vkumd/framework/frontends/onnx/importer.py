@@ -24,6 +24,7 @@ from vkumd.framework.frontends.onnx import (  # noqa: F401
     ops_linalg,
     ops_logic,
     ops_math,
+    ops_recurrent,
     ops_shape,
     ops_vision,
 )
