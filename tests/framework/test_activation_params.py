@@ -171,3 +171,17 @@ def test_bad_parameters(ctx) -> None:
         (VkumdValueError, lambda: ops.fused_elementwise([x], program)),
         (VkumdTypeError, lambda: ops.fused_elementwise([x], (("elu", 0, "one"),))),
     ])
+
+
+def test_tensor_methods_eager_and_traced(ctx) -> None:
+    """``clamp``/``clip`` and the parameterless ops are methods of tensors and of traced
+    values alike."""
+    x = np.array([-3.0, -0.5, 0.2, 7.0, -0.0], np.float32)
+    t = ctx.tensor(x)
+    np.testing.assert_array_equal(t.clamp(0, 6).numpy(), np.clip(x, 0, 6))
+    np.testing.assert_array_equal(t.clip(max=0.1).numpy(), np.minimum(x, 0.1))
+    np.testing.assert_array_equal(t.abs().numpy(), np.abs(x))
+    np.testing.assert_array_equal(t.floor().numpy(), np.floor(x))
+    compiled = vkumd.compile(lambda v: v.clamp(-1.0, 1.0).abs().neg(), {"v": x}, ctx=ctx)
+    assert compiled.executor == "compiled"
+    np.testing.assert_array_equal(compiled(v=x).numpy(), -np.abs(np.clip(x, -1, 1)))
