@@ -78,6 +78,11 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_conv.py::test_matches_float64": "direct convolution",
     "tests/framework/test_pool.py::test_matches_float64": "max and average pooling",
     "tests/framework/test_batch_norm.py::test_matches_float64": "inference batch norm",
+    "tests/framework/test_lrn.py::test_matches_float64": "local response normalisation",
+    "tests/framework/test_resample.py::test_resize_float16": "resize, nearest and bilinear",
+    "tests/framework/test_resample.py::test_pad_matches_numpy": "pad, every mode",
+    "tests/framework/test_resample.py::test_conv_transpose_matches_float64":
+        "transposed convolution",
     "tests/framework/test_recurrent.py::test_matches_float64": "LSTM and GRU cell, its GEMMs",
 }
 
@@ -153,6 +158,9 @@ TRANSFERS: dict[str, str] = {
     "tests/frontends/test_onnx_derived.py": "ONNX models with masks end to end",
     "tests/frontends/test_onnx_vision.py": "ONNX vision nodes end to end",
     "tests/frontends/test_onnx_activations.py": "ONNX activations and unary math end to end",
+    "tests/frontends/test_onnx_light_ops.py": "ONNX LRN, Dropout, Sum and Mean end to end",
+    "tests/frontends/test_onnx_light_models.py": "ONNX's nine light models end to end (their "
+                                                 "151-411 MB weights through staging)",
     "tests/frontends/test_onnx_recurrent.py": "ONNX LSTM and GRU, and ddddocr, end to end",
     "tests/runtime/test_sync_validation.py": "barriers around staging copies, checked by the "
                                              "layer's synchronization validation",

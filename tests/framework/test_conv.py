@@ -182,3 +182,54 @@ def test_one_group_convolutions_run_as_gemms(ctx, monkeypatch: pytest.MonkeyPatc
                  pixelwise(x, w, None, (2, 1), (1, 1), (1, 0, 0, 0), 1), "float32")
     with pytest.raises(AssertionError, match="direct kernel"):
         ops.conv2d(ctx.tensor(x), ctx.tensor(w[:, :2]), groups=3)
+
+
+def columns(x: np.ndarray, kernel: tuple[int, int], out_hw: tuple[int, int], stride, dilation,
+            pads) -> np.ndarray:
+    """im2col's definition in numpy: ``[n, c*kh*kw, oh*ow]``, zeros outside the input."""
+    n, c, h, wd = x.shape
+    kh, kw = kernel
+    xp = np.zeros((n, c, h + 2 * kh * dilation[0] + pads[0], wd + 2 * kw * dilation[1] + pads[1]))
+    xp[:, :, pads[0]:pads[0] + h, pads[1]:pads[1] + wd] = x
+    cols = np.zeros((n, c, kh, kw, *out_hw))
+    for ky in range(kh):
+        for kx in range(kw):
+            y0, x0 = ky * dilation[0], kx * dilation[1]
+            cols[:, :, ky, kx] = xp[:, :, y0:y0 + stride[0] * out_hw[0]:stride[0],
+                                    x0:x0 + stride[1] * out_hw[1]:stride[1]]
+    return cols.reshape(n, c * kh * kw, out_hw[0] * out_hw[1])
+
+
+@pytest.mark.parametrize("rows_per", [1, 4, 7, 1000])
+def test_im2col_runs_of_rows_cross_taps_planes_and_images(ctx, rows_per: int) -> None:
+    """Each invocation walks rows_per column rows by increments: runs that stop inside a tap
+    row, cross input planes and cross images must write what the definition says."""
+    rng = np.random.default_rng()
+    x = rng.standard_normal((3, 5, 9, 11)).astype(np.float32)
+    kernel, stride, dilation, pads = (3, 2), (2, 1), (1, 2), (1, 2)
+    out_hw = ((9 + 1 + 2 - 3) // 2 + 1, (11 + 2 + 0 - 3) // 1 + 1)  # bottom 2, right 0
+    want = columns(x, kernel, out_hw, stride, dilation, pads)
+    cols = poisoned(ctx, want.shape, "float32")
+    plan = conv_kernels.im2col_plan(ctx.caps, "F32", x.shape, (1, 5, *kernel), out_hw, stride,
+                                    dilation, pads, rows_per=rows_per)
+    ctx.run(plan, (ctx.tensor(x), cols))
+    np.testing.assert_array_equal(cols.numpy(), want)
+
+
+@pytest.mark.parametrize("rows_per", [1, 3, 1000])
+@pytest.mark.parametrize("block", [1, 4])
+def test_direct_runs_of_rows_cross_groups_and_images(ctx, rows_per: int, block: int) -> None:
+    """The direct kernel's invocations walk rows_per (image, channel block) rows by
+    increments: runs that cross groups and images must read each row's own input channels."""
+    rng = np.random.default_rng()
+    x = rng.standard_normal((3, 6, 7, 9)).astype(np.float32)
+    w = rng.standard_normal((8, 3, 3, 2)).astype(np.float32)  # 2 groups of 4 outputs
+    bias = rng.standard_normal(8).astype(np.float32)
+    stride, dilation, pads = (2, 1), (1, 2), (1, 0, 2, 1)
+    want = pixelwise(x, w, bias, stride, dilation, pads, 2)
+    out = poisoned(ctx, want.shape, "float32")
+    plan = conv_kernels.conv2d_plan(ctx.caps, "F32", x.shape, w.shape, want.shape[2:], stride,
+                                    dilation, pads[:2], 2, True, oc_block=block,
+                                    rows_per=rows_per)
+    ctx.run(plan, (ctx.tensor(x), ctx.tensor(w), ctx.tensor(bias), out))
+    assert_close(out.numpy().astype(np.float64), want, "float32", f"rows_per {rows_per}")

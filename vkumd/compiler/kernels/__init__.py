@@ -18,6 +18,7 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     qmatmul,
     recurrent,
     reduce,
+    resample,
     rope,
     softmax,
 )

@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import functools
 
-from vkumd.compiler.kernels.elementwise_plan import ELEMENTWISE_WORKGROUP, FixedLaunch, looped_grid
+from vkumd.compiler.kernels.elementwise_plan import (
+    CPU_WORKGROUPS,
+    ELEMENTWISE_WORKGROUP,
+    FixedLaunch,
+    looped_grid,
+)
 from vkumd.compiler.kernels.limits import CONV_DTYPES
 from vkumd.compiler.kernels.type_codes import type_codes
 from vkumd.compiler.push import PushLayout
@@ -23,9 +28,10 @@ from vkumd.errors import VkumdValueError
 from vkumd.vk.caps import DeviceCaps
 
 CONV_CODES = type_codes(CONV_DTYPES)
-CONV_PUSH = PushLayout("total:u32", "c_in:u32", "h:u32", "w:u32", "c_out:u32", "oh:u32",
-                       "ow:u32", "kh:u32", "kw:u32", "sy:u32", "sx:u32", "dy:u32", "dx:u32",
-                       "pt:i32", "pl:i32", "groups:u32", "has_bias:u32")
+CONV_PUSH = PushLayout("rows_total:u32", "pixels:u32", "c_in:u32", "h:u32", "w:u32",
+                       "c_out:u32", "ow:u32", "kh:u32", "kw:u32", "sy:u32", "sx:u32", "dy:u32",
+                       "dx:u32", "pt:i32", "pl:i32", "groups:u32", "has_bias:u32",
+                       "rows_per:u32")
 # The kernel indexes with 32-bit unsigned integers.
 _MAX_ELEMENTS = (1 << 32) - 1
 
@@ -55,9 +61,9 @@ CONV2D = register(Kernel(
 
 
 def conv2d_block(c_out: int, groups: int) -> int:
-    """Output channels per invocation: 4 when a group's output channels are a multiple of 4,
-    else 1. Measured on lavapipe (2 shared cores, noisy): a 3x3 64->64 conv on 56x56 took
-    644-908 ms at 4 against 879-1020 ms at 1."""
+    """Output channels per row: 4 when a group's output channels are a multiple of 4, else 1.
+    Measured on lavapipe (2 shared cores, load 3-4, noisy): a 3x3 64->64 conv on 56x56 took
+    177-384 ms at 4 against 411-876 ms at 1."""
     return 4 if (c_out // groups) % 4 == 0 else 1
 
 
@@ -74,11 +80,13 @@ def conv2d_is_gemm(kernel: tuple[int, int], stride: tuple[int, int],
 def conv2d_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
                 w_shape: tuple[int, int, int, int], out_hw: tuple[int, int],
                 stride: tuple[int, int], dilation: tuple[int, int], pads: tuple[int, int],
-                groups: int, has_bias: bool, oc_block: int = 0) -> FixedLaunch:
+                groups: int, has_bias: bool, oc_block: int = 0, rows_per: int = 0
+                ) -> FixedLaunch:
     """Convolve ``x[n, c_in, h, w]`` with ``w[c_out, c_in / groups, kh, kw]``; ``pads`` is
     (top, left) (the bottom and right pads only shape ``out_hw``).
     Operands: x, w, bias (w again when there is none), out ``[n, c_out, *out_hw]``.
-    ``oc_block`` forces the output channels per invocation (0: the planner's choice).
+    ``oc_block`` forces the output channels per row and ``rows_per`` the rows per invocation
+    (0: the planner's choice, :func:`row_runs`).
 
     Raises:
         VkumdValueError: a tensor past the kernel's 32-bit indexing.
@@ -96,18 +104,37 @@ def conv2d_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
                               f"{c_out // groups} output channels of a group")
     program = CONV2D.specialize({"DTYPE": code, "OC_BLOCK": block,
                                  WORKGROUP: ELEMENTWISE_WORKGROUP})
-    total //= block
-    push = CONV_PUSH.pack(total, c_in, h, w, c_out, out_hw[0], out_hw[1], kh, kw, *stride,
-                          *dilation, *pads, groups, int(has_bias))
-    groups_needed = -(-total // ELEMENTWISE_WORKGROUP)
-    return FixedLaunch(program, push, looped_grid(caps, groups_needed), (3,))
+    rows_total, pixels = n * c_out // block, out_hw[0] * out_hw[1]
+    rows_per, grid = row_runs(caps, rows_total, pixels, rows_per)
+    push = CONV_PUSH.pack(rows_total, pixels, c_in, h, w, c_out, out_hw[1], kh, kw, *stride,
+                          *dilation, *pads, groups, int(has_bias), rows_per)
+    return FixedLaunch(program, push, grid, (3,))
 
 
+def row_runs(caps: DeviceCaps, rows_total: int, pixels: int, rows_per: int = 0
+             ) -> tuple[int, tuple[int, int, int]]:
+    """Rows per invocation and the grid of a kernel whose invocations own an output pixel
+    (x) and walk a run of rows (y): im2col's and the direct convolution's. ``rows_per`` 0 is
+    the planner's choice: on CPU drivers (which pay per workgroup) about
+    :data:`CPU_WORKGROUPS` groups in all, on GPUs runs of 4, so that each invocation's
+    divisions serve several elements; never more groups along y than the device allows."""
+    pixel_groups = -(-pixels // ELEMENTWISE_WORKGROUP)
+    if not rows_per:
+        rows_per = -(-rows_total * pixel_groups // CPU_WORKGROUPS) if caps.device_type == "cpu" \
+            else 4
+    rows_per = max(rows_per, -(-rows_total // caps.max_workgroup_count[1]), 1)
+    return rows_per, (min(pixel_groups, caps.max_workgroup_count[0]), -(-rows_total // rows_per),
+                      1)
+
+
+IM2COL_PUSH = PushLayout("rows_total:u32", "pixels:u32", "h:u32", "w:u32", "ow:u32", "kh:u32",
+                         "kw:u32", "sy:u32", "sx:u32", "dy:u32", "dx:u32", "pt:i32", "pl:i32",
+                         "rows_per:u32")
 IM2COL = register(Kernel(
     name="im2col",
     source="im2col.comp",
     buffers=2,
-    push=CONV_PUSH,
+    push=IM2COL_PUSH,
     defines={"DTYPE": tuple(CONV_CODES.values())},
     spec_constants={WORKGROUP: 0},
     variants=_conv_variants,
@@ -121,8 +148,8 @@ def im2col_columns(x_shape: tuple[int, int, int, int], w_shape: tuple[int, int, 
                    ) -> tuple[int, int, int] | None:
     """The column buffer's shape ``[n, C*kh*kw, oh*ow]`` when a convolution should run as
     im2col + GEMM (one group, columns within :data:`IM2COL_MAX_BYTES`), else None.
-    Measured on lavapipe (2 shared cores, noisy): a 3x3 64->64 conv on 56x56 took 165 ms
-    this way against 650-1040 ms in the direct kernel."""
+    Measured on lavapipe (2 shared cores, load 3-4, noisy): a 3x3 64->64 conv on 56x56 took
+    36-63 ms this way against 177-384 ms in the direct kernel."""
     n, c, _, _ = x_shape
     rows = c * w_shape[2] * w_shape[3]
     shape = (n, rows, out_hw[0] * out_hw[1])
@@ -134,18 +161,19 @@ def im2col_columns(x_shape: tuple[int, int, int, int], w_shape: tuple[int, int, 
 @functools.lru_cache(maxsize=4096)
 def im2col_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
                 w_shape: tuple[int, int, int, int], out_hw: tuple[int, int],
-                stride: tuple[int, int], dilation: tuple[int, int], pads: tuple[int, int]
-                ) -> FixedLaunch:
+                stride: tuple[int, int], dilation: tuple[int, int], pads: tuple[int, int],
+                rows_per: int = 0) -> FixedLaunch:
     """Write the columns of a one-group convolution (see :func:`im2col_columns`).
-    Operands: x, cols."""
+    Operands: x, cols. ``rows_per`` forces the column rows per invocation (0: the planner's
+    choice)."""
     n, c_in, h, w = x_shape
-    c_out, _, kh, kw = w_shape
-    total = n * c_in * kh * kw * out_hw[0] * out_hw[1]
+    _, _, kh, kw = w_shape
+    rows_total, pixels = n * c_in * kh * kw, out_hw[0] * out_hw[1]
+    rows_per, grid = row_runs(caps, rows_total, pixels, rows_per)
     program = IM2COL.specialize({"DTYPE": code, WORKGROUP: ELEMENTWISE_WORKGROUP})
-    push = CONV_PUSH.pack(total, c_in, h, w, c_out, out_hw[0], out_hw[1], kh, kw, *stride,
-                          *dilation, *pads, 1, 0)
-    return FixedLaunch(program, push, looped_grid(caps, -(-total // ELEMENTWISE_WORKGROUP)),
-                       (1,))
+    push = IM2COL_PUSH.pack(rows_total, pixels, h, w, out_hw[1], kh, kw, *stride, *dilation,
+                            *pads, rows_per)
+    return FixedLaunch(program, push, grid, (1,))
 
 
 BATCH_NORM_PUSH = PushLayout("total:u32", "channels:u32", "inner:u32", "eps:f32")

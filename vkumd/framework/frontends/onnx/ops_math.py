@@ -144,3 +144,30 @@ def cast(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     if x.dtype.name == want:
         return [x]
     return [st.b.cast(x, want)]
+
+
+@converter("Sum", "Mean")
+def variadic_sum(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """The elementwise sum (mean) of one or more inputs with numpy broadcasting: a chain of
+    ``add`` (then a ``scale`` by ``1/n``), which elementwise fusion makes one kernel."""
+    names = [n for n in node.input if n]
+    if not names:
+        raise Unsupported("no inputs (ONNX needs at least one)")
+    known = [st.known(n) for n in names]
+    if all(k is not None for k in known):
+        total = known[0]
+        for k in known[1:]:
+            total = total + k
+        if node.op_type == "Mean":
+            total = total / len(names)
+        return [tidy(np.asarray(total, dtype=known[0].dtype))]
+    values = [st.value(n) for n in names]
+    if node.op_type == "Mean" and values[0].dtype.name not in ("float32", "float16",
+                                                                 "bfloat16"):
+        raise Unsupported(f"Mean of {values[0].dtype.name} tensors (ONNX's Mean is of floats)")
+    total = values[0]
+    for v in values[1:]:
+        total = st.b.add(total, v)
+    if node.op_type == "Mean" and len(values) > 1:
+        total = st.b.scale(total, 1.0 / len(values))
+    return [total]
