@@ -71,6 +71,7 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "add_layer_norm": lambda e, x: ops.add_layer_norm(e.t(), x),
     "fused_elementwise": lambda e, x: ops.fused_elementwise([e.t(), x], RELU_OF_SUM),
     "swiglu": lambda e, x: ops.swiglu(e.t(), x),
+    "prelu": lambda e, x: ops.prelu(x, e.t()),
     "argmax": lambda e, x: ops.argmax(x),
     "rope": lambda e, x: ops.rope(x, e.ints([0, 1]), theta=10000.0),
     "kv_write": lambda e, x: ops.kv_write(x, e.t((2, 1, 1, 4)), e.ints([0, 1])),
@@ -414,7 +415,7 @@ VIEWS = [
       ">= 0"),
     C("fused_program_string", lambda e: ops.fused_elementwise([e.t()], "relu"), TE,
       "tuple of step tuples"),
-    C("fused_program_unknown_step", lambda e: ops.fused_elementwise([e.t()], (("cosh", 0),)),
+    C("fused_program_unknown_step", lambda e: ops.fused_elementwise([e.t()], (("cbrt", 0),)),
       TE, "no known op"),
     C("fused_program_reads_undefined",
       lambda e: ops.fused_elementwise([e.t()], (("add", 0, 5),)), VE, "reads value 5"),
@@ -490,5 +491,28 @@ FLOAT_ATTRS = [
       lambda e: ops.resize2d(e.t((1, 1, 2, 2)), scale=(1e300, 1.0)), VE, OUT_OF_RANGE),
 ]
 
+# The elementwise tail's parameters (written into its generated kernels as float32 numbers).
+ACTIVATION_PARAMS = [
+    C("leaky_relu_alpha_str", lambda e: ops.leaky_relu(e.t(), alpha="0.1"), TE, "real number"),
+    C("leaky_relu_alpha_nan", lambda e: ops.leaky_relu(e.t(), alpha=NAN), VE, "finite"),
+    C("elu_alpha_inf", lambda e: ops.elu(e.t(), alpha=INF), VE, "finite"),
+    C("selu_gamma_1e300", lambda e: ops.selu(e.t(), gamma=1e300), VE, OUT_OF_RANGE),
+    C("hard_sigmoid_beta_bool", lambda e: ops.hard_sigmoid(e.t(), beta=True), TE,
+      "real number"),
+    C("celu_alpha_zero", lambda e: ops.celu(e.t(), alpha=0), VE, "nonzero alpha"),
+    C("thresholded_relu_int32", lambda e: ops.thresholded_relu(e.t(dtype="int32")), TE,
+      "float"),
+    C("clip_min_nan", lambda e: ops.clip(e.t(), min=NAN), VE, "infinity"),
+    C("clip_max_past_float32", lambda e: ops.clip(e.t(), max=-1e39), VE, OUT_OF_RANGE),
+    C("prelu_slope_grows_x", lambda e: ops.prelu(e.t((3,)), e.t((2, 3))), VE,
+      "does not broadcast to x's shape"),
+    C("prelu_slope_dtype", lambda e: ops.prelu(e.t(), e.t(dtype="float16")), TE, "slope"),
+    C("prelu_slope_other_context", lambda e: ops.prelu(e.t(), e.t(ctx=e.other)), VE,
+      "different context"),
+    C("abs_int32", lambda e: ops.abs(e.t(dtype="int32")), TE, "float"),
+    C("fused_numeric_step_without_params",
+      lambda e: ops.fused_elementwise([e.t()], (("clip", 0, 1.0),)), VE, "min, max"),
+]
+
 CASES = (_each_op() + MIXED + DTYPES + SHAPES + RESAMPLE + SCALARS + KEYWORDS + OUT + VIEWS
-         + FLOAT_ATTRS + RECURRENT)
+         + FLOAT_ATTRS + RECURRENT + ACTIVATION_PARAMS)

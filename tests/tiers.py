@@ -157,6 +157,7 @@ TRANSFERS: dict[str, str] = {
     "tests/frontends/test_onnx_import.py": "ONNX models end to end",
     "tests/frontends/test_onnx_derived.py": "ONNX models with masks end to end",
     "tests/frontends/test_onnx_vision.py": "ONNX vision nodes end to end",
+    "tests/frontends/test_onnx_activations.py": "ONNX activations and unary math end to end",
     "tests/frontends/test_onnx_light_ops.py": "ONNX LRN, Dropout, Sum and Mean end to end",
     "tests/frontends/test_onnx_light_models.py": "ONNX's nine light models end to end (their "
                                                  "151-411 MB weights through staging)",
@@ -208,6 +209,7 @@ HARDENED: dict[str, str] = {
 TORCH: dict[str, str] = {
     "tests/frontends/test_torch_compile.py": "torch.compile and torch.export on vkumd",
     "tests/frontends/test_torch_fallback.py": "what falls back to torch, and why",
+    "tests/frontends/test_torch_activations.py": "the elementwise tail through torch.compile",
     "tests/framework/test_input_conversion.py::test_torch_bridge_refuses_ids_past_int32":
         "the torch bridge's input rule",
     "tests/bench/test_gpu_scripts.py::test_compare_refuses_a_torch_peer_it_cannot_have":

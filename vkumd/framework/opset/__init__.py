@@ -13,6 +13,7 @@ Importing this package declares them all; ``vkumd.framework.ops`` does so on imp
 
 from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     activation,
+    activation_params,
     argmax,
     arith,
     attention,
@@ -36,5 +37,6 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     rotary,
     softmax,
     unary,
+    unary_math,
     windows,
 )

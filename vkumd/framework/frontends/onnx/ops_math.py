@@ -85,13 +85,6 @@ def neg(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | 
     return [st.b.scale(st.value(node.input[0]), -1.0)]
 
 
-@converter("Reciprocal")
-def reciprocal(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """``1 / x`` as a div by a constant one."""
-    x = st.value(node.input[0])
-    return [st.b.div(st.constant(np.ones((), np.float32), x.dtype.name), x)]
-
-
 @converter("Pow")
 def power(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """``x ** y`` for a constant y of 1, 2 or 0.5 (``x``, ``x * x``, ``sqrt(x)``)."""
