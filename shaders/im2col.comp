@@ -1,7 +1,8 @@
 #version 450
 // The columns of a one-group convolution: cols[n, (c * kh + ky) * kw + kx, oy * ow + ox] =
 // x[n, c, oy*sy - pt + ky*dy, ox*sx - pl + kx*dx], zero outside the input, so that the
-// convolution is the GEMM w[C_out, C*kh*kw] @ cols[n].
+// convolution is the GEMM w[C_out, C*kh*kw] @ cols[n]. A block of rows (row0 on) can be
+// written alone, for columns too large for one buffer.
 //
 // An invocation owns one output pixel (consecutive lanes, consecutive pixels: the stores
 // coalesce) and walks a run of rows_per column rows, stepping (kx, ky, c, n) by increments.
@@ -30,7 +31,7 @@ layout(std430, binding = 0) readonly buffer X { ELEM x[]; };
 layout(std430, binding = 1) writeonly buffer Cols { ELEM cols[]; };
 
 layout(push_constant) uniform Im2col {
-    uint rows_total;  // n * c_in * kh * kw
+    uint rows_total;  // rows written: n * c_in * kh * kw, or a block of them
     uint pixels;      // oh * ow
     uint h;
     uint w;
@@ -44,6 +45,7 @@ layout(push_constant) uniform Im2col {
     int pt;
     int pl;
     uint rows_per;    // column rows per invocation (the grid's y covers rows_total)
+    uint row0;        // the first row written: cols holds rows row0 .. row0 + rows_total - 1
 } pc;
 
 void main() {
@@ -60,8 +62,8 @@ void main() {
         int y0 = int(oy * pc.sy) - pc.pt;
         int x0 = int((p - oy * pc.ow) * pc.sx) - pc.pl;
         // The run's first row: its input plane (n * c_in + c) and tap (ky, kx).
-        uint plane = first / taps;
-        uint t = first - plane * taps;
+        uint plane = (pc.row0 + first) / taps;
+        uint t = pc.row0 + first - plane * taps;
         uint ky = t / pc.kw;
         uint kx = t - ky * pc.kw;
         uint base = plane * plane_size;

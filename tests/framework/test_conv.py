@@ -60,7 +60,7 @@ CASES = [
 
 def force_direct(monkeypatch: pytest.MonkeyPatch) -> None:
     """Route every convolution to the direct kernel (not im2col + GEMM, not the 1x1 GEMM)."""
-    monkeypatch.setattr(conv_op, "im2col_columns", lambda *args: None)
+    monkeypatch.setattr(conv_op, "im2col_blocks", lambda *args: None)
     monkeypatch.setattr(conv_op, "conv2d_is_gemm", lambda *args: False)
 
 
@@ -235,3 +235,25 @@ def test_direct_runs_of_rows_cross_groups_and_images(ctx, rows_per: int, block: 
                                     rows_per=rows_per)
     ctx.run(plan, (ctx.tensor(x), ctx.tensor(w), ctx.tensor(bias), out))
     assert_close(out.numpy().astype(np.float64), want, "float32", f"rows_per {rows_per}")
+
+
+@pytest.mark.parametrize("limit", [3000, 9000])
+def test_columns_past_the_limit_run_in_blocks_of_channels(ctx, monkeypatch: pytest.MonkeyPatch,
+                                                         limit: int) -> None:
+    """Columns larger than the limit are written a block of input channels at a time, each
+    block's GEMM accumulating into the output (the first one overwriting the poison)."""
+    monkeypatch.setattr(conv_kernels, "IM2COL_MAX_BYTES", limit)
+    rng = np.random.default_rng()
+    x = rng.standard_normal((1, 7, 10, 9)).astype(np.float32)
+    w = rng.standard_normal((5, 7, 3, 2)).astype(np.float32)
+    bias = rng.standard_normal(5).astype(np.float32)
+    stride, pads = (1, 2), (1, 0, 2, 1)
+    want = pixelwise(x, w, bias, stride, (1, 1), pads, 1)
+    blocks = conv_kernels.im2col_blocks(x.shape, w.shape, want.shape[2:], 1, 4)
+    assert blocks is not None and len(blocks) > 1 and blocks[-1][1] == 7 * 6
+    out = poisoned(ctx, want.shape, "float32")
+    ops.conv2d(ctx.tensor(x), ctx.tensor(w), ctx.tensor(bias), stride=stride, pads=pads,
+               out=out)
+    assert_close(out.numpy().astype(np.float64), want, "float32", f"limit {limit}")
+    # Two images (or groups) past the limit take the direct kernel instead.
+    assert conv_kernels.im2col_blocks((2, 7, 10, 9), w.shape, want.shape[2:], 1, 4) is None

@@ -2,7 +2,7 @@
 ``shaders/im2col.comp`` (the columns of a one-group convolution, then the GEMM) and the
 inference batch-norm kernel ``shaders/batch_norm.comp``.
 
-The planner's choice (:func:`conv2d_is_gemm`, :func:`im2col_columns`, :func:`conv2d_block`):
+The planner's choice (:func:`conv2d_is_gemm`, :func:`im2col_blocks`, :func:`conv2d_block`):
 a 1x1, stride-1, unpadded, one-group convolution is the GEMM itself; another one-group
 convolution whose columns fit :data:`IM2COL_MAX_BYTES` is im2col + GEMM; grouped and
 depthwise convolutions (and the oversized) take the direct kernel. 1-D convolution is a
@@ -145,7 +145,7 @@ def row_runs(caps: DeviceCaps, rows_total: int, pixels: int, rows_per: int = 0
 
 IM2COL_PUSH = PushLayout("rows_total:u32", "pixels:u32", "h:u32", "w:u32", "ow:u32", "kh:u32",
                          "kw:u32", "sy:u32", "sx:u32", "dy:u32", "dx:u32", "pt:i32", "pl:i32",
-                         "rows_per:u32")
+                         "rows_per:u32", "row0:u32")
 IM2COL = register(Kernel(
     name="im2col",
     source="im2col.comp",
@@ -159,39 +159,49 @@ IM2COL = register(Kernel(
 IM2COL_MAX_BYTES = 64 << 20
 
 
-def im2col_columns(x_shape: tuple[int, int, int, int], w_shape: tuple[int, int, int, int],
-                   out_hw: tuple[int, int], groups: int, itemsize: int
-                   ) -> tuple[int, int, int] | None:
-    """The column buffer's shape ``[n, C*kh*kw, oh*ow]`` when a convolution should run as
-    im2col + GEMM (groups the GEMM takes, :func:`grouped_as_gemm`; columns within
-    :data:`IM2COL_MAX_BYTES`), else None. Each group's rows are a contiguous block of the
-    columns, so one buffer serves every group.
-    Measured on lavapipe (2 shared cores, load 3-4, noisy): a 3x3 64->64 conv on 56x56 took
-    36-63 ms this way against 177-384 ms in the direct kernel."""
+def im2col_blocks(x_shape: tuple[int, int, int, int], w_shape: tuple[int, int, int, int],
+                  out_hw: tuple[int, int], groups: int, itemsize: int
+                  ) -> list[tuple[int, int]] | None:
+    """The column rows ``[start, stop)`` to write and multiply in turn when a convolution
+    should run as im2col + GEMM, else None (the direct kernel).
+
+    One block, every row of ``[n, C*kh*kw, oh*ow]``, when the columns fit
+    :data:`IM2COL_MAX_BYTES` (groups the GEMM takes, :func:`grouped_as_gemm`; each group's
+    rows are a contiguous block, so one buffer serves every group). Past it, a one-image,
+    one-group convolution takes blocks of whole input channels, each within the limit, whose
+    GEMMs accumulate into the output (PP-OCR's detector at 640 x 640: 88 MB of columns for a
+    3x3 96->24 conv on 160 x 160, 670 ms in the direct kernel against about 200 ms in two
+    blocks). Measured on lavapipe (2 shared cores, load 3-4, noisy): a 3x3 64->64
+    conv on 56x56 took 36-63 ms this way against 177-384 ms in the direct kernel."""
     n, c, _, _ = x_shape
-    rows = c * w_shape[2] * w_shape[3]
-    shape = (n, rows, out_hw[0] * out_hw[1])
-    too_large = n * rows * shape[2] * itemsize > IM2COL_MAX_BYTES
-    if too_large or not grouped_as_gemm(w_shape[0], groups):
+    taps = w_shape[2] * w_shape[3]
+    pixels = out_hw[0] * out_hw[1]
+    if not grouped_as_gemm(w_shape[0], groups):
         return None
-    return shape
+    if n * c * taps * pixels * itemsize <= IM2COL_MAX_BYTES:
+        return [(0, n * c * taps)]
+    channels = IM2COL_MAX_BYTES // (taps * pixels * itemsize)
+    if n != 1 or groups != 1 or channels == 0:
+        return None
+    return [(start * taps, min(start + channels, c) * taps) for start in range(0, c, channels)]
 
 
 @functools.lru_cache(maxsize=4096)
 def im2col_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
                 w_shape: tuple[int, int, int, int], out_hw: tuple[int, int],
                 stride: tuple[int, int], dilation: tuple[int, int], pads: tuple[int, int],
-                rows_per: int = 0) -> FixedLaunch:
-    """Write the columns of a one-group convolution (see :func:`im2col_columns`).
-    Operands: x, cols. ``rows_per`` forces the column rows per invocation (0: the planner's
-    choice)."""
+                rows_per: int = 0, rows: tuple[int, int] | None = None) -> FixedLaunch:
+    """Write the columns of a convolution (see :func:`im2col_blocks`), rows ``rows`` (start,
+    stop; default all). Operands: x, cols ``[stop - start, oh*ow]`` (a batch dim in front when
+    whole). ``rows_per`` forces the column rows per invocation (0: the planner's choice)."""
     n, c_in, h, w = x_shape
     _, _, kh, kw = w_shape
-    rows_total, pixels = n * c_in * kh * kw, out_hw[0] * out_hw[1]
+    row0, row_end = rows if rows is not None else (0, n * c_in * kh * kw)
+    rows_total, pixels = row_end - row0, out_hw[0] * out_hw[1]
     rows_per, grid = row_runs(caps, rows_total, pixels, rows_per)
     program = IM2COL.specialize({"DTYPE": code, WORKGROUP: ELEMENTWISE_WORKGROUP})
     push = IM2COL_PUSH.pack(rows_total, pixels, h, w, out_hw[1], kh, kw, *stride, *dilation,
-                            *pads, rows_per)
+                            *pads, rows_per, row0)
     return FixedLaunch(program, push, grid, (1,))
 
 
