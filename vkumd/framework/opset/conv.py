@@ -63,6 +63,17 @@ def int_tuple(op: str, value: Any, what: str, length: int, low: int) -> tuple[in
     return tuple(out)
 
 
+def group_count(op: str, groups: Any) -> int:
+    """``groups`` checked: an int >= 1.
+
+    Raises:
+        VkumdValueError: anything else.
+    """
+    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
+        raise VkumdValueError(f"{op}: groups={groups!r}; it must be an int >= 1")
+    return int(groups)
+
+
 def window_size(op: str, size: Any, kernel: int, stride: int, dilation: int, before: int,
                 after: int, axis: str, ceil: bool = False) -> Any:
     """Output length of a sliding window along one axis (symbolic sizes at stride 1 only).
@@ -103,9 +114,7 @@ def _conv_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tensor
     stride = int_tuple("conv2d", attrs["stride"], "stride", 2, 1)
     dilation = int_tuple("conv2d", attrs["dilation"], "dilation", 2, 1)
     pads = int_tuple("conv2d", attrs["pads"], "pads (top, left, bottom, right)", 4, 0)
-    groups = attrs["groups"]
-    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
-        raise VkumdValueError(f"conv2d: groups={groups!r}; it must be an int >= 1")
+    groups = group_count("conv2d", attrs["groups"])
     c_in, c_out = dims.resolve(x.shape[1]), dims.resolve(w.shape[0])
     kh, kw = dims.resolve(w.shape[2]), dims.resolve(w.shape[3])
     if not all(isinstance(d, int) for d in (c_in, c_out, kh, kw)):

@@ -7,7 +7,6 @@ pixels whose kernel footprint covers it, so there is no column buffer and no ato
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +25,7 @@ from vkumd.framework.ops.checks import check_context, check_storage, check_tenso
 from vkumd.framework.ops.contract import Verdicts, concrete_rule, recall, remember
 from vkumd.framework.opset.arith import add
 from vkumd.framework.opset.common import attrs_of
-from vkumd.framework.opset.conv import int_tuple
+from vkumd.framework.opset.conv import group_count, int_tuple
 from vkumd.framework.opset.layout import permute, reshape
 from vkumd.framework.opset.matmul import matmul
 from vkumd.framework.tensor import Tensor
@@ -73,9 +72,7 @@ def _rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]
                               " must both be 4-D: x [N, C, H, W], w [C, C_out / groups, kH, "
                               "kW]")
     stride, dilation, pads, extra = _geometry(attrs)
-    groups = attrs["groups"]
-    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
-        raise VkumdValueError(f"{op}: groups={groups!r}; it must be an int >= 1")
+    groups = group_count(op, attrs["groups"])
     c_in, per_group = dims.resolve(x.shape[1]), dims.resolve(w.shape[1])
     kh, kw = dims.resolve(w.shape[2]), dims.resolve(w.shape[3])
     if not all(isinstance(d, int) for d in (c_in, per_group, kh, kw)):
