@@ -55,13 +55,18 @@ CASES = [
     ((3, 6, 1, 9), 4, (1, 1), (1, 1), (2, 2), (0, 0, 0, 0), 1, False),    # GEMM, no bias
     ((2, 6, 9, 11), 16, (3, 3), (1, 2), (1, 1), (1, 0, 1, 2), 2, True),   # groups: GEMMs
     ((1, 9, 5, 7), 24, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 3, True),    # grouped pointwise
+    ((2, 6, 11, 13), 6, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 6, True),   # depthwise kernel
+    ((1, 5, 9, 7), 5, (5, 5), (2, 1), (1, 1), (2, 3, 1, 0), 5, False),    # 5x5, strips cut
+    ((1, 3, 4, 18), 3, (3, 3), (1, 1), (1, 1), (0, 0, 0, 2), 3, True),    # segments inside
 ]
 
 
 def force_direct(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Route every convolution to the direct kernel (not im2col + GEMM, not the 1x1 GEMM)."""
+    """Route every convolution to the direct kernel (not im2col + GEMM, not the 1x1 GEMM, not
+    the depthwise kernel)."""
     monkeypatch.setattr(conv_op, "im2col_blocks", lambda *args: None)
     monkeypatch.setattr(conv_op, "conv2d_is_gemm", lambda *args: False)
+    monkeypatch.setattr(conv_op, "depthwise_fits", lambda *args: False)
 
 
 @pytest.mark.parametrize("path", ["chosen", "direct"])
@@ -257,3 +262,20 @@ def test_columns_past_the_limit_run_in_blocks_of_channels(ctx, monkeypatch: pyte
     assert_close(out.numpy().astype(np.float64), want, "float32", f"limit {limit}")
     # Two images (or groups) past the limit take the direct kernel instead.
     assert conv_kernels.im2col_blocks((2, 7, 10, 9), w.shape, want.shape[2:], 1, 4) is None
+
+
+@pytest.mark.parametrize("rows_per", [1, 4, 1000])
+def test_depthwise_runs_of_planes_cross_images(ctx, rows_per: int) -> None:
+    """The depthwise kernel walks rows_per (image, channel) planes: runs that cross images
+    must restart the channel count (the bias and filter of each plane's own channel)."""
+    rng = np.random.default_rng()
+    x = rng.standard_normal((3, 5, 8, 11)).astype(np.float32)
+    w = rng.standard_normal((5, 1, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(5).astype(np.float32)
+    want = pixelwise(x, w, bias, (2, 1), (1, 1), (1, 1, 0, 1), 5)
+    assert conv_kernels.depthwise_fits(5, w.shape, (2, 1), (1, 1), 5)
+    out = poisoned(ctx, want.shape, "float32")
+    plan = conv_kernels.depthwise_plan(ctx.caps, "F32", x.shape, 3, want.shape[2:], 2, (1, 1),
+                                       True, rows_per=rows_per)
+    ctx.run(plan, (ctx.tensor(x), ctx.tensor(w), ctx.tensor(bias), out))
+    assert_close(out.numpy().astype(np.float64), want, "float32", f"rows_per {rows_per}")

@@ -2,8 +2,10 @@
 
 The geometry (strides, dilation, the four pads, groups) is checked once, in the rule, which
 the eager function and every frontend share. The planner (:mod:`vkumd.compiler.kernels.conv`)
-picks the path: the GEMM for a pointwise convolution, im2col + GEMM for other one-group ones,
-the direct kernel ``shaders/conv2d.comp`` for grouped and depthwise ones.
+picks the path: the GEMM for a pointwise convolution, im2col + GEMM for other one-group ones
+and groups of at least 8 output channels, the depthwise kernel
+``shaders/conv2d_depthwise.comp`` for 3x3 and 5x5 depthwise ones at horizontal stride 1, the
+direct kernel ``shaders/conv2d.comp`` for the rest.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from vkumd.compiler.kernels.conv import (
     CONV_CODES,
     conv2d_is_gemm,
     conv2d_plan,
+    depthwise_fits,
+    depthwise_plan,
     im2col_blocks,
     im2col_plan,
 )
@@ -199,6 +203,11 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, *,
     if blocks is not None:
         _im2col_gemm(x, w, bias, out, blocks, tuple(stride), tuple(dilation),
                      (pads[0], pads[1]), int(groups))
+        return out
+    if depthwise_fits(x.shape[1], w.shape, tuple(stride), tuple(dilation), int(groups)):
+        plan = depthwise_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape[2],
+                              shape[2:], stride[0], (pads[0], pads[1]), bias is not None)
+        x.context.run(plan, (x, w, bias, out))
         return out
     plan = conv2d_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape,
                        shape[2:], tuple(stride), tuple(dilation), (pads[0], pads[1]),
