@@ -1,7 +1,7 @@
-"""aten handlers of the resampling ops: nearest and bilinear upsampling
-(``F.interpolate``), constant, reflection and replication padding (``F.pad``) and transposed
-2-D convolution (``nn.ConvTranspose2d``). Each appends one IR node; the rest of the
-convolution family is not mapped here.
+"""aten handlers of the resampling ops and 2-D convolution: nearest and bilinear upsampling
+(``F.interpolate``), constant, reflection and replication padding (``F.pad``), and
+``aten.convolution`` both ways (``nn.Conv2d``, ``nn.ConvTranspose2d``). Each appends one IR
+node; pooling and batch norm are in :mod:`aten_cnn`.
 """
 
 from __future__ import annotations
@@ -84,16 +84,14 @@ on(aten.replication_pad1d.default, aten.replication_pad2d.default,
    aten.replication_pad3d.default, check=_float_result)(_mode_pad("edge"))
 
 
-def _transposed_2d(node: fx.Node) -> str | None:
-    if not arg(node, 6, "transposed", False):
-        return "only transposed convolutions are mapped"
-    return _float_4d(node)
-
-
-@on(aten.convolution.default, check=_transposed_2d)
+@on(aten.convolution.default, check=_float_4d)
 def _conv_transpose(cv: Any, node: fx.Node, x: Value, w: Value, bias: Value | None,
                     stride: Any, padding: Any, dilation: Any, transposed: bool,
                     output_padding: Any, groups: int) -> Value:
+    if not transposed:
+        return cv.b.conv2d(x, w, bias, stride=tuple(stride), dilation=tuple(dilation),
+                           pads=(padding[0], padding[1], padding[0], padding[1]),
+                           groups=int(groups))
     return cv.b.conv_transpose2d(x, w, bias, stride=tuple(stride), dilation=tuple(dilation),
                                  pads=(padding[0], padding[1], padding[0], padding[1]),
                                  output_padding=tuple(output_padding), groups=int(groups))
