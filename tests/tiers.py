@@ -93,6 +93,7 @@ FAST: dict[str, str] = {
     "tests/compiler/test_spirv_val.py": "spirv-val on every kernel",
     "tests/framework/graph/test_graph_ir.py": "graph IR",
     "tests/framework/graph/test_graph_dims.py": "symbolic dims",
+    "tests/framework/graph/test_symbolic_windows.py": "symbolic sizes through strided windows",
     "tests/framework/graph/test_graph_shapes.py": "shape rules",
     "tests/framework/graph/test_graph_memory.py": "memory planner",
     "tests/framework/graph/test_graph_passes.py": "passes",
@@ -151,6 +152,7 @@ TRANSFERS: dict[str, str] = {
     "tests/frontends/test_onnx_import.py": "ONNX models end to end",
     "tests/frontends/test_onnx_derived.py": "ONNX models with masks end to end",
     "tests/frontends/test_onnx_vision.py": "ONNX vision nodes end to end",
+    "tests/frontends/test_onnx_symbolic_sizes.py": "an ONNX conv net at several page sizes",
     "tests/runtime/test_sync_validation.py": "barriers around staging copies, checked by the "
                                              "layer's synchronization validation",
     "tests/frontends/test_onnx_bert_block.py": "an ONNX BERT block end to end",
