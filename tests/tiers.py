@@ -76,8 +76,16 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_qmatmul.py::test_qembedding_rows_and_out_of_range_ids":
         "quantized embedding",
     "tests/framework/test_conv.py::test_matches_float64": "direct convolution",
+    "tests/framework/test_conv.py::test_depthwise_runs_of_planes_cross_images":
+        "depthwise convolution",
     "tests/framework/test_pool.py::test_matches_float64": "max and average pooling",
     "tests/framework/test_batch_norm.py::test_matches_float64": "inference batch norm",
+    "tests/framework/test_lrn.py::test_matches_float64": "local response normalisation",
+    "tests/framework/test_resample.py::test_resize_float16": "resize, nearest and bilinear",
+    "tests/framework/test_resample.py::test_pad_matches_numpy": "pad, every mode",
+    "tests/framework/test_resample.py::test_conv_transpose_matches_float64":
+        "transposed convolution",
+    "tests/framework/test_recurrent.py::test_matches_float64": "LSTM and GRU cell, its GEMMs",
 }
 
 # Device-free modules, or ones that take a second or two, for the fast tier.
@@ -153,6 +161,11 @@ TRANSFERS: dict[str, str] = {
     "tests/frontends/test_onnx_derived.py": "ONNX models with masks end to end",
     "tests/frontends/test_onnx_vision.py": "ONNX vision nodes end to end",
     "tests/frontends/test_onnx_symbolic_sizes.py": "an ONNX conv net at several page sizes",
+    "tests/frontends/test_onnx_activations.py": "ONNX activations and unary math end to end",
+    "tests/frontends/test_onnx_light_ops.py": "ONNX LRN, Dropout, Sum and Mean end to end",
+    "tests/frontends/test_onnx_light_models.py": "ONNX's nine light models end to end (their "
+                                                 "151-411 MB weights through staging)",
+    "tests/frontends/test_onnx_recurrent.py": "ONNX LSTM and GRU, and ddddocr, end to end",
     "tests/runtime/test_sync_validation.py": "barriers around staging copies, checked by the "
                                              "layer's synchronization validation",
     "tests/frontends/test_onnx_bert_block.py": "an ONNX BERT block end to end",
@@ -200,6 +213,7 @@ HARDENED: dict[str, str] = {
 TORCH: dict[str, str] = {
     "tests/frontends/test_torch_compile.py": "torch.compile and torch.export on vkumd",
     "tests/frontends/test_torch_fallback.py": "what falls back to torch, and why",
+    "tests/frontends/test_torch_activations.py": "the elementwise tail through torch.compile",
     "tests/framework/test_input_conversion.py::test_torch_bridge_refuses_ids_past_int32":
         "the torch bridge's input rule",
     "tests/bench/test_gpu_scripts.py::test_compare_refuses_a_torch_peer_it_cannot_have":

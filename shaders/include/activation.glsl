@@ -13,11 +13,13 @@
 // y = -65, measured on lavapipe); reducing by k ln 2 here (Cody-Waite, ln 2 split so that
 // k * LN2_HI is exact for |k| < 256) leaves the driver an argument under ln(2)/2. hi is
 // clamped where the result is zero anyway, so that ldexp's exponent stays in its defined range.
+// `precise`: otherwise Mesa's optimiser folds the two products into k * (LN2_HI + LN2_LO),
+// whose rounding costs |k| * 6e-8 (1.5e-6 relative in sinh(40), measured on lavapipe).
 float vkumd_exp_split(float hi, float lo) {
     const float LN2_HI = 0.693145751953125;
     const float LN2_LO = 1.42860682030941723212e-6;
     float k = floor(max(hi, -140.0) * 1.44269504088896341 + 0.5);
-    float r = ((hi - k * LN2_HI) - k * LN2_LO) + lo;
+    precise float r = ((hi - k * LN2_HI) - k * LN2_LO) + lo;
     return ldexp(exp(r), int(k));
 }
 
@@ -72,13 +74,18 @@ float vkumd_erf_accurate(float x) {
     return vkumd_erf(x);
 }
 
-// exp(y) - 1 for y <= 0 without the cancellation near 0 (Taylor to y^8 there).
-float vkumd_expm1_nonpos(float y) {
-    if (y > -0.5) {
+// exp(y) - 1 without the cancellation near 0 (Taylor to y^8 for |y| < 1/2).
+float vkumd_expm1(float y) {
+    if (abs(y) < 0.5) {
         return y * (1.0 + y * (0.5 + y * (1.0 / 6.0 + y * (1.0 / 24.0 + y * (1.0 / 120.0
                + y * (1.0 / 720.0 + y * (1.0 / 5040.0 + y * (1.0 / 40320.0))))))));
     }
     return exp(y) - 1.0;
+}
+
+// The same for y <= 0, as tanh and ELU take it.
+float vkumd_expm1_nonpos(float y) {
+    return vkumd_expm1(y);
 }
 
 // tanh|x| = -expm1(-2|x|) / (2 + expm1(-2|x|)): no overflow for large |x| (it tends to 1), no
@@ -122,6 +129,164 @@ float vkumd_silu(float x) {
     // x * sigmoid(x), with the exponent kept non-positive for the same reason.
     float e = exp(-abs(x));
     return x * ((x >= 0.0 ? 1.0 : e) / (1.0 + e));
+}
+
+// A quiet NaN, for arguments outside a function's domain (GLSL leaves sqrt and log of a
+// negative number undefined).
+float vkumd_nan() {
+    return uintBitsToFloat(0x7FC00000u);
+}
+
+// min(max(x, lo), hi) as selects: NaN passes through (GLSL's clamp, min and max leave NaN
+// operands undefined), and lo > hi gives hi everywhere, as numpy's clip and ONNX's Clip do.
+float vkumd_clip(float x, float lo, float hi) {
+    float m = x < lo ? lo : x;
+    return m > hi ? hi : m;
+}
+
+// 2 atanh(s) = log((1 + s) / (1 - s)) by its odd series, for |s| <= 1/3: the terms to s^15
+// leave a relative error under 2e-9. log1p and log near 1 go through it, because the
+// driver's log is only bounded in absolute error (2^-21) on [0.5, 2], where log is small.
+float vkumd_log_series(float s) {
+    float z = s * s;
+    return 2.0 * s * (1.0 + z * (1.0 / 3.0 + z * (0.2 + z * (1.0 / 7.0 + z * (1.0 / 9.0
+           + z * (1.0 / 11.0 + z * (1.0 / 13.0 + z * (1.0 / 15.0))))))));
+}
+
+// log x: the series of s = (x - 1) / (x + 1) on [0.5, 2], where x - 1 is exact (Sterbenz).
+float vkumd_log(float x) {
+    if (x >= 0.5 && x <= 2.0) return vkumd_log_series((x - 1.0) / (x + 1.0));
+    return x < 0.0 ? vkumd_nan() : log(x);
+}
+
+// log(1 + y) from y itself: the series of s = y / (2 + y) for 1 + y in [0.5, 2]; outside,
+// 1 + y rounds by at most 6e-8 relative, an absolute 6e-8 against a log of at least 0.69.
+float vkumd_log1p(float y) {
+    if (y >= -0.5 && y <= 1.0) return vkumd_log_series(y / (2.0 + y));
+    return vkumd_log(1.0 + y);
+}
+
+// e^|x| / 2 through the split exp (no rounded |x| - ln 2, no overflow before sinh's does:
+// sinh and cosh overflow float32 past 89.416); inf past 89.5, where ldexp's exponent would
+// leave its defined range.
+float vkumd_half_exp_abs(float x) {
+    float a = abs(x);
+    if (a > 89.5) return uintBitsToFloat(0x7F800000u);
+    return vkumd_exp_split(a, -0.69314718055994531);
+}
+
+// sinh: its odd series to x^13 below |x| = 1 (no cancellation in e^x - e^-x); above, e/2 -
+// 1/(2e) with e/2 formed directly, so sinh(89) is finite although e^89 is not.
+float vkumd_sinh(float x) {
+    float a = abs(x);
+    float r;
+    if (a < 1.0) {
+        float z = a * a;
+        r = a * (1.0 + z * (1.0 / 6.0 + z * (1.0 / 120.0 + z * (1.0 / 5040.0 + z * (1.0
+            / 362880.0 + z * (1.0 / 39916800.0 + z * (1.0 / 6227020800.0)))))));
+    } else {
+        float h = vkumd_half_exp_abs(a);
+        r = h - 0.25 / h;
+    }
+    return x < 0.0 ? -r : r;
+}
+
+float vkumd_cosh(float x) {
+    float h = vkumd_half_exp_abs(x);
+    return h + 0.25 / h;
+}
+
+// asinh|x| = log1p(|x| + x^2 / (1 + sqrt(1 + x^2))): no cancellation for negative or small x;
+// past 2^12 sqrt(1 + x^2) is |x| in float32 and x^2 would overflow past 1.8e19, so log(2|x|).
+float vkumd_asinh(float x) {
+    float a = abs(x);
+    float r = a >= 4096.0 ? log(a) + 0.69314718055994531
+              : vkumd_log1p(a + a * a / (1.0 + sqrt(1.0 + a * a)));
+    return x < 0.0 ? -r : r;
+}
+
+// acosh x = log1p(t + sqrt(t (t + 2))), t = x - 1 (exact near 1, where acosh is small).
+float vkumd_acosh(float x) {
+    if (x < 1.0) return vkumd_nan();
+    if (x >= 4096.0) return log(x) + 0.69314718055994531;
+    float t = x - 1.0;
+    return vkumd_log1p(t + sqrt(t * (t + 2.0)));
+}
+
+// atanh|x| = log1p(2|x| / (1 - |x|)) / 2: inf at 1, NaN past it.
+float vkumd_atanh(float x) {
+    float a = abs(x);
+    if (a > 1.0) return vkumd_nan();
+    float r = 0.5 * vkumd_log1p(2.0 * a / (1.0 - a));
+    return x < 0.0 ? -r : r;
+}
+
+// log(1 + e^x) = max(x, 0) + log1p(e^-|x|): no overflow, and e^x's digits in the left tail
+// (the split exp: the driver's costs |x| * 6e-8 relative, 4e-6 at x = -72).
+float vkumd_softplus(float x) {
+    return (x > 0.0 ? x : 0.0) + vkumd_log1p(vkumd_exp_split(-abs(x), 0.0));
+}
+
+// x / (1 + |x|), 1 at infinity (where the quotient would be inf / inf).
+float vkumd_softsign(float x) {
+    return isinf(x) ? sign(x) : x / (1.0 + abs(x));
+}
+
+// x tanh(softplus x), with tanh(log(1 + e^x)) = ((1 + e^x)^2 - 1) / ((1 + e^x)^2 + 1) written
+// over e = e^-|x| so it cannot overflow: (1 + 2e) / (1 + 2e + 2e^2) for x >= 0 and
+// e (e + 2) / (e (e + 2) + 2) below (no cancellation either way). Below -20 that is e to
+// 1e-9, and x e^x is -exp(x + log|x|), which stays a normal number where e^x alone would
+// not (e^-88.5 is subnormal; mish(-88.5) = -3e-37 is not). mish(-inf) is its limit -0.
+float vkumd_mish(float x) {
+    if (x < -20.0) return isinf(x) ? -0.0 : -vkumd_exp_split(x, log(-x));
+    float e = vkumd_exp_split(-abs(x), 0.0);
+    float n = x >= 0.0 ? 1.0 + 2.0 * e : e * (e + 2.0);
+    float t = n / (n + (x >= 0.0 ? 2.0 * e * e : 2.0));
+    return x * t;
+}
+
+// alpha (e^x - 1) for x <= 0, x above (ELU; SELU and CELU scale it).
+float vkumd_elu(float x, float alpha) {
+    return x > 0.0 ? x : alpha * vkumd_expm1(x);
+}
+
+// atan x: |x| > 1 through pi/2 - atan(1/|x|), then past tan(pi/8) through
+// pi/4 + atan((t - 1) / (t + 1)), leaving |u| <= 0.4143 for the odd series to u^19 (next
+// term under 5e-10 relative). The drivers' atan, asin and acos are polynomial fits good to
+// about 1e-5 relative (2e-5 and 4e-4 measured on lavapipe), short of float32.
+float vkumd_atan(float x) {
+    float a = abs(x);
+    bool big = a > 1.0;
+    float t = big ? 1.0 / a : a;
+    bool mid = t > 0.41421356;
+    float u = mid ? (t - 1.0) / (t + 1.0) : t;
+    float z = u * u;
+    float p = u * (1.0 + z * (-1.0 / 3.0 + z * (0.2 + z * (-1.0 / 7.0 + z * (1.0 / 9.0
+              + z * (-1.0 / 11.0 + z * (1.0 / 13.0 + z * (-1.0 / 15.0 + z * (1.0 / 17.0
+              + z * (-1.0 / 19.0))))))))));
+    float r = mid ? 0.78539816339744831 + p : p;
+    r = big ? 1.57079632679489662 - r : r;
+    return x < 0.0 ? -r : r;
+}
+
+// asin x = atan(x / sqrt((1 - |x|)(1 + |x|))): 1 - |x| is exact near 1, where the quotient
+// grows and atan's pi/2 - atan(1/t) keeps the digits; NaN past 1.
+float vkumd_asin(float x) {
+    float a = abs(x);
+    if (a > 1.0) return vkumd_nan();
+    return vkumd_atan(x / sqrt((1.0 - a) * (1.0 + a)));
+}
+
+// acos x = 2 atan(sqrt((1 - x) / (1 + x))): 1 - x is exact near 1 (acos small) and 1 + x
+// near -1.
+float vkumd_acos(float x) {
+    if (abs(x) > 1.0) return vkumd_nan();
+    return 2.0 * vkumd_atan(sqrt((1.0 - x) / (1.0 + x)));
+}
+
+// The sign of x, NaN kept (GLSL's sign leaves NaN undefined).
+float vkumd_sign(float x) {
+    return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x);
 }
 
 float vkumd_activate(uint code, float x) {

@@ -53,13 +53,20 @@ CASES = [
     ((3, 2, 1, 17), 3, (1, 5), (1, 3), (1, 2), (0, 2, 0, 1), 1, True),    # 1-D as height 1
     ((2, 5, 11, 13), 7, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, True),   # pointwise: GEMM
     ((3, 6, 1, 9), 4, (1, 1), (1, 1), (2, 2), (0, 0, 0, 0), 1, False),    # GEMM, no bias
+    ((2, 6, 9, 11), 16, (3, 3), (1, 2), (1, 1), (1, 0, 1, 2), 2, True),   # groups: GEMMs
+    ((1, 9, 5, 7), 24, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 3, True),    # grouped pointwise
+    ((2, 6, 11, 13), 6, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 6, True),   # depthwise kernel
+    ((1, 5, 9, 7), 5, (5, 5), (2, 1), (1, 1), (2, 3, 1, 0), 5, False),    # 5x5, strips cut
+    ((1, 3, 4, 18), 3, (3, 3), (1, 1), (1, 1), (0, 0, 0, 2), 3, True),    # segments inside
 ]
 
 
 def force_direct(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Route every convolution to the direct kernel (not im2col + GEMM, not the 1x1 GEMM)."""
-    monkeypatch.setattr(conv_op, "im2col_columns", lambda *args: None)
+    """Route every convolution to the direct kernel (not im2col + GEMM, not the 1x1 GEMM, not
+    the depthwise kernel)."""
+    monkeypatch.setattr(conv_op, "im2col_blocks", lambda *args: None)
     monkeypatch.setattr(conv_op, "conv2d_is_gemm", lambda *args: False)
+    monkeypatch.setattr(conv_op, "depthwise_fits", lambda *args: False)
 
 
 @pytest.mark.parametrize("path", ["chosen", "direct"])
@@ -182,3 +189,93 @@ def test_one_group_convolutions_run_as_gemms(ctx, monkeypatch: pytest.MonkeyPatc
                  pixelwise(x, w, None, (2, 1), (1, 1), (1, 0, 0, 0), 1), "float32")
     with pytest.raises(AssertionError, match="direct kernel"):
         ops.conv2d(ctx.tensor(x), ctx.tensor(w[:, :2]), groups=3)
+
+
+def columns(x: np.ndarray, kernel: tuple[int, int], out_hw: tuple[int, int], stride, dilation,
+            pads) -> np.ndarray:
+    """im2col's definition in numpy: ``[n, c*kh*kw, oh*ow]``, zeros outside the input."""
+    n, c, h, wd = x.shape
+    kh, kw = kernel
+    xp = np.zeros((n, c, h + 2 * kh * dilation[0] + pads[0], wd + 2 * kw * dilation[1] + pads[1]))
+    xp[:, :, pads[0]:pads[0] + h, pads[1]:pads[1] + wd] = x
+    cols = np.zeros((n, c, kh, kw, *out_hw))
+    for ky in range(kh):
+        for kx in range(kw):
+            y0, x0 = ky * dilation[0], kx * dilation[1]
+            cols[:, :, ky, kx] = xp[:, :, y0:y0 + stride[0] * out_hw[0]:stride[0],
+                                    x0:x0 + stride[1] * out_hw[1]:stride[1]]
+    return cols.reshape(n, c * kh * kw, out_hw[0] * out_hw[1])
+
+
+@pytest.mark.parametrize("rows_per", [1, 4, 7, 1000])
+def test_im2col_runs_of_rows_cross_taps_planes_and_images(ctx, rows_per: int) -> None:
+    """Each invocation walks rows_per column rows by increments: runs that stop inside a tap
+    row, cross input planes and cross images must write what the definition says."""
+    rng = np.random.default_rng()
+    x = rng.standard_normal((3, 5, 9, 11)).astype(np.float32)
+    kernel, stride, dilation, pads = (3, 2), (2, 1), (1, 2), (1, 2)
+    out_hw = ((9 + 1 + 2 - 3) // 2 + 1, (11 + 2 + 0 - 3) // 1 + 1)  # bottom 2, right 0
+    want = columns(x, kernel, out_hw, stride, dilation, pads)
+    cols = poisoned(ctx, want.shape, "float32")
+    plan = conv_kernels.im2col_plan(ctx.caps, "F32", x.shape, (1, 5, *kernel), out_hw, stride,
+                                    dilation, pads, rows_per=rows_per)
+    ctx.run(plan, (ctx.tensor(x), cols))
+    np.testing.assert_array_equal(cols.numpy(), want)
+
+
+@pytest.mark.parametrize("rows_per", [1, 3, 1000])
+@pytest.mark.parametrize("block", [1, 4])
+def test_direct_runs_of_rows_cross_groups_and_images(ctx, rows_per: int, block: int) -> None:
+    """The direct kernel's invocations walk rows_per (image, channel block) rows by
+    increments: runs that cross groups and images must read each row's own input channels."""
+    rng = np.random.default_rng()
+    x = rng.standard_normal((3, 6, 7, 9)).astype(np.float32)
+    w = rng.standard_normal((8, 3, 3, 2)).astype(np.float32)  # 2 groups of 4 outputs
+    bias = rng.standard_normal(8).astype(np.float32)
+    stride, dilation, pads = (2, 1), (1, 2), (1, 0, 2, 1)
+    want = pixelwise(x, w, bias, stride, dilation, pads, 2)
+    out = poisoned(ctx, want.shape, "float32")
+    plan = conv_kernels.conv2d_plan(ctx.caps, "F32", x.shape, w.shape, want.shape[2:], stride,
+                                    dilation, pads[:2], 2, True, oc_block=block,
+                                    rows_per=rows_per)
+    ctx.run(plan, (ctx.tensor(x), ctx.tensor(w), ctx.tensor(bias), out))
+    assert_close(out.numpy().astype(np.float64), want, "float32", f"rows_per {rows_per}")
+
+
+@pytest.mark.parametrize("limit", [3000, 9000])
+def test_columns_past_the_limit_run_in_blocks_of_channels(ctx, monkeypatch: pytest.MonkeyPatch,
+                                                         limit: int) -> None:
+    """Columns larger than the limit are written a block of input channels at a time, each
+    block's GEMM accumulating into the output (the first one overwriting the poison)."""
+    monkeypatch.setattr(conv_kernels, "IM2COL_MAX_BYTES", limit)
+    rng = np.random.default_rng()
+    x = rng.standard_normal((1, 7, 10, 9)).astype(np.float32)
+    w = rng.standard_normal((5, 7, 3, 2)).astype(np.float32)
+    bias = rng.standard_normal(5).astype(np.float32)
+    stride, pads = (1, 2), (1, 0, 2, 1)
+    want = pixelwise(x, w, bias, stride, (1, 1), pads, 1)
+    blocks = conv_kernels.im2col_blocks(x.shape, w.shape, want.shape[2:], 1, 4)
+    assert blocks is not None and len(blocks) > 1 and blocks[-1][1] == 7 * 6
+    out = poisoned(ctx, want.shape, "float32")
+    ops.conv2d(ctx.tensor(x), ctx.tensor(w), ctx.tensor(bias), stride=stride, pads=pads,
+               out=out)
+    assert_close(out.numpy().astype(np.float64), want, "float32", f"limit {limit}")
+    # Two images (or groups) past the limit take the direct kernel instead.
+    assert conv_kernels.im2col_blocks((2, 7, 10, 9), w.shape, want.shape[2:], 1, 4) is None
+
+
+@pytest.mark.parametrize("rows_per", [1, 4, 1000])
+def test_depthwise_runs_of_planes_cross_images(ctx, rows_per: int) -> None:
+    """The depthwise kernel walks rows_per (image, channel) planes: runs that cross images
+    must restart the channel count (the bias and filter of each plane's own channel)."""
+    rng = np.random.default_rng()
+    x = rng.standard_normal((3, 5, 8, 11)).astype(np.float32)
+    w = rng.standard_normal((5, 1, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(5).astype(np.float32)
+    want = pixelwise(x, w, bias, (2, 1), (1, 1), (1, 1, 0, 1), 5)
+    assert conv_kernels.depthwise_fits(5, w.shape, (2, 1), (1, 1), 5)
+    out = poisoned(ctx, want.shape, "float32")
+    plan = conv_kernels.depthwise_plan(ctx.caps, "F32", x.shape, 3, want.shape[2:], 2, (1, 1),
+                                       True, rows_per=rows_per)
+    ctx.run(plan, (ctx.tensor(x), ctx.tensor(w), ctx.tensor(bias), out))
+    assert_close(out.numpy().astype(np.float64), want, "float32", f"rows_per {rows_per}")

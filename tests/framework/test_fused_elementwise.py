@@ -217,7 +217,7 @@ def test_bad_calls(ctx) -> None:
     with pytest.raises(VkumdTypeError, match="non-empty list"):
         ops.fused_elementwise(a, (("relu", 0),))
     with pytest.raises(VkumdTypeError, match="no known op"):
-        ops.fused_elementwise([a], (("cosh", 0),))
+        ops.fused_elementwise([a], (("cbrt", 0),))
     with pytest.raises(VkumdValueError, match="reads value 2"):
         ops.fused_elementwise([a], (("add", 0, 2),))
     with pytest.raises(VkumdValueError, match="no steps"):

@@ -177,3 +177,17 @@ def test_argmax_export(recwarn: pytest.WarningsRecorder) -> None:
     for got, want in zip(compiled(x), Pick()(x), strict=True):
         assert got.dtype == torch.int64 and torch.equal(got, want)
     _no_fallback(recwarn)
+
+
+@torch.no_grad()
+def test_maximum_minimum_export(recwarn: pytest.WarningsRecorder) -> None:
+    """aten.maximum and aten.minimum with broadcasting; a NaN propagates as torch's does."""
+    class Clamp(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return torch.minimum(torch.maximum(x, y), y + 1.0)
+
+    x, y = torch.randn(3, 5, 7), torch.randn(5, 1)
+    x[1, 2, 3] = float("nan")
+    compiled = vkumd.torch.load_exported(torch.export.export(Clamp(), (x, y)))
+    torch.testing.assert_close(compiled(x, y), Clamp()(x, y), equal_nan=True)
+    _no_fallback(recwarn)

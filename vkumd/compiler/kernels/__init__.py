@@ -16,7 +16,9 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     permute,
     pool,
     qmatmul,
+    recurrent,
     reduce,
+    resample,
     rope,
     softmax,
 )

@@ -2,7 +2,7 @@
 ``shaders/im2col.comp`` (the columns of a one-group convolution, then the GEMM) and the
 inference batch-norm kernel ``shaders/batch_norm.comp``.
 
-The planner's choice (:func:`conv2d_is_gemm`, :func:`im2col_columns`, :func:`conv2d_block`):
+The planner's choice (:func:`conv2d_is_gemm`, :func:`im2col_blocks`, :func:`conv2d_block`):
 a 1x1, stride-1, unpadded, one-group convolution is the GEMM itself; another one-group
 convolution whose columns fit :data:`IM2COL_MAX_BYTES` is im2col + GEMM; grouped and
 depthwise convolutions (and the oversized) take the direct kernel. 1-D convolution is a
@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import functools
 
-from vkumd.compiler.kernels.elementwise_plan import ELEMENTWISE_WORKGROUP, FixedLaunch, looped_grid
+from vkumd.compiler.kernels.elementwise_plan import (
+    CPU_WORKGROUPS,
+    ELEMENTWISE_WORKGROUP,
+    FixedLaunch,
+    looped_grid,
+)
 from vkumd.compiler.kernels.limits import CONV_DTYPES
 from vkumd.compiler.kernels.type_codes import type_codes
 from vkumd.compiler.push import PushLayout
@@ -23,9 +28,10 @@ from vkumd.errors import VkumdValueError
 from vkumd.vk.caps import DeviceCaps
 
 CONV_CODES = type_codes(CONV_DTYPES)
-CONV_PUSH = PushLayout("total:u32", "c_in:u32", "h:u32", "w:u32", "c_out:u32", "oh:u32",
-                       "ow:u32", "kh:u32", "kw:u32", "sy:u32", "sx:u32", "dy:u32", "dx:u32",
-                       "pt:i32", "pl:i32", "groups:u32", "has_bias:u32")
+CONV_PUSH = PushLayout("rows_total:u32", "pixels:u32", "c_in:u32", "h:u32", "w:u32",
+                       "c_out:u32", "ow:u32", "kh:u32", "kw:u32", "sy:u32", "sx:u32", "dy:u32",
+                       "dx:u32", "pt:i32", "pl:i32", "groups:u32", "has_bias:u32",
+                       "rows_per:u32")
 # The kernel indexes with 32-bit unsigned integers.
 _MAX_ELEMENTS = (1 << 32) - 1
 
@@ -55,30 +61,48 @@ CONV2D = register(Kernel(
 
 
 def conv2d_block(c_out: int, groups: int) -> int:
-    """Output channels per invocation: 4 when a group's output channels are a multiple of 4,
-    else 1. Measured on lavapipe (2 shared cores, noisy): a 3x3 64->64 conv on 56x56 took
-    644-908 ms at 4 against 879-1020 ms at 1."""
+    """Output channels per row: 4 when a group's output channels are a multiple of 4, else 1.
+    Measured on lavapipe (2 shared cores, load 3-4, noisy): a 3x3 64->64 conv on 56x56 took
+    177-384 ms at 4 against 411-876 ms at 1."""
     return 4 if (c_out // groups) % 4 == 0 else 1
 
 
+# A grouped convolution runs as one GEMM per group (batched over the groups) when each
+# group's GEMM has at least this many output channels; below it (depthwise: one) the GEMM's
+# tiles would be mostly idle and the direct kernel runs.
+GROUP_GEMM_MIN_CHANNELS = 8
+
+
+def grouped_as_gemm(c_out: int, groups: int) -> bool:
+    """Whether a convolution's groups are GEMMs worth running (always for one group).
+    Measured on lavapipe (2 shared cores, load 1.5-2.5): on 28x28, a 3x3 conv 240->240 in
+    3 groups took 27-29 ms as im2col + batched GEMM against 187-191 ms in the direct kernel,
+    a 1x1 one 3.4-3.6 against 30-35 ms; at 8 channels per group (64->64 in 8 groups, 3x3,
+    56x56) 25-26 against 31-39 ms."""
+    return groups == 1 or c_out // groups >= GROUP_GEMM_MIN_CHANNELS
+
+
 def conv2d_is_gemm(kernel: tuple[int, int], stride: tuple[int, int],
-                   pads: tuple[int, ...], groups: int) -> bool:
-    """Whether the convolution is a plain GEMM ``w[C_out, C] @ x[n, C, H * W]`` (1x1
-    kernel, stride 1, no padding, one group): the pointwise convolutions of MobileNet and
-    ResNet's bottlenecks. Measured on lavapipe, 64->64 on 56x56: 9.8 ms through the GEMM
-    against 90 ms in the direct kernel."""
-    return kernel == (1, 1) and stride == (1, 1) and not any(pads) and groups == 1
+                   pads: tuple[int, ...], groups: int, c_out: int) -> bool:
+    """Whether the convolution is a plain GEMM ``w[C_out, C] @ x[n, C, H * W]`` per group
+    (1x1 kernel, stride 1, no padding, groups the GEMM takes): the pointwise convolutions of
+    MobileNet and ResNet's bottlenecks, ShuffleNet's grouped ones. Measured on lavapipe,
+    64->64 on 56x56: 9.8 ms through the GEMM against 90 ms in the direct kernel."""
+    return (kernel == (1, 1) and stride == (1, 1) and not any(pads)
+            and grouped_as_gemm(c_out, groups))
 
 
 @functools.lru_cache(maxsize=4096)
 def conv2d_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
                 w_shape: tuple[int, int, int, int], out_hw: tuple[int, int],
                 stride: tuple[int, int], dilation: tuple[int, int], pads: tuple[int, int],
-                groups: int, has_bias: bool, oc_block: int = 0) -> FixedLaunch:
+                groups: int, has_bias: bool, oc_block: int = 0, rows_per: int = 0
+                ) -> FixedLaunch:
     """Convolve ``x[n, c_in, h, w]`` with ``w[c_out, c_in / groups, kh, kw]``; ``pads`` is
     (top, left) (the bottom and right pads only shape ``out_hw``).
     Operands: x, w, bias (w again when there is none), out ``[n, c_out, *out_hw]``.
-    ``oc_block`` forces the output channels per invocation (0: the planner's choice).
+    ``oc_block`` forces the output channels per row and ``rows_per`` the rows per invocation
+    (0: the planner's choice, :func:`row_runs`).
 
     Raises:
         VkumdValueError: a tensor past the kernel's 32-bit indexing.
@@ -96,18 +120,93 @@ def conv2d_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
                               f"{c_out // groups} output channels of a group")
     program = CONV2D.specialize({"DTYPE": code, "OC_BLOCK": block,
                                  WORKGROUP: ELEMENTWISE_WORKGROUP})
-    total //= block
-    push = CONV_PUSH.pack(total, c_in, h, w, c_out, out_hw[0], out_hw[1], kh, kw, *stride,
-                          *dilation, *pads, groups, int(has_bias))
-    groups_needed = -(-total // ELEMENTWISE_WORKGROUP)
-    return FixedLaunch(program, push, looped_grid(caps, groups_needed), (3,))
+    rows_total, pixels = n * c_out // block, out_hw[0] * out_hw[1]
+    rows_per, grid = row_runs(caps, rows_total, pixels, rows_per)
+    push = CONV_PUSH.pack(rows_total, pixels, c_in, h, w, c_out, out_hw[1], kh, kw, *stride,
+                          *dilation, *pads, groups, int(has_bias), rows_per)
+    return FixedLaunch(program, push, grid, (3,))
 
 
+def row_runs(caps: DeviceCaps, rows_total: int, pixels: int, rows_per: int = 0
+             ) -> tuple[int, tuple[int, int, int]]:
+    """Rows per invocation and the grid of a kernel whose invocations own an output pixel
+    (x) and walk a run of rows (y): im2col's and the direct convolution's. ``rows_per`` 0 is
+    the planner's choice: on CPU drivers (which pay per workgroup) about
+    :data:`CPU_WORKGROUPS` groups in all, on GPUs runs of 4, so that each invocation's
+    divisions serve several elements; never more groups along y than the device allows."""
+    pixel_groups = -(-pixels // ELEMENTWISE_WORKGROUP)
+    if not rows_per:
+        rows_per = -(-rows_total * pixel_groups // CPU_WORKGROUPS) if caps.device_type == "cpu" \
+            else 4
+    rows_per = max(rows_per, -(-rows_total // caps.max_workgroup_count[1]), 1)
+    return rows_per, (min(pixel_groups, caps.max_workgroup_count[0]), -(-rows_total // rows_per),
+                      1)
+
+
+DEPTHWISE_PUSH = PushLayout("rows_total:u32", "strips:u32", "strips_per_row:u32",
+                            "channels:u32", "h:u32", "w:u32", "oh:u32", "ow:u32", "sy:u32",
+                            "pt:i32", "pl:i32", "has_bias:u32", "rows_per:u32")
+# Square filter sizes the depthwise kernel is compiled for; outputs per invocation along a row.
+DEPTHWISE_KERNELS = (3, 5)
+DEPTHWISE_STRIP = 4
+CONV2D_DEPTHWISE = register(Kernel(
+    name="conv2d_depthwise",
+    source="conv2d_depthwise.comp",
+    buffers=4,
+    push=DEPTHWISE_PUSH,
+    defines={"DTYPE": tuple(CONV_CODES.values()), "KERNEL": DEPTHWISE_KERNELS},
+    spec_constants={WORKGROUP: 0},
+    variants=lambda caps: [{**v, "KERNEL": k} for v in _conv_variants(caps)
+                           for k in DEPTHWISE_KERNELS],
+))
+
+
+def depthwise_fits(c_in: int, w_shape: tuple[int, int, int, int], stride: tuple[int, int],
+                   dilation: tuple[int, int], groups: int) -> bool:
+    """Whether ``shaders/conv2d_depthwise.comp`` takes the convolution: one input and one
+    output channel per group, a square filter of :data:`DEPTHWISE_KERNELS`, dilation 1 and
+    horizontal stride 1 (any vertical stride). Measured on lavapipe (2 shared cores, load
+    0.6-2, noisy), against the direct kernel: a 3x3 on 96 x 56x56 3.9-8.2 ms against 7.8-11.9,
+    a 3x3 on 64 x 24x160 2.3-2.4 against 8.0-8.6, a 5x5 on 240 x 12x80 (PP-OCR's
+    recogniser) 9.1-10.5 against 14.9-16.8. Strips of 8 measured the same within the noise;
+    4 keeps fewer registers per invocation."""
+    c_out, per_group, kh, kw = w_shape
+    return (groups == c_in == c_out and per_group == 1 and kh == kw
+            and kh in DEPTHWISE_KERNELS and dilation == (1, 1) and stride[1] == 1)
+
+
+@functools.lru_cache(maxsize=4096)
+def depthwise_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
+                   kernel: int, out_hw: tuple[int, int], stride_y: int, pads: tuple[int, int],
+                   has_bias: bool, rows_per: int = 0) -> FixedLaunch:
+    """A depthwise convolution :func:`depthwise_fits` takes; ``pads`` is (top, left).
+    Operands: x, w, bias (w again when there is none), out ``[n, c, *out_hw]``.
+
+    Raises:
+        VkumdValueError: a tensor past the kernel's 32-bit indexing.
+    """
+    n, c, h, w = x_shape
+    for what, size in (("x", n * c * h * w), ("out", n * c * out_hw[0] * out_hw[1])):
+        if size > _MAX_ELEMENTS:
+            raise VkumdValueError(f"conv2d: {what} has {size} elements; the kernel indexes at "
+                                  f"most {_MAX_ELEMENTS} (split the batch)")
+    per_row = -(-out_hw[1] // DEPTHWISE_STRIP)
+    rows_per, grid = row_runs(caps, n * c, out_hw[0] * per_row, rows_per)
+    program = CONV2D_DEPTHWISE.specialize({"DTYPE": code, "KERNEL": kernel,
+                                           WORKGROUP: ELEMENTWISE_WORKGROUP})
+    push = DEPTHWISE_PUSH.pack(n * c, out_hw[0] * per_row, per_row, c, h, w, *out_hw, stride_y,
+                               *pads, int(has_bias), rows_per)
+    return FixedLaunch(program, push, grid, (3,))
+
+
+IM2COL_PUSH = PushLayout("rows_total:u32", "pixels:u32", "h:u32", "w:u32", "ow:u32", "kh:u32",
+                         "kw:u32", "sy:u32", "sx:u32", "dy:u32", "dx:u32", "pt:i32", "pl:i32",
+                         "rows_per:u32", "row0:u32")
 IM2COL = register(Kernel(
     name="im2col",
     source="im2col.comp",
     buffers=2,
-    push=CONV_PUSH,
+    push=IM2COL_PUSH,
     defines={"DTYPE": tuple(CONV_CODES.values())},
     spec_constants={WORKGROUP: 0},
     variants=_conv_variants,
@@ -116,36 +215,50 @@ IM2COL = register(Kernel(
 IM2COL_MAX_BYTES = 64 << 20
 
 
-def im2col_columns(x_shape: tuple[int, int, int, int], w_shape: tuple[int, int, int, int],
-                   out_hw: tuple[int, int], groups: int, itemsize: int
-                   ) -> tuple[int, int, int] | None:
-    """The column buffer's shape ``[n, C*kh*kw, oh*ow]`` when a convolution should run as
-    im2col + GEMM (one group, columns within :data:`IM2COL_MAX_BYTES`), else None.
-    Measured on lavapipe (2 shared cores, noisy): a 3x3 64->64 conv on 56x56 took 165 ms
-    this way against 650-1040 ms in the direct kernel."""
+def im2col_blocks(x_shape: tuple[int, int, int, int], w_shape: tuple[int, int, int, int],
+                  out_hw: tuple[int, int], groups: int, itemsize: int
+                  ) -> list[tuple[int, int]] | None:
+    """The column rows ``[start, stop)`` to write and multiply in turn when a convolution
+    should run as im2col + GEMM, else None (the direct kernel).
+
+    One block, every row of ``[n, C*kh*kw, oh*ow]``, when the columns fit
+    :data:`IM2COL_MAX_BYTES` (groups the GEMM takes, :func:`grouped_as_gemm`; each group's
+    rows are a contiguous block, so one buffer serves every group). Past it, a one-image,
+    one-group convolution takes blocks of whole input channels, each within the limit, whose
+    GEMMs accumulate into the output (PP-OCR's detector at 640 x 640: 88 MB of columns for a
+    3x3 96->24 conv on 160 x 160, 670 ms in the direct kernel against about 200 ms in two
+    blocks). Measured on lavapipe (2 shared cores, load 3-4, noisy): a 3x3 64->64
+    conv on 56x56 took 36-63 ms this way against 177-384 ms in the direct kernel."""
     n, c, _, _ = x_shape
-    rows = c * w_shape[2] * w_shape[3]
-    shape = (n, rows, out_hw[0] * out_hw[1])
-    if groups != 1 or n * rows * shape[2] * itemsize > IM2COL_MAX_BYTES:
+    taps = w_shape[2] * w_shape[3]
+    pixels = out_hw[0] * out_hw[1]
+    if not grouped_as_gemm(w_shape[0], groups):
         return None
-    return shape
+    if n * c * taps * pixels * itemsize <= IM2COL_MAX_BYTES:
+        return [(0, n * c * taps)]
+    channels = IM2COL_MAX_BYTES // (taps * pixels * itemsize)
+    if n != 1 or groups != 1 or channels == 0:
+        return None
+    return [(start * taps, min(start + channels, c) * taps) for start in range(0, c, channels)]
 
 
 @functools.lru_cache(maxsize=4096)
 def im2col_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
                 w_shape: tuple[int, int, int, int], out_hw: tuple[int, int],
-                stride: tuple[int, int], dilation: tuple[int, int], pads: tuple[int, int]
-                ) -> FixedLaunch:
-    """Write the columns of a one-group convolution (see :func:`im2col_columns`).
-    Operands: x, cols."""
+                stride: tuple[int, int], dilation: tuple[int, int], pads: tuple[int, int],
+                rows_per: int = 0, rows: tuple[int, int] | None = None) -> FixedLaunch:
+    """Write the columns of a convolution (see :func:`im2col_blocks`), rows ``rows`` (start,
+    stop; default all). Operands: x, cols ``[stop - start, oh*ow]`` (a batch dim in front when
+    whole). ``rows_per`` forces the column rows per invocation (0: the planner's choice)."""
     n, c_in, h, w = x_shape
-    c_out, _, kh, kw = w_shape
-    total = n * c_in * kh * kw * out_hw[0] * out_hw[1]
+    _, _, kh, kw = w_shape
+    row0, row_end = rows if rows is not None else (0, n * c_in * kh * kw)
+    rows_total, pixels = row_end - row0, out_hw[0] * out_hw[1]
+    rows_per, grid = row_runs(caps, rows_total, pixels, rows_per)
     program = IM2COL.specialize({"DTYPE": code, WORKGROUP: ELEMENTWISE_WORKGROUP})
-    push = CONV_PUSH.pack(total, c_in, h, w, c_out, out_hw[0], out_hw[1], kh, kw, *stride,
-                          *dilation, *pads, 1, 0)
-    return FixedLaunch(program, push, looped_grid(caps, -(-total // ELEMENTWISE_WORKGROUP)),
-                       (1,))
+    push = IM2COL_PUSH.pack(rows_total, pixels, h, w, out_hw[1], kh, kw, *stride, *dilation,
+                            *pads, rows_per, row0)
+    return FixedLaunch(program, push, grid, (1,))
 
 
 BATCH_NORM_PUSH = PushLayout("total:u32", "channels:u32", "inner:u32", "eps:f32")

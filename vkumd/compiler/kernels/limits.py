@@ -67,3 +67,15 @@ QMATMUL_DTYPES = ("float32", "float16")
 # Convolution and pooling (conv.py, pool.py) over NCHW tensors.
 CONV_DTYPES = ("float32", "float16")
 POOL_DTYPES = CONV_DTYPES
+# Resize, pad and transposed convolution (resample.py, resample_plan.py).
+RESAMPLE_DTYPES = CONV_DTYPES
+# Resize's coordinate transformations and nearest roundings (ONNX's names).
+RESIZE_COORDINATES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel",
+                      "tf_half_pixel_for_nn", "half_pixel_symmetric")
+RESIZE_ROUNDINGS = ("floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
+# Pad's modes and the most dimensions it takes once neighbouring unpadded ones are merged.
+PAD_MODES = ("constant", "reflect", "edge")
+PAD_MAX_RANK = 5
+
+# The recurrent layers (recurrent.py: LSTM, GRU): the storage types of every operand.
+RECURRENT_DTYPES = ("float32", "float16")

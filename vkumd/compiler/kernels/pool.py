@@ -1,4 +1,5 @@
-"""The pooling kernel, ``shaders/pool2d.comp`` (max and average), and its planner.
+"""The pooling kernel, ``shaders/pool2d.comp`` (max and average), the channel-window LRN
+kernel ``shaders/lrn.comp``, and their planners.
 
 One invocation per output element over NCHW planes; the window geometry (kernel, strides,
 dilations, the four pads) arrives resolved, ceil mode included, from the op's rule.
@@ -58,5 +59,37 @@ def pool2d_plan(caps: DeviceCaps, code: str, planes: int, hw: tuple[int, int],
     program = POOL2D.specialize({"DTYPE": code, WORKGROUP: ELEMENTWISE_WORKGROUP})
     push = POOL_PUSH.pack(total, *hw, *out_hw, *kernel, *stride, *dilation, *pads,
                           int(is_max), int(count_include_pad))
+    return FixedLaunch(program, push, looped_grid(caps, -(-total // ELEMENTWISE_WORKGROUP)),
+                       (1,))
+
+
+LRN_PUSH = PushLayout("total:u32", "channels:u32", "inner:u32", "lo:u32", "hi:u32",
+                      "alpha_over_size:f32", "beta:f32", "bias:f32")
+LRN = register(Kernel(
+    name="lrn",
+    source="lrn.comp",
+    buffers=2,
+    push=LRN_PUSH,
+    defines={"DTYPE": tuple(POOL_CODES.values())},
+    spec_constants={WORKGROUP: 0},
+    variants=_pool_variants,
+))
+
+
+@functools.lru_cache(maxsize=4096)
+def lrn_plan(caps: DeviceCaps, code: str, total: int, channels: int, inner: int, size: int,
+             alpha: float, beta: float, bias: float) -> FixedLaunch:
+    """Local response normalisation of ``x[N, channels, inner]`` (``total`` elements) over a
+    window of ``size`` channels. Operands: x, out.
+
+    Raises:
+        VkumdValueError: a tensor past the kernel's 32-bit indexing.
+    """
+    if total > _MAX_ELEMENTS:
+        raise VkumdValueError(f"lrn: x has {total} elements; the kernel indexes at most "
+                              f"{_MAX_ELEMENTS} (split the batch)")
+    program = LRN.specialize({"DTYPE": code, WORKGROUP: ELEMENTWISE_WORKGROUP})
+    push = LRN_PUSH.pack(total, channels, inner, (size - 1) // 2, size // 2, alpha / size,
+                         beta, bias)
     return FixedLaunch(program, push, looped_grid(caps, -(-total // ELEMENTWISE_WORKGROUP)),
                        (1,))

@@ -17,6 +17,8 @@ broadcast (numpy rules) to the output's shape. Attributes:
     * ``relu``, ``gelu``, ``gelu_tanh``, ``silu``, ``exp``, ``sqrt``, ``tanh``, ``erf``,
       ``sigmoid``: one operand.
     * ``cast``: one operand, then a float dtype name; rounds the value to that type.
+    * an op whose trait is ``numeric`` (``clip``, ``leaky_relu``, ``elu``, ...): its operands,
+      then every one of its numeric params, in the trait's order (``("clip", 2, 0.0, 6.0)``).
 
     Example over two inputs: ``(("mul", 0, 1), ("add", 2, ("const", 1.5)), ("gelu", 3))``
     is ``gelu(x0 * x1 + 1.5)``. Programs are tuples of tuples, so they hash (one generated
@@ -80,6 +82,8 @@ def step(op: str, operands: Sequence[Any], attrs: Mapping[str, Any]) -> Step:
     full = record.full_attrs(attrs)
     if trait.rewrite is not None:
         return trait.rewrite(list(operands), full)
+    if trait.numeric:
+        return (op, *operands, *(float(full[p]) for p in trait.params))
     params = (full[p] for p in trait.params
               if record.attrs[p] is REQUIRED or full[p] != record.attrs[p])
     return (op, *operands, *params)
@@ -99,6 +103,19 @@ def _operand(where: str, item: Any, limit: int) -> None:
         return
     raise VkumdTypeError(f"{OP}: {where} has operand {item!r}; an operand is a value number "
                          "or ('const', number)")
+
+
+def _numbers(where: str, op: str, trait: Elementwise, params: Sequence[Any]) -> None:
+    """Refuse a numeric step whose params are not all there, or not float32 numbers."""
+    if len(params) != len(trait.params):
+        raise VkumdValueError(f"{OP}: {where}: {op} takes its parameters "
+                              f"{', '.join(trait.params)} after its operand(s)")
+    for name, value in zip(trait.params, params, strict=True):
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            raise VkumdTypeError(f"{OP}: {where}: {op}'s {name} must be a real number, not "
+                                 f"{value!r}")
+        if outside_float32(value):
+            raise VkumdValueError(float32_refusal(OP, f"{where}: {name}", value))
 
 
 def check_program(program: Any, inputs: int) -> Program:
@@ -135,6 +152,8 @@ def check_program(program: Any, inputs: int) -> Program:
                                   + (" and one parameter" if trait.params else ""))
         for item in operands:
             _operand(where, item, inputs + k)
+        if trait.numeric:
+            _numbers(where, op, trait, params)
         if op == "cast" and (len(params) != 1 or params[0] not in FLOATS):
             raise VkumdTypeError(f"{OP}: {where}: cast needs a target dtype, one of "
                                  f"{', '.join(FLOATS)}")

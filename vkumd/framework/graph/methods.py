@@ -25,6 +25,8 @@ Decisions:
   ``exp``, ``sqrt``, ``tanh``, ``erf``, ``sigmoid``, ``hardswish``, ...) is a method of both
   classes, made from its record when the op families are declared (:func:`install_op_methods`),
   so a new op is a method without a line here.
+- ``clamp``/``clip`` take numbers (torch's tensor bounds are not taken); the one-input ops
+  with parameters (``leaky_relu``, ``elu``, ...) are ``vkumd.ops`` functions only.
 - ``x.T`` of a 2-D tensor is ``transpose(0, 1)`` (which a compiled graph folds into a
   following matmul), of any other rank ``permute`` of the reversed dimensions.
 - Reductions, ``softmax`` and the norms work over the last dimension only; another ``dim``
@@ -362,6 +364,14 @@ class TensorMethods:
         """
         self._row("softmax", dim, False, axis, None)
         return self._ops.softmax(self, scale=scale, mask=mask)
+
+    def clamp(self, min: float | None = None, max: float | None = None) -> Any:
+        """Clip to ``[min, max]`` (None: that side open), as ``torch.clamp`` with numbers and
+        :func:`vkumd.ops.clip`."""
+        return self._ops.clip(self, min=-np.inf if min is None else min,
+                              max=np.inf if max is None else max)
+
+    clip = clamp
 
     def gelu(self, approximate: str = "none") -> Any:
         """GELU: ``approximate="none"`` (erf) or ``"tanh"`` (:meth:`gelu_tanh`), as

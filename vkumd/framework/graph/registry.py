@@ -82,6 +82,10 @@ class Elementwise:
             the others must be floats for the step to join a group.
         rewrite: ``(operands, attrs) -> step``: the op joins a program as another op's step
             (``scale`` as ``mul`` by a constant); such an op is no step op of its own.
+        numeric: the params are real numbers (``leaky_relu``'s alpha, ``clip``'s bounds):
+            every step writes all of them, defaults included, and the expression reads them
+            after the operands as float32 constants (``{b}`` and ``{c}`` of a one-operand op),
+            so each value compiles its own kernel, as a program's constants do.
     """
 
     arity: int
@@ -90,6 +94,7 @@ class Elementwise:
     glsl_params: Mapping[str, str] = field(default_factory=dict)
     any_type: tuple[int, ...] = ()
     rewrite: Callable[[list[Any], Mapping[str, Any]], tuple[Any, ...]] | None = None
+    numeric: bool = False
 
     def expression(self, params: Sequence[Any]) -> str:
         """The GLSL template of a step whose params are ``params``."""

@@ -1,6 +1,8 @@
 """Elementwise float functions: the activations relu, gelu (erf), gelu_tanh and silu, which
-have kernels of their own and are GEMM epilogues, and exp, sqrt, tanh, erf, sigmoid and
-hardswish, which run as generated kernels.
+have kernels of their own and are GEMM epilogues, and exp, sqrt, tanh, erf, sigmoid,
+hardswish, softplus, softsign and mish, which run as generated kernels (the unary math set
+is :mod:`~vkumd.framework.opset.unary_math`'s, the activations with parameters
+:mod:`~vkumd.framework.opset.activation_params`').
 
 Every one computes in float32 and rounds once to the tensor's type; the activations'
 code is ``shaders/include/activation.glsl``'s, shared by the GEMM epilogue and the generated
@@ -118,3 +120,15 @@ _math("sigmoid", lambda x: 1.0 / (1.0 + np.exp(-x)), "vkumd_sigmoid({a})",
 _math("hardswish", lambda x: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0),
       "({a} * clamp({a} / 6.0 + 0.5, 0.0, 1.0))",
       "``x * clip(x / 6 + 1/2, 0, 1)`` elementwise: MobileNetV3's hard swish.")
+
+
+def _mish(x: np.ndarray) -> np.ndarray:
+    # -inf * tanh(0) is NaN; mish's limit there is -0.
+    return np.where(x == -np.inf, -0.0, x * np.tanh(np.logaddexp(0.0, x)))
+
+
+_math("softplus", lambda x: np.logaddexp(0.0, x), "vkumd_softplus({a})",
+      "``log(1 + e ** x)`` elementwise, without overflow.")
+_math("softsign", lambda x: np.where(np.isinf(x), np.sign(x), x / (1.0 + np.abs(x))),
+      "vkumd_softsign({a})", "``x / (1 + |x|)`` elementwise (+-1 at +-inf).")
+_math("mish", _mish, "vkumd_mish({a})", "``x tanh(softplus(x))`` elementwise.")

@@ -2,8 +2,10 @@
 
 The geometry (strides, dilation, the four pads, groups) is checked once, in the rule, which
 the eager function and every frontend share. The planner (:mod:`vkumd.compiler.kernels.conv`)
-picks the path: the GEMM for a pointwise convolution, im2col + GEMM for other one-group ones,
-the direct kernel ``shaders/conv2d.comp`` for grouped and depthwise ones.
+picks the path: the GEMM for a pointwise convolution, im2col + GEMM for other one-group ones
+and groups of at least 8 output channels, the depthwise kernel
+``shaders/conv2d_depthwise.comp`` for 3x3 and 5x5 depthwise ones at horizontal stride 1, the
+direct kernel ``shaders/conv2d.comp`` for the rest.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from vkumd.compiler.kernels.conv import (
     CONV_CODES,
     conv2d_is_gemm,
     conv2d_plan,
-    im2col_columns,
+    depthwise_fits,
+    depthwise_plan,
+    im2col_blocks,
     im2col_plan,
 )
 from vkumd.compiler.kernels.limits import CONV_DTYPES
@@ -34,6 +38,8 @@ from vkumd.framework.opset.arith import add
 from vkumd.framework.opset.common import attrs_of
 from vkumd.framework.opset.layout import reshape
 from vkumd.framework.opset.matmul import matmul
+from vkumd.framework.opset.windows import concat
+from vkumd.framework.opset.windows import slice as slice_
 from vkumd.framework.tensor import Tensor
 
 _VERDICTS: Verdicts = {}
@@ -59,6 +65,17 @@ def int_tuple(op: str, value: Any, what: str, length: int, low: int) -> tuple[in
             raise VkumdValueError(f"{op}: {what}={tuple(value)!r}; each entry must be >= {low}")
         out.append(int(v))
     return tuple(out)
+
+
+def group_count(op: str, groups: Any) -> int:
+    """``groups`` checked: an int >= 1.
+
+    Raises:
+        VkumdValueError: anything else.
+    """
+    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
+        raise VkumdValueError(f"{op}: groups={groups!r}; it must be an int >= 1")
+    return int(groups)
 
 
 def window_size(op: str, size: Any, kernel: int, stride: int, dilation: int, before: int,
@@ -137,9 +154,7 @@ def _conv_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tensor
     stride = int_tuple("conv2d", attrs["stride"], "stride", 2, 1)
     dilation = int_tuple("conv2d", attrs["dilation"], "dilation", 2, 1)
     pads = int_tuple("conv2d", attrs["pads"], "pads (top, left, bottom, right)", 4, 0)
-    groups = attrs["groups"]
-    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
-        raise VkumdValueError(f"conv2d: groups={groups!r}; it must be an int >= 1")
+    groups = group_count("conv2d", attrs["groups"])
     c_in, c_out = dims.resolve(x.shape[1]), dims.resolve(w.shape[0])
     kh, kw = dims.resolve(w.shape[2]), dims.resolve(w.shape[3])
     if not all(isinstance(d, int) for d in (c_in, c_out, kh, kw)):
@@ -216,12 +231,19 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, *,
                               f"{format_shape(w.shape)} is empty but the output "
                               f"{format_shape(shape)} is not (padding alone); give at least "
                               "one input element and one kernel tap")
-    if conv2d_is_gemm(w.shape[2:], tuple(stride), tuple(pads), int(groups)):
-        _pointwise(x, w, bias, out)
+    if conv2d_is_gemm(w.shape[2:], tuple(stride), tuple(pads), int(groups), w.shape[0]):
+        _group_gemm(w, reshape(x, (x.shape[0], x.shape[1], x.shape[2] * x.shape[3])), bias,
+                    out, int(groups))
         return out
-    cols = im2col_columns(x.shape, w.shape, shape[2:], int(groups), x.dtype.itemsize)
-    if cols is not None:
-        _im2col(x, w, bias, out, cols, tuple(stride), tuple(dilation), (pads[0], pads[1]))
+    blocks = im2col_blocks(x.shape, w.shape, shape[2:], int(groups), x.dtype.itemsize)
+    if blocks is not None:
+        _im2col_gemm(x, w, bias, out, blocks, tuple(stride), tuple(dilation),
+                     (pads[0], pads[1]), int(groups))
+        return out
+    if depthwise_fits(x.shape[1], w.shape, tuple(stride), tuple(dilation), int(groups)):
+        plan = depthwise_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape[2],
+                              shape[2:], stride[0], (pads[0], pads[1]), bias is not None)
+        x.context.run(plan, (x, w, bias, out))
         return out
     plan = conv2d_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape,
                        shape[2:], tuple(stride), tuple(dilation), (pads[0], pads[1]),
@@ -230,26 +252,52 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, *,
     return out
 
 
-def _im2col(x: Tensor, w: Tensor, bias: Tensor | None, out: Tensor,
-            cols_shape: tuple[int, int, int], stride: tuple[int, int],
-            dilation: tuple[int, int], pads: tuple[int, int]) -> None:
-    """A one-group convolution as columns then the GEMM ``w[C_out, C*kh*kw] @ cols[n]``."""
-    cols = x.context.empty(cols_shape, x.dtype)
-    x.context.run(im2col_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape,
-                              out.shape[2:], stride, dilation, pads), (x, cols))
+def _im2col_gemm(x: Tensor, w: Tensor, bias: Tensor | None, out: Tensor,
+                 blocks: list[tuple[int, int]], stride: tuple[int, int],
+                 dilation: tuple[int, int], pads: tuple[int, int], groups: int) -> None:
+    """The convolution as columns then GEMMs: all columns at once, or (one image, one
+    group) a block of input channels' rows at a time, each block's GEMM with its slice of
+    the weights accumulating into the output."""
     n, c_out = out.shape[:2]
-    result = reshape(out, (n, c_out, cols_shape[2]))
-    matmul(reshape(w, (c_out, cols_shape[1])), cols, out=result)
+    pixels = out.shape[2] * out.shape[3]
+    code = CONV_CODES[x.dtype.name]
+    if len(blocks) == 1:
+        cols = x.context.empty((n, blocks[0][1] // n, pixels), x.dtype)
+        x.context.run(im2col_plan(x.context.caps, code, x.shape, w.shape, out.shape[2:],
+                                  stride, dilation, pads), (x, cols))
+        _group_gemm(w, cols, bias, out, groups)
+        return
+    weights = reshape(w, (c_out, w.shape[1] * w.shape[2] * w.shape[3]))
+    result = reshape(out, (c_out, pixels))
+    for i, (start, stop) in enumerate(blocks):
+        cols = x.context.empty((stop - start, pixels), x.dtype)
+        x.context.run(im2col_plan(x.context.caps, code, x.shape, w.shape, out.shape[2:],
+                                  stride, dilation, pads, rows=(start, stop)), (x, cols))
+        matmul(slice_(weights, (start,), (stop,), (1,)), cols, out=result,
+               beta=0.0 if i == 0 else 1.0)
     if bias is not None:
         add(result, reshape(bias, (c_out, 1)), out=result)
 
 
-def _pointwise(x: Tensor, w: Tensor, bias: Tensor | None, out: Tensor) -> None:
-    """A 1x1 convolution as the GEMM ``w[C_out, C] @ x[n, C, H * W]``, bias added after."""
-    n, c, h, wd = x.shape
-    c_out = w.shape[0]
-    result = reshape(out, (n, c_out, h * wd))
-    matmul(reshape(w, (c_out, c)), reshape(x, (n, c, h * wd)), out=result)
+def _group_gemm(w: Tensor, cols: Tensor, bias: Tensor | None, out: Tensor,
+                groups: int) -> None:
+    """The convolution as GEMMs over its columns ``cols[n, C*kh*kw, pixels]`` (the input
+    itself for a pointwise one): group ``g``'s outputs are ``w_g[C_out/groups, K] @`` the
+    ``g``-th block of ``K`` column rows, one batched GEMM over the groups (and the images:
+    the weights are repeated per image, as matmul shares only a 2-D operand), bias added
+    after."""
+    n, c_out = out.shape[:2]
+    pixels = cols.shape[2]
+    k = cols.shape[1] // groups
+    result = reshape(out, (n, c_out, pixels))
+    if groups == 1:
+        matmul(reshape(w, (c_out, k)), cols, out=result)
+    else:
+        per_group = reshape(w, (1, groups, c_out // groups, k))
+        if n > 1:
+            per_group = concat([per_group] * n, axis=0)
+        matmul(per_group, reshape(cols, (n, groups, k, pixels)),
+               out=reshape(out, (n, groups, c_out // groups, pixels)))
     if bias is not None:
         add(result, reshape(bias, (c_out, 1)), out=result)
 

@@ -54,7 +54,10 @@ def glsl_steps(program: Program) -> tuple[tuple[Any, ...], ...]:
     for step in program:
         trait = step_of(step[0])
         assert trait is not None  # check_program refused any other op
-        steps.append((trait.expression(step[1 + trait.arity:]), *step[1:1 + trait.arity]))
+        params = step[1 + trait.arity:]
+        # A numeric op's params are read by its expression as constant operands.
+        consts = tuple(("const", p) for p in params) if trait.numeric else ()
+        steps.append((trait.expression(params), *step[1:1 + trait.arity], *consts))
     return tuple(steps)
 
 

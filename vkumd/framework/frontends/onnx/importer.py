@@ -20,9 +20,12 @@ from onnx import numpy_helper
 from vkumd.errors import VkumdError, VkumdValueError
 from vkumd.framework.frontends.onnx import derived as derived_mod
 from vkumd.framework.frontends.onnx import (  # noqa: F401
+    ops_activation,
     ops_linalg,
     ops_logic,
     ops_math,
+    ops_recurrent,
+    ops_resample,
     ops_shape,
     ops_vision,
 )

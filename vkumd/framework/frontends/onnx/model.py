@@ -25,12 +25,14 @@ MAX_SPECIALIZATIONS = 16
 
 
 def _shape_inputs(model: onnx.ModelProto, exc: UnsupportedModelError) -> list[str] | None:
-    """The integer graph inputs to specialize on, when every refusal only lacked a value."""
+    """The graph inputs to specialize on, when every refusal only lacked a value: the
+    integer ones, and any other a refusal names (Resize's float scales, Pad's value)."""
     if not all(r.needs for r in exc.refusals):
         return None
     init = {t.name for t in model.graph.initializer}
+    needed = {r.needs for r in exc.refusals}
     names = [vi.name for vi in model.graph.input if vi.name not in init
-             and vi.type.tensor_type.elem_type in _INTEGER_INPUTS]
+             and (vi.type.tensor_type.elem_type in _INTEGER_INPUTS or vi.name in needed)]
     return names or None
 
 

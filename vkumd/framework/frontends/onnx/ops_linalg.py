@@ -105,13 +105,53 @@ def matmul(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
                               "is not supported (use equal batch shapes or a 2-D operand)")
         a, b = (v, b) if side == "a" else (a, v)
     b, trans_b = _untranspose(st, b)
-    y = st.b.matmul(a, b, trans_b=trans_b)
+    split = None if squeeze_b or len(b.shape) != 2 else _split_matmul(st, a, node.input[1],
+                                                                        None, {})
+    y = split if split is not None else st.b.matmul(a, b, trans_b=trans_b)
     want = (*batch, a.shape[-2], b.shape[-2] if trans_b else b.shape[-1])
     if squeeze_a:
         want = want[:-2] + want[-1:]
     if squeeze_b:
         want = want[:-1]
     return [y if tuple(y.shape) == want else st.b.reshape(y, want)]
+
+
+# Vulkan's guaranteed minimum of maxStorageBufferRange (lavapipe's limit too): a weight
+# larger than this cannot be bound as one buffer on every device.
+BINDING_FLOOR = 1 << 27
+
+
+def _weight_blocks(st: State, name: str, trans_b: bool
+                   ) -> list[tuple[Value, int, int]] | None:
+    """A known 2-D weight past :data:`BINDING_FLOOR` bytes as blocks of whole output columns
+    (``(block, first column, end column)``), each within it; None for any other ``name``.
+    VGG's and AlexNet's first fully connected weights (151-411 MB) are such."""
+    w = st.known(name)
+    if w is None or w.ndim != 2 or w.nbytes <= BINDING_FLOOR or w.dtype.kind != "f":
+        return None
+    n = w.shape[0] if trans_b else w.shape[1]
+    per_column = w.nbytes // n
+    step = max(1, BINDING_FLOOR // per_column)
+    dtype = st.dtype(name)
+    blocks = []
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        part = w[lo:hi] if trans_b else w[:, lo:hi]
+        blocks.append((st.constant(np.ascontiguousarray(part), dtype), lo, hi))
+    return blocks
+
+
+def _split_matmul(st: State, a: Value, name: str, bias: Value | None, kw: dict[str, Any]
+                  ) -> Value | None:
+    """``a @ w (+ bias)`` over the column blocks of a known 2-D weight ``name`` past
+    :data:`BINDING_FLOOR`, concatenated along the last axis; None when ``name`` is no such
+    weight."""
+    blocks = _weight_blocks(st, name, kw.get("trans_b", False))
+    if blocks is None or len(a.shape) < 2:
+        return None
+    parts = [st.b.matmul(a, w, bias=None if bias is None else st.b.slice(bias, 0, lo, hi),
+                         **kw) for w, lo, hi in blocks]
+    return st.b.concat(parts, axis=len(a.shape) - 1)
 
 
 @converter("Gemm", attrs=("alpha", "beta", "transA", "transB"))
@@ -123,7 +163,8 @@ def gemm(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     kw: dict[str, Any] = {"alpha": alpha, "trans_a": bool(attrs.get("transA", 0)),
                           "trans_b": bool(attrs.get("transB", 0))}
     if not st.present(node, 2) or beta == 0.0:
-        return [st.b.matmul(a, b, **kw)]
+        split = _split_matmul(st, a, node.input[1], None, kw)
+        return [split if split is not None else st.b.matmul(a, b, **kw)]
     known = st.known(node.input[2])
     if beta != 1.0 and known is not None and known.dtype.kind == "f":
         c = st.constant(known * beta, st.dtype(node.input[2]))
@@ -134,7 +175,8 @@ def gemm(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     n = b.shape[0] if kw["trans_b"] else b.shape[1]
     if tuple(c.shape) in ((n,), (1, n)):
         bias = c if tuple(c.shape) == (n,) else st.b.reshape(c, (n,))
-        return [st.b.matmul(a, b, bias=bias, **kw)]
+        split = _split_matmul(st, a, node.input[1], bias, kw)
+        return [split if split is not None else st.b.matmul(a, b, bias=bias, **kw)]
     if tuple(c.shape) == (m, n):
         return [st.b.matmul(a, b, residual=c, **kw)]
     return [st.b.add(st.b.matmul(a, b, **kw), c)]

@@ -60,16 +60,16 @@ def is_nan(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
 
 @converter("Max", "Min")
 def extremum(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """The elementwise maximum (minimum) of float inputs, as ``where(a >= b, a, b)``. NaN
-    does not propagate as ONNX says it should: ``where`` picks the other operand."""
+    """The elementwise maximum (minimum) of one or more float inputs with numpy
+    broadcasting: a chain of ``maximum`` (``minimum``), one fused kernel; NaN propagates."""
     names = [n for n in node.input if n]
     values = [st.value(n) for n in names]
     if any(v.dtype.name not in _FLOATS for v in values):
         raise Unsupported("Max/Min of integer tensors (only float ones run on the device)")
+    op = "maximum" if node.op_type == "Max" else "minimum"
     out = values[0]
     for v in values[1:]:
-        keep = st.b.ge(out, v) if node.op_type == "Max" else st.b.le(out, v)
-        out = st.b.where(keep, out, v)
+        out = st.b.op(op, out, v)
     return [out]
 
 

@@ -85,13 +85,6 @@ def neg(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | 
     return [st.b.scale(st.value(node.input[0]), -1.0)]
 
 
-@converter("Reciprocal")
-def reciprocal(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """``1 / x`` as a div by a constant one."""
-    x = st.value(node.input[0])
-    return [st.b.div(st.constant(np.ones((), np.float32), x.dtype.name), x)]
-
-
 @converter("Pow")
 def power(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """``x ** y`` for a constant y of 1, 2 or 0.5 (``x``, ``x * x``, ``sqrt(x)``)."""
@@ -151,3 +144,30 @@ def cast(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     if x.dtype.name == want:
         return [x]
     return [st.b.cast(x, want)]
+
+
+@converter("Sum", "Mean")
+def variadic_sum(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """The elementwise sum (mean) of one or more inputs with numpy broadcasting: a chain of
+    ``add`` (then a ``scale`` by ``1/n``), which elementwise fusion makes one kernel."""
+    names = [n for n in node.input if n]
+    if not names:
+        raise Unsupported("no inputs (ONNX needs at least one)")
+    known = [st.known(n) for n in names]
+    if all(k is not None for k in known):
+        total = known[0]
+        for k in known[1:]:
+            total = total + k
+        if node.op_type == "Mean":
+            total = total / len(names)
+        return [tidy(np.asarray(total, dtype=known[0].dtype))]
+    values = [st.value(n) for n in names]
+    if node.op_type == "Mean" and values[0].dtype.name not in ("float32", "float16",
+                                                                 "bfloat16"):
+        raise Unsupported(f"Mean of {values[0].dtype.name} tensors (ONNX's Mean is of floats)")
+    total = values[0]
+    for v in values[1:]:
+        total = st.b.add(total, v)
+    if node.op_type == "Mean" and len(values) > 1:
+        total = st.b.scale(total, 1.0 / len(values))
+    return [total]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import onnx
 
 from vkumd.framework.frontends.onnx.errors import Unsupported
@@ -171,3 +172,43 @@ def batch_normalization(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
     scale, bias, mean, var = (st.value(node.input[i]) for i in range(1, 5))
     return [st.b.batch_norm(x, scale, bias, mean, var,
                             eps=float(attrs.get("epsilon", 1e-5)))]
+
+
+@converter("LRN", attrs=("size", "alpha", "beta", "bias"))
+def local_response_norm(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
+                        ) -> list[Bound | None]:
+    """Local response normalisation across channels (``size`` is required)."""
+    if "size" not in attrs:
+        raise Unsupported("size is required")
+    return [st.b.lrn(st.value(node.input[0]), size=int(attrs["size"]),
+                     alpha=float(attrs.get("alpha", 1e-4)),
+                     beta=float(attrs.get("beta", 0.75)), bias=float(attrs.get("bias", 1.0)))]
+
+
+@converter("Dropout", attrs=("ratio", "seed", "is_test"))
+def dropout(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """Inference dropout: the input itself (the ratio only matters in training, which vkumd
+    refuses), and the optional mask of ones (bool from opset 10, x's type before)."""
+    if st.present(node, 2):
+        training = st.known(node.input[2])
+        if training is None:
+            raise Unsupported("training_mode is computed at run time; vkumd runs inference "
+                              "and needs it to be a constant false")
+        if bool(np.asarray(training).reshape(-1)[0]):
+            raise Unsupported("training_mode is true; vkumd runs inference only (export the "
+                              "model in eval mode, or set training_mode to false)")
+    if st.opset < 7 and not int(attrs.get("is_test", 0)):
+        raise Unsupported("is_test is 0 (before opset 7 its default), which asks for "
+                          "training; vkumd runs inference only (set is_test=1)")
+    x = st.env[node.input[0]]
+    if len(node.output) < 2 or not node.output[1]:
+        return [x]
+    shape = st.shape(node.input[0])
+    if any(isinstance(d, Dim) for d in shape):
+        raise Unsupported(f"the mask output of an input of symbolic shape {shape} (vkumd "
+                          "builds the mask of ones at import time; bind the sizes or drop "
+                          "the mask output)")
+    if st.opset >= 10:
+        return [x, np.ones(shape, np.bool_)]
+    # Before opset 10 the mask has x's type.
+    return [x, st.constant(np.ones(shape, np.float32), st.dtype(node.input[0]))]

@@ -137,6 +137,8 @@ def _binary(method: str) -> Handler:
 on(aten.add.Tensor, aten.add.Scalar)(_binary("add"))
 on(aten.sub.Tensor, aten.sub.Scalar)(_binary("sub"))
 on(aten.mul.Tensor, aten.mul.Scalar)(_binary("mul"))
+on(aten.maximum.default, check=_float_meta)(_binary("maximum"))
+on(aten.minimum.default, check=_float_meta)(_binary("minimum"))
 
 
 def _plain_div(node: fx.Node) -> str | None:

@@ -15,8 +15,12 @@ from typing import Any
 import torch
 from torch import fx
 
-# Importing the layout module registers its handlers.
-from vkumd.framework.frontends.torch import aten_layout  # noqa: F401
+# Importing the layout, vision and activation modules registers their handlers.
+from vkumd.framework.frontends.torch import (
+    aten_activation,  # noqa: F401
+    aten_layout,  # noqa: F401
+    aten_vision,  # noqa: F401
+)
 from vkumd.framework.frontends.torch.aten_map import CHECKS, HANDLERS, MULTI_OUTPUT, meta
 from vkumd.framework.frontends.torch.dims import IR_DTYPES, is_static
 

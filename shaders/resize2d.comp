@@ -1,0 +1,97 @@
+#version 450
+// 2-D resize of NCHW planes, nearest or bilinear. Along each axis the source coordinate of
+// output index o is the exact rational (o * a + b) / d (the planner writes every ONNX
+// coordinate transformation and scale that way), so the nearest rounding modes break ties
+// exactly as the float64 definition does, where float32 arithmetic would flip some (a scale
+// of 3 from sizes, say). Source indices are clamped to the input (edge extension), as ONNX,
+// onnxruntime and torch do. One invocation per output element, float32 arithmetic.
+#extension GL_EXT_shader_explicit_arithmetic_types : require
+#extension GL_EXT_shader_16bit_storage : require
+#include "common.glsl"
+#include "elementwise_types.glsl"
+
+#ifndef DTYPE
+#define DTYPE F32
+#endif
+#if DTYPE == F32
+#define ELEM float
+#define TO_F(x) (x)
+#define FROM_F(v) (v)
+#elif DTYPE == F16
+#define ELEM float16_t
+#define TO_F(x) float(x)
+#define FROM_F(v) float16_t(v)
+#else
+#error "DTYPE must be F32 or F16"
+#endif
+
+layout(local_size_x_id = 0) in;
+
+layout(std430, binding = 0) readonly buffer X { ELEM x[]; };
+layout(std430, binding = 1) writeonly buffer Out { ELEM result[]; };
+
+layout(push_constant) uniform Resize {
+    uint total;     // planes * oh * ow
+    uint h;
+    uint w;
+    uint oh;
+    uint ow;
+    uint linear;    // 0 nearest, 1 bilinear
+    uint rounding;  // nearest: 0 floor, 1 ceil, 2 round half down, 3 round half up
+    int ay;
+    int by;
+    int dy;
+    int ax;
+    int bx;
+    int dx;
+} pc;
+
+// floor((o * a + b) / d) and the remainder in [0, d), d > 0 (the planner keeps |o*a + b|
+// inside int32).
+ivec2 split(uint o, int a, int b, int d) {
+    int num = int(o) * a + b;
+    int q = num >= 0 ? num / d : -((-num + d - 1) / d);
+    return ivec2(q, num - q * d);
+}
+
+int nearest(ivec2 qr, int d) {
+    int up;
+    if (pc.rounding == 0u) {
+        up = 0;
+    } else if (pc.rounding == 1u) {
+        up = qr.y > 0 ? 1 : 0;
+    } else if (pc.rounding == 2u) {
+        up = 2 * qr.y > d ? 1 : 0;
+    } else {
+        up = 2 * qr.y >= d ? 1 : 0;
+    }
+    return qr.x + up;
+}
+
+float at(uint plane, int iy, int ix) {
+    iy = clamp(iy, 0, int(pc.h) - 1);
+    ix = clamp(ix, 0, int(pc.w) - 1);
+    return TO_F(x[(plane * pc.h + uint(iy)) * pc.w + uint(ix)]);
+}
+
+void main() {
+    for (uint index = VKUMD_FIRST_INDEX; index < pc.total; index += VKUMD_THREAD_COUNT) {
+        uint ox = index % pc.ow;
+        uint rest = index / pc.ow;
+        uint oy = rest % pc.oh;
+        uint plane = rest / pc.oh;
+        ivec2 ry = split(oy, pc.ay, pc.by, pc.dy);
+        ivec2 rx = split(ox, pc.ax, pc.bx, pc.dx);
+        float value;
+        if (pc.linear == 0u) {
+            value = at(plane, nearest(ry, pc.dy), nearest(rx, pc.dx));
+        } else {
+            float fy = float(ry.y) / float(pc.dy);
+            float fx = float(rx.y) / float(pc.dx);
+            float top = mix(at(plane, ry.x, rx.x), at(plane, ry.x, rx.x + 1), fx);
+            float bottom = mix(at(plane, ry.x + 1, rx.x), at(plane, ry.x + 1, rx.x + 1), fx);
+            value = mix(top, bottom, fy);
+        }
+        result[index] = FROM_F(value);
+    }
+}
