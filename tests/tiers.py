@@ -101,6 +101,7 @@ FAST: dict[str, str] = {
     "tests/compiler/test_spirv_val.py": "spirv-val on every kernel",
     "tests/framework/graph/test_graph_ir.py": "graph IR",
     "tests/framework/graph/test_graph_dims.py": "symbolic dims",
+    "tests/framework/graph/test_symbolic_windows.py": "symbolic sizes through strided windows",
     "tests/framework/graph/test_graph_shapes.py": "shape rules",
     "tests/framework/graph/test_graph_memory.py": "memory planner",
     "tests/framework/graph/test_graph_passes.py": "passes",
@@ -159,6 +160,7 @@ TRANSFERS: dict[str, str] = {
     "tests/frontends/test_onnx_import.py": "ONNX models end to end",
     "tests/frontends/test_onnx_derived.py": "ONNX models with masks end to end",
     "tests/frontends/test_onnx_vision.py": "ONNX vision nodes end to end",
+    "tests/frontends/test_onnx_symbolic_sizes.py": "an ONNX conv net at several page sizes",
     "tests/frontends/test_onnx_activations.py": "ONNX activations and unary math end to end",
     "tests/frontends/test_onnx_light_ops.py": "ONNX LRN, Dropout, Sum and Mean end to end",
     "tests/frontends/test_onnx_light_models.py": "ONNX's nine light models end to end (their "

@@ -200,7 +200,7 @@ class CompiledFunction:
 
 def compile(fn: Callable[..., Any],  # noqa: A001 - the public name, as torch.compile
             example_inputs: Mapping[str, Any] | Sequence[Any], *,
-            dynamic: Mapping[Any, Mapping[int, str]] | None = None, ctx: Any = None,
+            dynamic: Mapping[Any, Mapping[int, Any]] | None = None, ctx: Any = None,
             passes: Sequence[str] | None = None, disable: Iterable[str] | None = None,
             buckets: Any = None) -> CompiledFunction:
     """Trace ``fn`` once, optimise the graph and return a :class:`CompiledFunction`.
@@ -211,7 +211,9 @@ def compile(fn: Callable[..., Any],  # noqa: A001 - the public name, as torch.co
         example_inputs: name -> vkumd Tensor or numpy array (``fn`` is called by keyword),
             or a tuple of them (called positionally, named after ``fn``'s parameters).
         dynamic: input -> {axis: symbol}, e.g. ``{"x": {0: "batch", 1: "seq"}}``; one symbol
-            name across inputs is one dimension. Other dimensions are fixed.
+            name across inputs is one dimension. Other dimensions are fixed. A symbol may be
+            a multiple of one (``{"x": {2: "32*h", 3: 32 * sym("w")}}``), which lets
+            strided convolutions and pooling keep the size symbolic (docs/graphs.md).
         ctx: the context to run on (default: the examples' tensors', else a new one).
         passes: pass names to run (default the pipeline,
             :data:`vkumd.framework.graph.PIPELINE`).

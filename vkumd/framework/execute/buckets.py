@@ -6,6 +6,13 @@ A compiled graph allocates its memory once per bucket: every symbolic dimension 
 the caller gives per symbol. The launches themselves are recorded at the true sizes over
 that memory (see :mod:`vkumd.framework.execute.bucket`), so one bucket serves every size up
 to it and no padding is computed.
+
+That is what makes buckets safe for spatial symbols (an image's ``32*h`` rows): padding a
+page would change a convolution's results at the borders, but a bucket never pads: the
+``h = 3`` call of an ``h = 4`` bucket convolves its true 96 rows in memory sized for 128.
+So spatial symbols take the same default buckets; give ``{"h": None}`` for memory sized
+exactly per page (one bucket per size) where the few-fold memory of a power of two is too
+much.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from numbers import Integral
 
 from vkumd.errors import VkumdTypeError, VkumdValueError
-from vkumd.framework.graph.dims import Dim, format_shape, sym
+from vkumd.framework.graph.dims import Dim, format_shape, linear, solve, sym
 from vkumd.framework.graph.ir import Graph
 
 BucketSpec = Mapping[str, Sequence[int] | None]
@@ -113,8 +120,9 @@ def bind_symbols(graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> dict[st
         Symbol sizes.
 
     Raises:
-        VkumdValueError: a missing or unknown input, a rank or fixed size that differs, or
-            two inputs that give one symbol different sizes (both named).
+        VkumdValueError: a missing or unknown input, a rank or fixed size that differs, two
+            inputs that give one symbol different sizes (both named), or a size that is no
+            whole multiple its axis declares (``100`` for ``32*h``: pad to a multiple of 32).
     """
     names = [v.name for v in graph.inputs]
     missing = [n for n in names if n not in shapes]
@@ -127,6 +135,7 @@ def bind_symbols(graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> dict[st
     env: dict[str, int] = {}
     source: dict[str, str] = {}
     later: list[tuple[str, int | Dim, int, tuple[int, ...]]] = []
+    multiples: list[tuple[str, int, Dim, int, tuple[int, ...]]] = []
     for v in graph.inputs:
         actual = tuple(int(d) for d in shapes[v.name])
         if len(actual) != len(v.shape):
@@ -144,8 +153,19 @@ def bind_symbols(graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> dict[st
                         f"(axis {axis} of shape {actual})")
                 env.setdefault(name, size)
                 source.setdefault(name, v.name)
+            elif isinstance(r, Dim) and linear(r) is not None:
+                multiples.append((v.name, axis, r, size, actual))
             else:
                 later.append((v.name, r, size, actual))
+    # A multiple of a symbol (32*h) binds it when no input gives it plainly; solved after
+    # the plain ones so that a graph with both keeps the plain one's message.
+    for name, axis, r, size, actual in multiples:
+        if next(iter(r.symbols)) in env:
+            later.append((name, r, size, actual))
+            continue
+        symbol, value = solve(r, size, f"input {name!r} axis {axis} (shape {actual})")
+        env[symbol] = value
+        source[symbol] = name
     for name, r, size, actual in later:
         got = r if isinstance(r, int) else r.bind(env)
         if got != size:

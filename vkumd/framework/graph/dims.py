@@ -24,6 +24,9 @@ from vkumd.errors import VkumdTypeError, VkumdValueError
 _Monomial = tuple[str, ...]
 _Terms = tuple[tuple[_Monomial, int], ...]
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The string form of a multiple of a symbol: "32*h", "h*32", "32*h + 1".
+_LINEAR = re.compile(r"^\s*(?:(\d+)\s*\*\s*)?([A-Za-z_][A-Za-z0-9_]*)(?:\s*\*\s*(\d+))?"
+                     r"\s*(?:([+-])\s*(\d+))?\s*$")
 
 DimLike = Union[int, str, "Dim"]
 Shape = tuple[Union[int, "Dim"], ...]
@@ -180,17 +183,38 @@ def sym(name: str) -> Dim:
     return Dim((((name,), 1),))
 
 
+def parse_dim(text: str) -> int | Dim:
+    """A symbol name (``"h"``) or a multiple of one, plus a constant (``"32*h"``,
+    ``"h*32"``, ``"32*h + 1"``) as a dimension.
+
+    Raises:
+        VkumdValueError: ``text`` is neither form.
+    """
+    if _NAME.match(text):
+        return sym(text)
+    match = _LINEAR.match(text)
+    if match is None or (match.group(1) and match.group(3)):
+        raise VkumdValueError(f"symbolic dimension {text!r} must be an identifier such as "
+                              "'h', or a multiple of one such as '32*h' (or '32*h + 1')")
+    coeff = int(match.group(1) or match.group(3) or 1)
+    if coeff < 1:
+        raise VkumdValueError(f"symbolic dimension {text!r}: the multiple must be >= 1")
+    shift = int(match.group(5) or 0) * (-1 if match.group(4) == "-" else 1)
+    return coeff * sym(match.group(2)) + shift
+
+
 def as_dim(value: object) -> int | Dim:
-    """``value`` as a dimension: an int >= 0, a symbol name, or a :class:`Dim`.
+    """``value`` as a dimension: an int >= 0, a symbol name or multiple (:func:`parse_dim`),
+    or a :class:`Dim`.
 
     Raises:
         VkumdTypeError: ``value`` is none of those.
-        VkumdValueError: a negative int or a name that is not an identifier.
+        VkumdValueError: a negative int or a string of neither form.
     """
     if isinstance(value, Dim):
         return value
     if isinstance(value, str):
-        return sym(value)
+        return parse_dim(value)
     if isinstance(value, np.integer):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
@@ -237,6 +261,43 @@ def divide_exact(a: int | Dim, b: int | Dim) -> int | Dim | None:
             return None
         out.append((tuple(rest), coeff // coeff_b))
     return _make(_add(tuple(out), ()))
+
+
+def constant_part(d: int | Dim) -> int:
+    """The constant term of ``d`` (``1`` of ``32*h + 1``; ``d`` itself for an int)."""
+    if isinstance(d, int):
+        return d
+    return sum(coeff for mono, coeff in d._terms if not mono)
+
+
+def linear(d: int | Dim) -> tuple[str, int, int] | None:
+    """``(name, a, b)`` when ``d`` is ``a*name + b`` with ``a >= 1`` (one symbol, to the first
+    power), else None: the dimensions a concrete size solves for their symbol."""
+    if not isinstance(d, Dim):
+        return None
+    variable = [(mono, coeff) for mono, coeff in d._terms if mono]
+    if len(variable) != 1 or len(variable[0][0]) != 1 or variable[0][1] < 1:
+        return None
+    (name,), coeff = variable[0]
+    return name, coeff, constant_part(d)
+
+
+def solve(d: Dim, size: int, what: str) -> tuple[str, int]:
+    """The symbol of the linear ``d`` (:func:`linear`) and the value that makes it ``size``.
+
+    Raises:
+        VkumdValueError: no whole value >= 0 gives ``size`` (the message says how to pad).
+    """
+    found = linear(d)
+    assert found is not None, d  # callers ask linear() first
+    name, coeff, shift = found
+    value, rest = divmod(size - shift, coeff)
+    if rest or value < 0:
+        pad = (f"a multiple of {coeff}" if not shift else
+               f"{coeff}*k {'+' if shift > 0 else '-'} {abs(shift)} for a whole k >= 0")
+        raise VkumdValueError(f"{what} is {size}, which is not {d} for any whole {name}; pad "
+                              f"it to {pad}")
+    return name, value
 
 
 def bind_shape(shape: Shape, env: Mapping[str, int]) -> tuple[int, ...]:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from vkumd.errors import VkumdValueError
-from vkumd.framework.graph.dims import Dim, Shape, as_dim, format_shape, sym
+from vkumd.framework.graph.dims import Dim, Shape, as_dim, format_shape, linear, solve, sym
 
 
 class DimTable:
@@ -171,26 +171,36 @@ class DimTable:
         """Bind the symbols of ``shape`` so it matches the concrete ``actual``, into ``env``
         (keyed by class representatives).
 
-        A dim that is one symbol binds it; other symbolic dims (``batch*seq``) are checked
-        only when ``strict`` (call every shape once non-strict first, so a product can use
-        symbols that another shape binds).
+        A dim that is one symbol, or a multiple of one plus a constant (``32*h``), binds it
+        (solving ``32*h = size``); other symbolic dims (``batch*seq``) are checked only when
+        ``strict`` (call every shape once non-strict first, so a product can use symbols that
+        another shape binds).
 
         Raises:
-            VkumdValueError: ranks or sizes that disagree (the message names ``what``).
+            VkumdValueError: ranks or sizes that disagree (the message names ``what``); a size
+                that is no whole multiple its dim declares (``100`` for ``32*h``).
         """
         actual = tuple(int(a) for a in actual)
         if len(actual) != len(shape):
             raise VkumdValueError(f"{what} has shape {actual}; expected {format_shape(shape)}")
-        later = []
-        for d, size in zip(shape, actual, strict=True):
+        later, multiples = [], []
+        for axis, (d, size) in enumerate(zip(shape, actual, strict=True)):
             r = self.resolve(d)
             if isinstance(r, Dim) and len(r.symbols) == 1 and r == sym(next(iter(r.symbols))):
                 name = next(iter(r.symbols))
                 if env.setdefault(name, size) != size:
                     raise VkumdValueError(f"{what} has shape {actual}: {name} is {size} here "
                                           f"but {env[name]} elsewhere")
+            elif isinstance(r, Dim) and linear(r) is not None:
+                multiples.append((axis, r, size))
             else:
                 later.append((r, size))
+        for axis, r, size in multiples:
+            if next(iter(r.symbols)) in env:
+                later.append((r, size))  # bound already: checked with the products
+                continue
+            name, value = solve(r, size, f"{what} axis {axis}")
+            env[name] = value
         for r, size in later if strict else ():
             got = r if isinstance(r, int) else r.bind(env)
             if got != size:

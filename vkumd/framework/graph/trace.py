@@ -21,7 +21,7 @@ import numpy as np
 from vkumd.framework import dtypes
 from vkumd.framework.graph.builder import GraphBuilder
 from vkumd.framework.graph.builder_ops import OpMethods
-from vkumd.framework.graph.dims import Dim, as_dim
+from vkumd.framework.graph.dims import Dim, as_dim, linear, solve
 from vkumd.framework.graph.ir import Graph, Value
 from vkumd.framework.graph.proxy import TracedTensor, find_traced
 from vkumd.framework.graph.registry import OPS
@@ -277,13 +277,18 @@ def _example_type(name: str, example: Any) -> tuple[tuple[int, ...], dtypes.DTyp
 
 
 def input_types(names: Sequence[str], examples: Sequence[Any],
-                dynamic: Mapping[Any, Mapping[int, str]] | None
-                ) -> list[tuple[tuple[int | str, ...], dtypes.DType]]:
-    """Each input's shape (symbol names where ``dynamic`` marks an axis) and dtype.
+                dynamic: Mapping[Any, Mapping[int, str | Dim]] | None
+                ) -> list[tuple[tuple[int | Dim, ...], dtypes.DType]]:
+    """Each input's shape (symbolic where ``dynamic`` marks an axis) and dtype.
+
+    ``dynamic`` gives an axis a symbol (``"h"``) or a multiple of one (``"32*h"``,
+    ``32 * sym("h")``: the size a strided convolution divides, see
+    :func:`~vkumd.framework.opset.conv.window_size`); the examples' sizes solve the symbols.
 
     Raises:
         TraceError: a ``dynamic`` entry for an unknown input or axis, or one symbol given
             two different sizes by the examples.
+        VkumdValueError: an example size that is no whole multiple its axis declares.
     """
     if dynamic is not None and not isinstance(dynamic, Mapping):
         raise TraceError(f"dynamic={dynamic!r}: give a dict of input -> {{axis: symbol}}, e.g. "
@@ -301,21 +306,25 @@ def input_types(names: Sequence[str], examples: Sequence[Any],
         if not isinstance(axes, Mapping):
             raise TraceError(f"dynamic[{name!r}] must map axes to symbol names, e.g. "
                              f"{{0: 'batch'}}, not {axes!r}")
-        dims: list[int | str] = list(shape)
+        dims: list[int | Dim] = list(shape)
         for axis, symbol in axes.items():
             if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
                 raise TraceError(f"dynamic[{name!r}]: axis {axis!r} is out of range for "
                                  f"shape {shape}")
-            if not isinstance(symbol, str):
-                raise TraceError(f"dynamic[{name!r}][{axis}] = {symbol!r}: a symbol is a name, "
-                                 "e.g. {0: 'batch'}")
-            as_dim(symbol)  # a valid identifier
-            size = shape[axis]
-            first = seen.setdefault(symbol, (size, name))
+            if not isinstance(symbol, (str, Dim)):
+                raise TraceError(f"dynamic[{name!r}][{axis}] = {symbol!r}: a symbol is a name "
+                                 "or a multiple of one, e.g. {0: 'batch', 2: '32*h'}")
+            dim = as_dim(symbol)
+            if not isinstance(dim, Dim) or linear(dim) is None:
+                raise TraceError(f"dynamic[{name!r}][{axis}] = {symbol!r}: give a symbol or a "
+                                 "multiple of one (32*sym('h'))")
+            key, size = solve(dim, shape[axis], f"dynamic[{name!r}][{axis}]: the example's "
+                              f"axis {axis}")
+            first = seen.setdefault(key, (size, name))
             if first[0] != size:
-                raise TraceError(f"symbol {symbol!r} is {first[0]} in input {first[1]!r} but "
+                raise TraceError(f"symbol {key!r} is {first[0]} in input {first[1]!r} but "
                                  f"{size} in {name!r}; one symbol is one size")
-            dims[axis] = symbol
+            dims[axis] = dim
         out.append((tuple(dims), dtype))
     return out
 
@@ -336,7 +345,7 @@ def _outputs(tracer: Tracer, result: Any) -> tuple[list[Value], None | int | tup
 
 
 def trace(fn: Callable[..., Any], example_inputs: Mapping[str, Any] | Sequence[Any], *,
-          dynamic: Mapping[Any, Mapping[int, str]] | None = None, name: str | None = None
+          dynamic: Mapping[Any, Mapping[int, str | Dim]] | None = None, name: str | None = None
           ) -> Trace:
     """Trace ``fn`` once on TracedTensors shaped like ``example_inputs``.
 
@@ -345,7 +354,8 @@ def trace(fn: Callable[..., Any], example_inputs: Mapping[str, Any] | Sequence[A
             ``fn(*inputs)`` for a tuple.
         example_inputs: name -> vkumd Tensor or numpy array, or a tuple of them (named after
             ``fn``'s parameters).
-        dynamic: input name (or position) -> {axis: symbol}; one symbol name across inputs
+        dynamic: input name (or position) -> {axis: symbol}, a symbol being a name or a
+            multiple of one (``"32*h"``, ``32 * sym("h")``); one symbol name across inputs
             is one dimension.
         name: the graph's name (default ``fn.__name__``).
 

@@ -27,7 +27,7 @@ from vkumd.compiler.kernels.conv import (
 )
 from vkumd.compiler.kernels.limits import CONV_DTYPES
 from vkumd.errors import VkumdTypeError, VkumdValueError
-from vkumd.framework.graph.dims import Dim, format_shape
+from vkumd.framework.graph.dims import Dim, constant_part, divide_exact, format_shape
 from vkumd.framework.graph.ir import Node
 from vkumd.framework.graph.operands import Types, same_dtype
 from vkumd.framework.graph.registry import TensorType, define
@@ -80,18 +80,19 @@ def group_count(op: str, groups: Any) -> int:
 
 def window_size(op: str, size: Any, kernel: int, stride: int, dilation: int, before: int,
                 after: int, axis: str, ceil: bool = False) -> Any:
-    """Output length of a sliding window along one axis (symbolic sizes at stride 1 only).
+    """Output length of a sliding window along one axis.
+
+    A symbolic size is exact when every coefficient of its symbols is a multiple of the
+    stride (any size at stride 1; ``32*h`` at strides up to 32 that divide 32), see
+    :func:`_symbolic_windows`.
 
     Raises:
         VkumdValueError: the dilated kernel is larger than the padded input; a symbolic size
-            with a stride above 1.
+            the stride does not divide for every value of its symbols.
     """
     span = dilation * (kernel - 1) + 1
     if isinstance(size, Dim):
-        if stride != 1:
-            raise VkumdValueError(f"{op}: {axis} is symbolic ({size}) and the stride is "
-                                  f"{stride}; symbolic sizes take stride 1 only (bind the size)")
-        return size + (before + after - span + 1)
+        return _symbolic_windows(op, size, span, stride, before, after, axis, ceil)
     room = size + before + after - span
     if room < 0:
         raise VkumdValueError(f"{op}: the kernel spans {span} along {axis} (dilation included) "
@@ -102,6 +103,41 @@ def window_size(op: str, size: Any, kernel: int, stride: int, dilation: int, bef
     if ceil and (count - 1) * stride >= size + before:
         count -= 1
     return count
+
+
+def _symbolic_windows(op: str, size: Dim, span: int, stride: int, before: int, after: int,
+                      axis: str, ceil: bool) -> Any:
+    """:func:`window_size` of a symbolic ``size``: the concrete rule's result for every
+    value of the symbols at which the concrete rule accepts the size.
+
+    Why it is exact: write ``size = v + c`` with ``c`` its constant term and ``v`` the rest,
+    and ``room = size + before + after - span = v + r`` (``r`` a constant). When the stride
+    ``s`` divides every coefficient of ``v``, it divides the integer ``v`` takes for every
+    value of the symbols, so ``v/s`` is an integer ``q`` and, since ``floor(q + x) = q +
+    floor(x)`` for an integer ``q``, ``room // s = q + r // s`` and ``ceil(room / s) = q +
+    ceil(r / s)``: the concrete formula with ``r`` for ``room``, plus ``q``. Python's ``//``
+    floors negative ``r`` too (``32*h`` under a 3-tap window at pads 1/1, stride 2: ``r =
+    -1``, ``r // 2 = -1``, so ``16*h``, as 32 -> 16 and 64 -> 32 concretely). Ceil mode's
+    drop of a last window starting past the input and leading pad compares
+    ``ceil(room/s)*s = v + ceil(r/s)*s`` with ``size + before = v + c + before``: ``v``
+    cancels, so the test is on constants and holds for all values alike. If some coefficient
+    is not a multiple of ``s`` (``h`` at stride 2), the rounding depends on the value and no
+    polynomial gives it: refused. Values at which the padded input is shorter than the
+    kernel (``room < 0``, small symbols) give a size the concrete rule would refuse; that
+    refusal comes when the graph runs, since every op checks its true sizes then.
+    """
+    room = size + (before + after - span)
+    r = constant_part(room)
+    quotient = divide_exact(room - r, stride)
+    if quotient is None:
+        raise VkumdValueError(f"{op}: {axis} is symbolic ({size}) and the stride {stride} does "
+                              f"not divide it for every value; declare the size a multiple of "
+                              f"the stride (dynamic= {{axis: '32*h'}}, a multiple of every "
+                              f"stride on the way) or bind the size")
+    steps = -(-r // stride) if ceil else r // stride
+    if ceil and steps * stride >= constant_part(size) + before:
+        steps -= 1
+    return quotient + steps + 1
 
 
 def _conv_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:

@@ -53,9 +53,12 @@ from vkumd.framework.frontends.onnx.state import (
     type_name,
 )
 from vkumd.framework.graph import Dim, Graph, GraphBuilder, sym
+from vkumd.framework.graph.dims import as_dim, linear, solve
 
-Dynamic = Mapping[str, Mapping[int, str]]
+Dynamic = Mapping[str, Mapping[int, "str | Dim"]]
 _IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
+# What marks a dynamic= string as a multiple of a symbol ("32*h") rather than a name.
+_LINEAR_TEXT = re.compile(r"[*+]")
 # What _run_converter returns for a node it refused (and recorded).
 _REFUSED = object()
 # What a malformed node or graph makes onnx's helpers, numpy or a converter raise; each
@@ -102,8 +105,10 @@ class Imported:
         bindings: dict[str, int] = {}
         for name, shape in zip(self.input_names, self.input_shapes, strict=True):
             for axis, d in enumerate(shape):
-                if isinstance(d, Dim) and len(d.symbols) == 1 and d == sym(*d.symbols):
-                    bindings[next(iter(d.symbols))] = int(np.shape(inputs[name])[axis])
+                if isinstance(d, Dim) and linear(d) is not None:
+                    symbol_name, value = solve(d, int(np.shape(inputs[name])[axis]),
+                                               f"input {name!r} axis {axis}")
+                    bindings[symbol_name] = value
         cache: dict[str, np.ndarray] = {}
         feeds = {}
         for input_name, onnx_name in self.derived.items():
@@ -140,7 +145,7 @@ def _input_shape(vi: onnx.ValueInfoProto, overrides: Mapping[int, str], where: s
     shape: list[int | Dim] = []
     for i, d in enumerate(dims):
         if i in overrides:
-            shape.append(sym(symbol(overrides[i])))
+            shape.append(_override(vi.name, i, overrides[i]))
         elif d.HasField("dim_value"):
             if d.dim_value < 0:
                 raise OnnxFileError(f"{where}: graph input {vi.name!r} has dim {i} = "
@@ -151,6 +156,25 @@ def _input_shape(vi: onnx.ValueInfoProto, overrides: Mapping[int, str], where: s
         else:
             shape.append(sym(symbol(f"{vi.name}_{i}")))  # unnamed unknown: its own symbol
     return shape
+
+
+def _override(name: str, axis: int, given: Any) -> Dim:
+    """A ``dynamic=`` entry as a dimension: a name (made an identifier), a multiple of one
+    (``"32*h"`` or ``32 * sym("h")``, what a strided convolution keeps symbolic).
+
+    Raises:
+        VkumdValueError: anything else.
+    """
+    if isinstance(given, str) and not _LINEAR_TEXT.search(given):
+        return sym(symbol(given))
+    try:
+        dim = as_dim(given) if isinstance(given, (str, Dim)) else None
+    except VkumdValueError as exc:
+        raise VkumdValueError(f"dynamic[{name!r}][{axis}] = {given!r}: {exc}") from None
+    if not isinstance(dim, Dim) or linear(dim) is None:
+        raise VkumdValueError(f"dynamic[{name!r}][{axis}] = {given!r}: give a symbol name or "
+                              "a multiple of one ('32*h', 32 * sym('h'))")
+    return dim
 
 
 def _opset(model: onnx.ModelProto) -> int:
@@ -178,7 +202,9 @@ def import_model(source: str | Path | bytes | onnx.ModelProto, dynamic: Dynamic 
     Args:
         source: a path, serialized bytes or a ``ModelProto``.
         dynamic: per input name, axis -> symbol name, overriding the model's dims
-            (``{"input_ids": {0: "batch", 1: "seq"}}``).
+            (``{"input_ids": {0: "batch", 1: "seq"}}``), or a multiple of a symbol
+            (``{"x": {2: "32*h", 3: 32 * sym("w")}}``: strided convolutions and pooling keep
+            such a size symbolic when the stride divides the multiple).
         constants: graph inputs to bind to these values (folded like initializers; how a
             model whose shapes or axes are inputs is specialized).
         name: how errors name the model (default: its path, else its graph's name).

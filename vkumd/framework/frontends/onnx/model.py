@@ -200,7 +200,9 @@ def load(source: str | Path | bytes | onnx.ModelProto, ctx: Any = None,
     Args:
         source: a path, serialized bytes or a ``ModelProto``.
         ctx: the :class:`~vkumd.Context` to run on (default: one created on first call).
-        dynamic: per input name, axis -> symbol name (``{"input_ids": {0: "batch"}}``).
+        dynamic: per input name, axis -> symbol name (``{"input_ids": {0: "batch"}}``)
+            or a multiple of one (``{"x": {2: "32*h", 3: "32*w"}}``; an image's height and
+            width through strided convolutions: docs/graphs.md, "Symbolic image sizes").
 
     Returns:
         The :class:`OnnxModel`: ``.graph`` and ``model(**inputs) -> dict of arrays``.

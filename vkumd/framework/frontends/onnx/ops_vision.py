@@ -15,6 +15,7 @@ import onnx
 from vkumd.framework.frontends.onnx.errors import Unsupported
 from vkumd.framework.frontends.onnx.state import Bound, State, converter
 from vkumd.framework.graph import Dim, Value
+from vkumd.framework.graph.dims import constant_part, divide_exact
 
 AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
 
@@ -57,10 +58,14 @@ def explicit_pads(attrs: dict[str, Any], sizes: tuple[Any, ...], kernel: list[in
     for size, k, s, d in zip(sizes, kernel, strides, dilations, strict=True):
         span = (k - 1) * d + 1
         if isinstance(size, Dim):
-            if s != 1:
+            # SAME pads ceil(size/s)*s - s + span - size in all; with size = v + c and s
+            # dividing v's coefficients, v cancels (window_size's argument), leaving c's.
+            c = constant_part(size)
+            if divide_exact(size - c, s) is None:
                 raise Unsupported(f"auto_pad={mode} of the symbolic size {size} at stride {s} "
-                                  "(bind the size)")
-            total = span - 1
+                                  "(declare the size a multiple of the stride, e.g. "
+                                  "dynamic={input: {axis: '32*h'}}, or bind it)")
+            total = max(0, (-(-c // s) - 1) * s + span - c)
         else:
             total = max(0, (-(-size // s) - 1) * s + span - size)
         small = total // 2
