@@ -36,6 +36,18 @@ CONV_PUSH = PushLayout("rows_total:u32", "pixels:u32", "c_in:u32", "h:u32", "w:u
 _MAX_ELEMENTS = (1 << 32) - 1
 
 
+def _check_indexing(op: str, **sizes: int) -> None:
+    """Refuse a tensor past the kernels' 32-bit indexing.
+
+    Raises:
+        VkumdValueError: naming the tensor, its size and the limit.
+    """
+    for what, size in sizes.items():
+        if size > _MAX_ELEMENTS:
+            raise VkumdValueError(f"{op}: {what} has {size} elements; the kernel indexes at "
+                                  f"most {_MAX_ELEMENTS} (split the batch)")
+
+
 def _conv_variants(caps: DeviceCaps) -> list[dict]:
     codes = [c for c in CONV_CODES.values() if caps.storage_16bit or c == "F32"]
     return [{"DTYPE": c, WORKGROUP: ELEMENTWISE_WORKGROUP} for c in codes]
@@ -109,11 +121,7 @@ def conv2d_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
     """
     n, c_in, h, w = x_shape
     c_out, _, kh, kw = w_shape
-    total = n * c_out * out_hw[0] * out_hw[1]
-    for what, size in (("x", n * c_in * h * w), ("out", total)):
-        if size > _MAX_ELEMENTS:
-            raise VkumdValueError(f"conv2d: {what} has {size} elements; the kernel indexes at "
-                                  f"most {_MAX_ELEMENTS} (split the batch)")
+    _check_indexing("conv2d", x=n * c_in * h * w, out=n * c_out * out_hw[0] * out_hw[1])
     block = oc_block or conv2d_block(c_out, groups)
     if (c_out // groups) % block:
         raise VkumdValueError(f"conv2d: oc_block={block} does not divide the "
@@ -186,10 +194,7 @@ def depthwise_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, in
         VkumdValueError: a tensor past the kernel's 32-bit indexing.
     """
     n, c, h, w = x_shape
-    for what, size in (("x", n * c * h * w), ("out", n * c * out_hw[0] * out_hw[1])):
-        if size > _MAX_ELEMENTS:
-            raise VkumdValueError(f"conv2d: {what} has {size} elements; the kernel indexes at "
-                                  f"most {_MAX_ELEMENTS} (split the batch)")
+    _check_indexing("conv2d", x=n * c * h * w, out=n * c * out_hw[0] * out_hw[1])
     per_row = -(-out_hw[1] // DEPTHWISE_STRIP)
     rows_per, grid = row_runs(caps, n * c, out_hw[0] * per_row, rows_per)
     program = CONV2D_DEPTHWISE.specialize({"DTYPE": code, "KERNEL": kernel,
@@ -282,9 +287,7 @@ def batch_norm_plan(caps: DeviceCaps, code: str, total: int, channels: int, inne
     Raises:
         VkumdValueError: a tensor past the kernel's 32-bit indexing.
     """
-    if total > _MAX_ELEMENTS:
-        raise VkumdValueError(f"batch_norm: x has {total} elements; the kernel indexes at "
-                              f"most {_MAX_ELEMENTS} (split the batch)")
+    _check_indexing("batch_norm", x=total)
     program = BATCH_NORM.specialize({"DTYPE": code, WORKGROUP: ELEMENTWISE_WORKGROUP})
     push = BATCH_NORM_PUSH.pack(total, channels, inner, eps)
     return FixedLaunch(program, push, looped_grid(caps, -(-total // ELEMENTWISE_WORKGROUP)),
