@@ -25,6 +25,7 @@ from vkumd.framework.frontends.onnx import (  # noqa: F401
     ops_linalg,
     ops_logic,
     ops_math,
+    ops_norms,
     ops_recurrent,
     ops_resample,
     ops_shape,

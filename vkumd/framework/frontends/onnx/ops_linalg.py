@@ -308,16 +308,23 @@ def arg_max(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Boun
 @converter("LpNormalization", attrs=("axis", "p"))
 def lp_normalization(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
                      ) -> list[Bound | None]:
-    """``x / ||x||_2`` along ``axis`` (p = 2 only), as the native encoder writes it: an RMS
-    norm (``x / sqrt(mean(x**2) + eps)``) times ``1/sqrt(n)``, one row kernel. ``eps`` is
+    """``x / ||x||_p`` along ``axis``. p = 2 as the native encoder writes it: an RMS norm
+    (``x / sqrt(mean(x**2) + eps)``) times ``1/sqrt(n)``, one row kernel. ``eps`` is
     ``1e-24 / n`` (F.normalize's clamp of the norm at 1e-12): a zero row gives zeros, as
-    ONNX's reference does, and no other row changes in float32."""
-    if attrs.get("p", 2) != 2:
-        raise Unsupported(f"p={attrs['p']} is not supported (only p=2)")
+    ONNX's reference does, and no other row changes in float32. p = 1 divides by the row's
+    sum of ``|x|`` (a zero row gives zeros)."""
+    p = attrs.get("p", 2)
+    if p not in (1, 2):
+        raise Unsupported(f"LpNormalization with p={p} (ONNX defines p = 1 and 2)")
     x = st.value(node.input[0])
     if x.dtype.name not in ("float32", "float16", "bfloat16"):
         raise Unsupported(f"LpNormalization of {x.dtype.name}")
     moved, inverse = _to_last(st, x, _axis(attrs.get("axis", -1), len(x.shape)))
+    if p == 1:
+        norm = st.b.sum(st.b.abs(moved), keepdims=True)
+        zero = st.constant(np.zeros((), np.float32), x.dtype.name)
+        y = st.b.where(st.b.eq(norm, zero), zero, st.b.div(moved, norm))
+        return [y if inverse is None else st.b.permute(y, inverse)]
     n = moved.shape[-1]
     if not isinstance(n, int) or n == 0:
         raise Unsupported(f"LpNormalization along an axis of size {n} (a known, non-zero "
