@@ -192,3 +192,25 @@ def test_refused_with_a_reason(ctx, inputs, attrs, reason: str) -> None:
     q = _random(rng, 1, 2, 3, 8)
     (y,), _ = run(ctx, {"Q": q, "K": q, "V": q})
     assert rel_error(y, attention_float64(q, q, q)[0]) < 1e-5
+
+
+def test_symbolic_sequence_lengths(ctx) -> None:
+    # An exporter's dynamic axes: the sequence lengths are symbols, known per call; a mask
+    # over all the keys and no causal frontier need no size at import.
+    q_info = helper.make_tensor_value_info("Q", T.FLOAT, [2, "seq", 4 * 8])
+    k_info = helper.make_tensor_value_info("K", T.FLOAT, [2, "keys", 2 * 8])
+    v_info = helper.make_tensor_value_info("V", T.FLOAT, [2, "keys", 2 * 8])
+    m_info = helper.make_tensor_value_info("attn_mask", T.FLOAT, ["seq", "keys"])
+    node = helper.make_node("Attention", ["Q", "K", "V", "attn_mask"], ["Y"], q_num_heads=4,
+                            kv_num_heads=2, softcap=3.0)
+    graph = helper.make_graph([node], "g", [q_info, k_info, v_info, m_info],
+                              [helper.make_tensor_value_info("Y", T.FLOAT, None)])
+    model = vkumd.onnx.load(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 23)]), ctx=ctx)
+    rng = np.random.default_rng()
+    for seq, keys in ((3, 5), (6, 2)):
+        q, k, v = _random(rng, 2, seq, 32), _random(rng, 2, keys, 16), _random(rng, 2, keys, 16)
+        mask = _random(rng, seq, keys)
+        y = model(Q=q, K=k, V=v, attn_mask=mask)["Y"]
+        want = attention_float64(q, k, v, mask, heads=4, kv_heads=2, softcap=3.0)[0]
+        assert y.shape == want.shape and rel_error(y, want) < 1e-5

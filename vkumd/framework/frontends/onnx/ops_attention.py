@@ -90,7 +90,7 @@ def _qkv(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
 
 
 def _with_past(st: State, node: onnx.NodeProto, k: Value, v: Value
-               ) -> tuple[Value, Value, int]:
+               ) -> tuple[Value, Value, Any]:
     """K and V after the past key/value (the present ones), and the past's length."""
     has_key, has_value = st.present(node, 4), st.present(node, 5)
     if has_key != has_value:
@@ -102,16 +102,14 @@ def _with_past(st: State, node: onnx.NodeProto, k: Value, v: Value
         if len(past.shape) != 4 or past.dtype is not now.dtype:
             raise Unsupported(f"Attention: {name} must be 4-D [batch, kv_heads, past, size] "
                               f"of {now.dtype.name}, got {past.dtype.name} {past.shape}")
-    length = _static(past_k.shape[2], "past length")
-    return st.b.concat([past_k, k], axis=2), st.b.concat([past_v, v], axis=2), length
+    return (st.b.concat([past_k, k], axis=2), st.b.concat([past_v, v], axis=2),
+            past_k.shape[2])
 
 
 def _window(q_len: int, k_len: int, offset: int, causal: bool, left: int, right: int
-            ) -> np.ndarray | None:
+            ) -> np.ndarray:
     """The ``[q_len, k_len]`` 0/-inf bias of ``is_causal`` and the sliding window, query
-    ``i`` at absolute position ``i + offset``; None when neither applies."""
-    if not causal and left < 0 and right < 0:
-        return None
+    ``i`` at absolute position ``i + offset``."""
     diff = np.arange(q_len)[:, None] + offset - np.arange(k_len)[None, :]
     allowed = np.ones((q_len, k_len), dtype=bool)
     if causal:
@@ -123,7 +121,7 @@ def _window(q_len: int, k_len: int, offset: int, causal: bool, left: int, right:
     return np.where(allowed, 0.0, -np.inf)
 
 
-def _user_mask(st: State, name: str, dtype: str, k_len: int) -> Value:
+def _user_mask(st: State, name: str, dtype: str, k_len: Any) -> Value:
     """``attn_mask`` as an additive bias of ``dtype`` over ``k_len`` keys."""
     mask = st.value(name)
     if mask.dtype.name == "uint8":  # ONNX's bool: True attends
@@ -135,7 +133,10 @@ def _user_mask(st: State, name: str, dtype: str, k_len: int) -> Value:
         mask = st.b.cast(mask, dtype)
     if not mask.shape:
         raise Unsupported("Attention: a 0-d attn_mask")
+    if mask.shape[-1] == k_len:
+        return mask
     width = _static(mask.shape[-1], "attn_mask length")
+    k_len = _static(k_len, "key length")
     if width > k_len:
         raise Unsupported(f"Attention: attn_mask covers {width} keys, more than the "
                           f"{k_len} keys (past and new)")
@@ -146,7 +147,7 @@ def _user_mask(st: State, name: str, dtype: str, k_len: int) -> Value:
     return mask
 
 
-def _length_mask(st: State, name: str, q: Value, k_len: int, causal: bool, left: int,
+def _length_mask(st: State, name: str, q: Value, k_len: Any, causal: bool, left: int,
                  right: int) -> Value:
     """``nonpad_kv_seqlen`` as a ``[batch, 1, q_len, k_len]`` 0/-inf bias: keys past a batch
     entry's length ``n`` are masked, and ``is_causal`` and the window are aligned at that
@@ -158,7 +159,7 @@ def _length_mask(st: State, name: str, q: Value, k_len: int, causal: bool, left:
     if len(lengths.shape) != 1:
         raise Unsupported(f"Attention: nonpad_kv_seqlen of shape {lengths.shape} (want "
                           "[batch])")
-    q_len = _static(q.shape[2], "query length")
+    q_len, k_len = _static(q.shape[2], "query length"), _static(k_len, "key length")
     n = st.b.reshape(st.b.cast(lengths, "float32"), (q.shape[0], 1, 1, 1))
     ahead = (np.arange(k_len)[None, :] - np.arange(q_len)[:, None] + q_len).astype(np.float32)
     tests = [st.b.lt(st.constant(np.arange(k_len, dtype=np.float32), "float32"), n)]
@@ -175,13 +176,12 @@ def _length_mask(st: State, name: str, q: Value, k_len: int, causal: bool, left:
     return bias
 
 
-def _bias(st: State, node: onnx.NodeProto, attrs: dict[str, Any], q: Value, k_len: int,
-          past: int) -> Value | None:
+def _bias(st: State, node: onnx.NodeProto, attrs: dict[str, Any], q: Value, k_len: Any,
+          past: Any) -> Value | None:
     """The additive bias over the scores, or None where nothing is masked."""
     dtype = q.dtype.name
-    q_len = _static(q.shape[2], "query length")
     nonpad = len(node.input) > 6 and node.input[6] != ""
-    if nonpad and past:
+    if nonpad and st.present(node, 4):
         raise Unsupported("Attention with both nonpad_kv_seqlen and a past key/value")
     causal = bool(attrs.get("is_causal", 0))
     left, right = int(attrs.get("left_window_size", -1)), int(attrs.get("right_window_size",
@@ -191,10 +191,10 @@ def _bias(st: State, node: onnx.NodeProto, attrs: dict[str, Any], q: Value, k_le
         parts.append(_user_mask(st, node.input[3], dtype, k_len))
     if nonpad:
         parts.append(_length_mask(st, node.input[6], q, k_len, causal, left, right))
-    else:
-        window = _window(q_len, k_len, past, causal, left, right)
-        if window is not None:
-            parts.append(st.constant(window.astype(np.float32), dtype))
+    elif causal or left >= 0 or right >= 0:
+        window = _window(_static(q.shape[2], "query length"), _static(k_len, "key length"),
+                         _static(past, "past length"), causal, left, right)
+        parts.append(st.constant(window.astype(np.float32), dtype))
     if not parts:
         return None
     bias = parts[0]
@@ -253,11 +253,12 @@ def attention(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bo
         raise Unsupported(f"Attention: {heads} query heads over {kv_heads} key and "
                           f"{v.shape[1]} value heads (grouped-query attention needs one "
                           "key/value head count dividing the query heads)")
-    k_len = _static(k.shape[2], "key length")
-    size = _static(q.shape[3], "head size")
-    scale = float(attrs["scale"]) if "scale" in attrs else 1.0 / math.sqrt(size)
+    if "scale" in attrs:
+        scale = float(attrs["scale"])
+    else:
+        scale = 1.0 / math.sqrt(_static(q.shape[3], "head size"))
     softcap = float(attrs.get("softcap", 0.0))
-    bias = _bias(st, node, attrs, q, k_len, past)
+    bias = _bias(st, node, attrs, q, k.shape[2], past)
     qk_wanted = len(node.output) > 3 and node.output[3] != ""
     qk: Value | None = None
     if _fused(q, k, v, softcap, qk_wanted):
