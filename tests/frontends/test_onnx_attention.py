@@ -74,7 +74,7 @@ def attention_float64(q, k, v, mask=None, past_k=None, past_v=None, nonpad=None,
     y = probs @ vr
     if three_d:
         y = y.transpose(0, 2, 1, 3).reshape(batch, q_len, -1)
-    qk = {0: scores, 1: scores, 2: z, 3: probs}[mode]
+    qk = {0: q @ kr.transpose(0, 1, 3, 2) * scale, 1: scores, 2: z, 3: probs}[mode]
     return y, present_k, present_v, np.broadcast_to(qk, probs.shape)
 
 
@@ -136,16 +136,16 @@ def test_3d_causal_with_past_bool_short_mask_and_presents(ctx) -> None:
         assert g.shape == w.shape and rel_error(g, w) < 1e-5
 
 
-@pytest.mark.parametrize("mode", [0, 1, 2, 3])
-def test_composed_softcap_and_every_qk_mode(ctx, mode: int) -> None:
+@pytest.mark.parametrize("mode,softcap", [(0, 0.0), (1, 1.5), (2, 1.5), (3, 1.5), (2, 0.0)])
+def test_composed_softcap_and_every_qk_mode(ctx, mode: int, softcap: float) -> None:
     rng = np.random.default_rng()
-    # Value heads of 10 (not the keys' 7) and a softcap: only the composition computes it.
+    # Value heads of 10 (not the keys' 7): only the composition computes it.
     q, k, v = _random(rng, 2, 4, 5, 7), _random(rng, 2, 2, 6, 7), _random(rng, 2, 2, 6, 10)
     mask = _random(rng, 5, 6)
     mask[2, :] = -np.inf  # a fully masked query row: zeros
-    got, model = run(ctx, {"Q": q, "K": k, "V": v, "attn_mask": mask}, 4, softcap=1.5,
+    got, model = run(ctx, {"Q": q, "K": k, "V": v, "attn_mask": mask}, 4, softcap=softcap,
                      qk_matmul_output_mode=mode)
-    want = attention_float64(q, k, v, mask, softcap=1.5, mode=mode)
+    want = attention_float64(q, k, v, mask, softcap=softcap, mode=mode)
     assert "attention" not in _ops(model)
     assert np.all(got[0][:, :, 2] == 0)
     assert rel_error(got[0], want[0]) < 1e-5
@@ -175,6 +175,8 @@ def test_float16_matches_float64(ctx) -> None:
 @pytest.mark.parametrize("inputs,attrs,reason", [
     ({"Q": (1, 2, 3, 8), "K": (1, 2, 3, 8), "V": (1, 2, 3, 8)}, {"qk_matmul_output_mode": 4},
      "qk_matmul_output_mode=4"),
+    ({"Q": (1, 2, 3, 8), "K": (1, 2, 3, 8), "V": (1, 2, 3, 8)}, {"softcap": 2.0},
+     "mode=0 with a softcap"),
     ({"Q": (1, 3, 16), "K": (1, 3, 16), "V": (1, 3, 16)}, {}, "without q_num_heads"),
     ({"Q": (1, 3, 3, 8), "K": (1, 2, 3, 8), "V": (1, 2, 3, 8)}, {}, "3 query heads over 2"),
     ({"Q": (1, 3, 16), "K": (1, 2, 3, 8), "V": (1, 2, 3, 8)}, {}, "ranks 3, 4, 4"),
@@ -182,11 +184,11 @@ def test_float16_matches_float64(ctx) -> None:
      "only one of past_key"),
     ({"Q": (1, 2, 3, 8), "K": (1, 2, 3, 8), "V": (1, 2, 3, 8), "attn_mask": (3, 4)}, {},
      "attn_mask covers 4 keys"),
-], ids=["mode", "heads", "gqa", "ranks", "past", "mask"])
+], ids=["mode", "mode0-softcap", "heads", "gqa", "ranks", "past", "mask"])
 def test_refused_with_a_reason(ctx, inputs, attrs, reason: str) -> None:
     arrays = {n: np.zeros(s, np.float32) for n, s in inputs.items()}
     with pytest.raises(VkumdError, match=reason):
-        vkumd.onnx.load(node_model(arrays, 1, **attrs), ctx=ctx)(**arrays)
+        vkumd.onnx.load(node_model(arrays, 4, **attrs), ctx=ctx)(**arrays)
     # the context still runs the plain node afterwards
     rng = np.random.default_rng()
     q = _random(rng, 1, 2, 3, 8)

@@ -241,7 +241,8 @@ def attention(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bo
     Raises:
         Unsupported: inputs of mixed ranks or types, 3-D inputs without head counts, query
             heads not a multiple of the key/value heads, symbolic sizes the masks need, an
-            unknown ``qk_matmul_output_mode``, ``nonpad_kv_seqlen`` with a past.
+            unknown ``qk_matmul_output_mode``, mode 0's output with a softcap (ONNX's text
+            and reference disagree on it), ``nonpad_kv_seqlen`` with a past.
     """
     mode = int(attrs.get("qk_matmul_output_mode", 0))
     if mode not in _MODES:
@@ -260,6 +261,10 @@ def attention(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bo
     softcap = float(attrs.get("softcap", 0.0))
     bias = _bias(st, node, attrs, q, k.shape[2], past)
     qk_wanted = len(node.output) > 3 and node.output[3] != ""
+    if qk_wanted and mode == 0 and softcap > 0:
+        raise Unsupported("Attention: qk_matmul_output_mode=0 with a softcap: ONNX's text "
+                          "(the product before the softcap) and its reference (after it) "
+                          "disagree; ask for mode 1 (after the softcap) instead")
     qk: Value | None = None
     if _fused(q, k, v, softcap, qk_wanted):
         y = st.b.attention(q, k, v, attn_mask=bias, scale=scale,
