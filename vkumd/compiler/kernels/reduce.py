@@ -96,7 +96,7 @@ def _reduce_plan(caps: DeviceCaps, layout: tuple, op: str, code: str, rows: int,
 
 
 # argmax: the same rows, an int32 index out (the shader carries indices through float
-# reductions, exact below 2^24).
+# reductions, exact below 2^24). MIN searches the minimum, LAST the last index among equals.
 ARGMAX_PUSH = PushLayout("cols:u32", "rows:u32")
 ARGMAX_ROWS = register(Kernel(
     name="argmax_rows",
@@ -104,19 +104,22 @@ ARGMAX_ROWS = register(Kernel(
     buffers=2,
     push=ARGMAX_PUSH,
     defines=ROW_DEFINES,
-    spec_constants={WORKGROUP: 0},
-    variants=row_variants(None),
+    spec_constants={WORKGROUP: 0, "MIN": 1, "LAST": 2},
+    variants=lambda caps: [{**v, "MIN": low, "LAST": last} for v in row_variants(None)(caps)
+                           for low in (0, 1) for last in (0, 1)],
 ))
 
 
-def argmax_plan(caps: DeviceCaps, code: str, rows: int, cols: int) -> FixedLaunch:
-    """The index of each row's maximum (``0 < cols <= ARGMAX_MAX_COLS``). Operands: x,
-    out (int32 [rows])."""
-    return _argmax_plan(caps, layout_key(caps), code, rows, cols)
+def argmax_plan(caps: DeviceCaps, code: str, rows: int, cols: int, *, minimum: bool = False,
+                last: bool = False) -> FixedLaunch:
+    """The index of each row's maximum (``minimum``: its minimum; ``last``: the last index
+    among equals) for ``0 < cols <= ARGMAX_MAX_COLS``. Operands: x, out (int32 [rows])."""
+    return _argmax_plan(caps, layout_key(caps), code, rows, cols, minimum, last)
 
 
 @functools.lru_cache(maxsize=PLANS)
-def _argmax_plan(caps: DeviceCaps, layout: tuple, code: str, rows: int, cols: int
-                 ) -> FixedLaunch:
-    program = ARGMAX_ROWS.specialize(row_variant(code, cols, layout))
+def _argmax_plan(caps: DeviceCaps, layout: tuple, code: str, rows: int, cols: int,
+                 minimum: bool, last: bool) -> FixedLaunch:
+    program = ARGMAX_ROWS.specialize({**row_variant(code, cols, layout), "MIN": int(minimum),
+                                      "LAST": int(last)})
     return FixedLaunch(program, ARGMAX_PUSH.pack(cols, rows), grid(caps, rows, 1), (1,))
