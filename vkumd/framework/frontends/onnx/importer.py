@@ -25,6 +25,7 @@ from vkumd.framework.frontends.onnx import (  # noqa: F401
     ops_logic,
     ops_math,
     ops_recurrent,
+    ops_reduce,
     ops_resample,
     ops_shape,
     ops_vision,
