@@ -217,6 +217,7 @@ HARDENED: dict[str, str] = {
 TORCH: dict[str, str] = {
     "tests/frontends/test_torch_compile.py": "torch.compile and torch.export on vkumd",
     "tests/frontends/test_torch_fallback.py": "what falls back to torch, and why",
+    "tests/frontends/test_torch_reduce.py": "the aten reductions over any axes",
     "tests/frontends/test_torch_activations.py": "the elementwise tail through torch.compile",
     "tests/frontends/test_torch_resample.py": "resize, pad and transposed convolution from torch",
     "tests/frontends/test_torch_cnn.py": "convolution, pooling and batch norm from torch",
