@@ -102,6 +102,24 @@ def test_size_one_axes_do_not_split_a_run(ctx) -> None:
     assert_close(got.numpy(), x.sum(axis=(1, 3)), "float32")
 
 
+@pytest.mark.parametrize(("shape", "dim"), [
+    ((1, 7, 1), (1,)), ((1, 1, 5), None), ((3, 1, 4, 1), (0, 2)), ((2, 1, 3), (1,)),
+    ((5,), 0), ((2, 3, 4, 5), (0, 3)), ((2, 3, 4, 5), (0, 1, 3)), ((4, 6, 1, 5, 3), (2,)),
+], ids=str)
+def test_size_one_and_separated_axes(ctx, shape: tuple[int, ...], dim) -> None:
+    rng = np.random.default_rng()
+    for op in ("sum", "prod", "max", "var"):
+        x = _data(rng, op, shape, "float32")
+        for keep in (False, True):
+            out = poisoned(ctx, _out_shape(shape, dim, keep), "float32")
+            got = getattr(ops, op)(tensor(ctx, x, "float32"), dim, keep, out=out).numpy()
+            expected = _expected(op, x, dim, keep)
+            if op == "var" and np.isnan(expected).all():  # one element: 0 / 0, as numpy
+                assert np.isnan(got).all(), (op, shape, dim)
+                continue
+            assert_close(got, expected, "float32", f"{op} {shape} {dim} {keep}")
+
+
 def test_nan_and_infinities_along_a_middle_axis(ctx) -> None:
     x = np.zeros((2, 4, 3), np.float32)
     x[0, 2, 0] = np.nan

@@ -14,6 +14,7 @@ The eager functions check their arguments with the records' rule, the one the gr
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -141,7 +142,9 @@ def _reference(op: str) -> Callable[..., list[np.ndarray]]:
         x = np.asarray(a[0], np.float64)
         axis = reduced_axes(op, attrs["dim"], x.ndim)
         keep = attrs["keepdims"]
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+            # n - correction <= 0 is numpy's warning; the answer (inf or NaN) is the op's.
+            warnings.simplefilter("ignore", RuntimeWarning)
             if op in _CORRECTED:
                 fn = np.var if op == "var" else np.std
                 found = fn(x, axis=axis, keepdims=keep, ddof=attrs["correction"])
