@@ -27,6 +27,7 @@ from vkumd.framework.frontends.onnx import (  # noqa: F401
     ops_math,
     ops_norms,
     ops_recurrent,
+    ops_reduce,
     ops_resample,
     ops_shape,
     ops_vision,
