@@ -86,6 +86,11 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_resample.py::test_conv_transpose_matches_float64":
         "transposed convolution",
     "tests/framework/test_recurrent.py::test_matches_float64": "LSTM and GRU cell, its GEMMs",
+    "tests/framework/test_gathers.py::test_gather_elements": "gather_elements",
+    "tests/framework/test_gathers.py::test_gather_nd": "gather_nd",
+    "tests/framework/test_gathers.py::test_trilu": "trilu",
+    "tests/framework/test_scatters.py::test_scatter_elements": "scatter_elements, reductions",
+    "tests/framework/test_scatters.py::test_scatter_nd": "scatter_nd, reductions",
 }
 
 # Device-free modules, or ones that take a second or two, for the fast tier.

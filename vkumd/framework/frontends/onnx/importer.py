@@ -21,6 +21,7 @@ from vkumd.errors import VkumdError, VkumdValueError
 from vkumd.framework.frontends.onnx import derived as derived_mod
 from vkumd.framework.frontends.onnx import (  # noqa: F401
     ops_activation,
+    ops_index,
     ops_linalg,
     ops_logic,
     ops_math,
