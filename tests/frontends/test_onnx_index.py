@@ -143,3 +143,24 @@ def test_refusals(ctx) -> None:
     ]:
         with pytest.raises(UnsupportedModelError, match=reason):
             vkumd.onnx.load(m, ctx=ctx)
+
+
+def test_seven_dimensions(ctx) -> None:
+    """A 7-d GatherElements runs (its dimensions merge); an elementwise op after it, which
+    the elementwise kernels cannot index, is refused before any launch, not when lowered."""
+    from vkumd.framework.execute.lower import NoDeviceKernel
+
+    rng = np.random.default_rng()
+    data = rng.standard_normal((3, 5, 2, 2, 3, 2, 4)).astype(np.float32)
+    ids = rng.integers(-5, 5, (3, 1, 2, 2, 3, 2, 4)).astype(np.int64)
+    feeds = {"x": data, "i": ids}
+    check(ctx, model("GatherElements", feeds, axis=1), feeds)
+    gather = helper.make_node("GatherElements", ["x", "i"], ["g"], axis=1)
+    neg = helper.make_node("Neg", ["g"], ["y"])
+    graph = helper.make_graph(
+        [gather, neg], "g", [helper.make_tensor_value_info(n, _TYPES[v.dtype], list(v.shape))
+                             for n, v in feeds.items()],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(NoDeviceKernel, match="more dimensions than the elementwise kernels"):
+        vkumd.onnx.load(m, ctx=ctx)(**feeds)

@@ -105,9 +105,11 @@ def one_hot(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Boun
     picks row 1 or 0 of ``values`` by an embedding lookup, which copies the values' bits
     (any dtype vkumd's gathers take). ``depth`` must be known at import (a model feeding it is
     specialized on it)."""
+    if st.known(node.input[1]) is None:
+        raise NeedsConstant("OneHot's depth must be known at import", node.input[1])
     depth_value = st.scalar(node.input[1])
     if depth_value is None:
-        raise NeedsConstant("OneHot's depth must be a constant scalar", node.input[1])
+        raise Unsupported("a depth of other than one number")
     depth = int(depth_value)
     if depth < 1:
         raise Unsupported(f"depth {depth_value} (it must be at least 1)")
