@@ -1,7 +1,7 @@
-"""The ONNX index converters (GatherElements, GatherND with run-time indices, ScatterElements
-and Scatter, ScatterND, Trilu, Tile, OneHot, DepthToSpace, SpaceToDepth) on single-node
-models against ONNX's reference evaluator, int64 indices fed at run time, and refusals that
-name what is unsupported."""
+"""The ONNX index converters (GatherElements, Gather and GatherND with run-time indices,
+ScatterElements and Scatter, ScatterND, Trilu, Tile, OneHot, DepthToSpace, SpaceToDepth) on
+single-node models against ONNX's reference evaluator, int64 indices fed at run time, and
+refusals that name what is unsupported."""
 
 from __future__ import annotations
 
@@ -53,6 +53,18 @@ def test_gather_elements_with_run_time_int64_indices(ctx) -> None:
         shape[axis] = 9  # ONNX's evaluator takes data's other dimensions only
         ids = rng.integers(-size, size, shape).astype(np.int64)
         check(ctx, model("GatherElements", {"x": data, "i": ids}, axis=axis), {"x": data, "i": ids})
+
+
+def test_gather_with_run_time_indices(ctx) -> None:
+    """Gather on any axis with ids fed at run time (negative ones count from the end): the
+    axis moved first, a gather_nd, the picked dimensions moved back."""
+    rng = np.random.default_rng()
+    data = rng.standard_normal((4, 7, 5)).astype(np.float32)
+    for axis, shape in ((0, (2, 3)), (1, (6,)), (2, ()), (-1, (3, 2)), (1, (2, 2, 2))):
+        size = data.shape[axis]
+        ids = np.asarray(rng.integers(-size, size, shape), np.int64)
+        feeds = {"x": data, "i": ids}
+        check(ctx, model("Gather", feeds, axis=axis), feeds)
 
 
 def test_gather_nd_run_time_indices_and_batch_dims(ctx) -> None:
