@@ -223,6 +223,7 @@ TORCH: dict[str, str] = {
     "tests/frontends/test_torch_activations.py": "the elementwise tail through torch.compile",
     "tests/frontends/test_torch_resample.py": "resize, pad and transposed convolution from torch",
     "tests/frontends/test_torch_cnn.py": "convolution, pooling and batch norm from torch",
+    "tests/frontends/test_torch_index.py": "gather, scatters, triu and tril from torch",
     "tests/framework/test_input_conversion.py::test_torch_bridge_refuses_ids_past_int32":
         "the torch bridge's input rule",
     "tests/bench/test_gpu_scripts.py::test_compare_refuses_a_torch_peer_it_cannot_have":
