@@ -18,12 +18,13 @@ import vkumd.onnx  # noqa: E402
 from vkumd.framework.frontends.onnx.errors import UnsupportedModelError  # noqa: E402
 
 _TYPES = {np.dtype(np.float32): T.FLOAT, np.dtype(np.int64): T.INT64,
-          np.dtype(np.int32): T.INT32, np.dtype(np.float16): T.FLOAT16}
+          np.dtype(np.int32): T.INT32, np.dtype(np.float16): T.FLOAT16,
+          np.dtype(np.bool_): T.BOOL}
 
 
 def model(op: str, feeds: dict[str, np.ndarray], consts: dict[str, np.ndarray] | None = None,
-          order: list[str] | None = None, opset: int = 18, **attrs: object
-          ) -> onnx.ModelProto:
+          order: list[str] | None = None, opset: int = 18, out: int = T.FLOAT,
+          **attrs: object) -> onnx.ModelProto:
     """One ``op`` node reading ``order`` (the feeds, then the constants, by default): the
     feeds are graph inputs, the constants initializers."""
     consts = consts or {}
@@ -32,7 +33,7 @@ def model(op: str, feeds: dict[str, np.ndarray], consts: dict[str, np.ndarray] |
     graph = helper.make_graph(
         [node], "g", [helper.make_tensor_value_info(n, _TYPES[v.dtype], list(v.shape))
                       for n, v in feeds.items()],
-        [helper.make_tensor_value_info("y", T.FLOAT, None)],
+        [helper.make_tensor_value_info("y", out, None)],
         [numpy_helper.from_array(v, n) for n, v in consts.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
@@ -65,6 +66,14 @@ def test_gather_with_run_time_indices(ctx) -> None:
         ids = np.asarray(rng.integers(-size, size, shape), np.int64)
         feeds = {"x": data, "i": ids}
         check(ctx, model("Gather", feeds, axis=axis), feeds)
+
+
+def test_gather_of_bool_data_is_refused_at_import(ctx) -> None:
+    """The gathers move 32- and 16-bit elements: a bool table with ids fed at run time is
+    refused when the model is loaded, naming the type (not when it runs)."""
+    feeds = {"x": np.ones((3, 4, 5), np.bool_), "i": np.array([3, -1, 0], np.int64)}
+    with pytest.raises(UnsupportedModelError, match="gather_nd: data is uint8"):
+        vkumd.onnx.load(model("Gather", feeds, out=T.BOOL, axis=1), ctx=ctx)
 
 
 def test_gather_nd_run_time_indices_and_batch_dims(ctx) -> None:
