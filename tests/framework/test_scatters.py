@@ -190,9 +190,35 @@ def test_bad_inputs(ctx) -> None:
         (VkumdValueError, lambda: se(x, ids, upd, out=ctx.empty((4, 3), "float32"))),
         (VkumdTypeError, lambda: se(x, ids, upd, out=ctx.empty((3, 4), "float16"))),
         (VkumdValueError, lambda: se(x, ids, upd, out=upd)),
+        (VkumdValueError, lambda: se(ctx.tensor(np.ones((3,) * 8, np.float32)),
+                                     ctx.tensor(np.zeros((2,) * 8, np.int32)),
+                                     ctx.tensor(np.ones((2,) * 8, np.float32)))),
         (VkumdValueError, lambda: snd(x, ctx.tensor(np.zeros((2, 3), np.int32)), upd)),
         (VkumdValueError, lambda: snd(x, ctx.tensor(np.zeros((2, 1), np.int32)), upd[:, :3])),
         (VkumdTypeError, lambda: snd(x, ctx.tensor(np.zeros((2, 1), np.float32)), upd)),
         (VkumdValueError, lambda: snd(x, ctx.tensor(np.zeros((2, 1), np.int32)), upd,
                                       reduction="sum")),
     ])
+
+
+def test_nodes_the_kernels_cannot_index_are_refused_before_lowering() -> None:
+    """Dimensions that do not merge, seven for the gather (eight for the scatter, whose
+    kernel indexes every one but the axis): the graph's node has no device kernel (a stated
+    reason), where the eager op raises; mergeable or symbolic ones are taken."""
+    from vkumd.framework.execute.lower import device_reason
+    from vkumd.framework.graph import GraphBuilder
+
+    b = GraphBuilder("index")
+    data = b.input("data", (3,) * 7)
+    ids = b.input("ids", (2,) * 7, "int32")
+    gathered = b.gather_elements(data, ids, axis=0)
+    scattered = b.scatter_elements(b.input("d8", (3,) * 8), b.input("i8", (2,) * 8, "int32"),
+                                   b.input("u8", (2,) * 8), axis=0)
+    seven = b.scatter_elements(data, ids, b.input("u", (2,) * 7), axis=0)
+    merged = b.gather_elements(data, b.input("all", (2,) + (3,) * 6, "int32"), axis=0)
+    symbolic = b.gather_elements(b.input("s", ("n", 3)), b.input("si", ("n", 3), "int32"))
+    for value, op in ((gathered, "gather_elements"), (scattered, "scatter_elements")):
+        assert "need 7 dimensions after merging" in (device_reason(value.producer) or ""), op
+    assert device_reason(merged.producer) is None
+    assert device_reason(seven.producer) is None
+    assert device_reason(symbolic.producer) is None

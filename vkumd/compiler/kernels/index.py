@@ -106,6 +106,33 @@ def _row_major(shape: tuple[int, ...]) -> list[int]:
     return [math.prod(shape[d + 1:]) for d in range(len(shape))]
 
 
+def gather_elements_dims(data_shape: tuple[int, ...], index_shape: tuple[int, ...],
+                         axis: int) -> tuple[list[int], list[int], int]:
+    """The output's dimensions left after merging, data's strides for them, and data's
+    stride along ``axis``."""
+    strides = _row_major(data_shape)
+    axis_stride = strides[axis]
+    strides[axis] = 0
+    shape, merged = _merge(list(index_shape), strides, None)
+    return shape, merged, axis_stride
+
+
+def scatter_elements_dims(data_shape: tuple[int, ...], index_shape: tuple[int, ...],
+                          axis: int) -> list[tuple[int, int, int]]:
+    """The update lines' dimensions left after merging, as (size, updates' stride, output's
+    stride): every dimension but the axis, kept apart where the two layouts differ."""
+    u_strides, o_strides = _row_major(index_shape), _row_major(data_shape)
+    dims = [(n, u, o) for d, (n, u, o) in enumerate(zip(index_shape, u_strides, o_strides,
+                                                         strict=True)) if n != 1 and d != axis]
+    merged: list[tuple[int, int, int]] = []
+    for n, u, o in dims:
+        if merged and merged[-1][1] == u * n and merged[-1][2] == o * n:
+            merged[-1] = (merged[-1][0] * n, u, o)
+        else:
+            merged.append((n, u, o))
+    return merged or [(1, 0, 0)]
+
+
 @functools.lru_cache(maxsize=PLANS)
 def gather_elements_plan(caps: DeviceCaps, width: int, data_shape: tuple[int, ...],
                          index_shape: tuple[int, ...], axis: int) -> FixedLaunch:
@@ -117,10 +144,7 @@ def gather_elements_plan(caps: DeviceCaps, width: int, data_shape: tuple[int, ..
             past 32-bit indexing.
     """
     _check_size("gather_elements", math.prod(data_shape), math.prod(index_shape))
-    strides = _row_major(data_shape)
-    axis_stride = strides[axis]
-    strides[axis] = 0
-    shape, merged = _merge(list(index_shape), strides, None)
+    shape, merged, axis_stride = gather_elements_dims(data_shape, index_shape, axis)
     if len(shape) > _DIMS:
         raise VkumdValueError(f"gather_elements: indices of shape {index_shape} need "
                               f"{len(shape)} dimensions after merging; the kernel takes "
@@ -191,17 +215,7 @@ def scatter_elements_plan(caps: DeviceCaps, code: str, data_shape: tuple[int, ..
     """
     _check_size("scatter_elements", math.prod(data_shape), math.prod(index_shape))
     u_strides, o_strides = _row_major(index_shape), _row_major(data_shape)
-    # The lines: every dimension but the axis, kept apart where the two layouts differ.
-    shape = [n if d != axis else 1 for d, n in enumerate(index_shape)]
-    dims = [(n, u, o) for d, (n, u, o) in enumerate(zip(shape, u_strides, o_strides,
-                                                         strict=True)) if n != 1]
-    merged: list[tuple[int, int, int]] = []
-    for n, u, o in dims:
-        if merged and merged[-1][1] == u * n and merged[-1][2] == o * n:
-            merged[-1] = (merged[-1][0] * n, u, o)
-        else:
-            merged.append((n, u, o))
-    merged = merged or [(1, 0, 0)]
+    merged = scatter_elements_dims(data_shape, index_shape, axis)
     if len(merged) > _DIMS:
         raise VkumdValueError(f"scatter_elements: updates of shape {index_shape} need "
                               f"{len(merged)} dimensions after merging; the kernel takes "

@@ -16,7 +16,13 @@ from typing import Any
 import numpy as np
 
 from vkumd.compiler.kernels.elementwise import ELEMENTWISE_CODES
-from vkumd.compiler.kernels.index import gather_elements_plan, gather_nd_plan, trilu_plan
+from vkumd.compiler.kernels.index import (
+    gather_elements_dims,
+    gather_elements_plan,
+    gather_nd_plan,
+    trilu_plan,
+)
+from vkumd.compiler.kernels.limits import INDEX_MAX_DIMS
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.graph.dims import format_shape
@@ -152,9 +158,35 @@ def _gather_elements_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> No
     gather_elements(ins[0], ins[1], axis=attrs_of(node)["axis"], out=outs[0])
 
 
+def concrete_shapes(node: Node) -> list[tuple[int, ...]] | None:
+    """The node's input shapes when every dimension is a number, else None."""
+    shapes = [tuple(v.shape) for v in node.inputs if v is not None]
+    if all(isinstance(d, int) for shape in shapes for d in shape):
+        return shapes
+    return None
+
+
+def too_many_dims(op: str, needed: int, index_shape: tuple[int, ...]) -> str | None:
+    """The refusal of a node whose kernel would index ``needed`` dimensions, if too many."""
+    if needed <= INDEX_MAX_DIMS:
+        return None
+    return (f"{op}: indices of shape {index_shape} need {needed} dimensions after merging; "
+            f"the kernel takes {INDEX_MAX_DIMS}")
+
+
+def _gather_elements_refuse(node: Node) -> str | None:
+    shapes = concrete_shapes(node)
+    if shapes is None:
+        return None  # checked when the sizes are bound, by the eager op
+    data, indices = shapes
+    axis = attrs_of(node)["axis"] % len(data)
+    return too_many_dims("gather_elements",
+                         len(gather_elements_dims(data, indices, axis)[0]), indices)
+
+
 define("gather_elements", ("data", "indices"), {"axis": 0}, rule=_gather_elements_rule,
        reference=_gather_elements_reference, lower=_gather_elements_lower,
-       eager=gather_elements)
+       refuse=_gather_elements_refuse, eager=gather_elements)
 
 
 # -- gather_nd ---------------------------------------------------------------------------

@@ -18,7 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from vkumd.compiler.kernels.index import SCATTER_CODES, scatter_elements_plan, scatter_nd_plan
+from vkumd.compiler.kernels.index import (
+    SCATTER_CODES,
+    scatter_elements_dims,
+    scatter_elements_plan,
+    scatter_nd_plan,
+)
 from vkumd.compiler.kernels.limits import INDEX_MAX_DIMS, SCATTER_REDUCTIONS
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.graph.dims import format_shape
@@ -29,7 +34,13 @@ from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_context, check_dtype, check_tensor, output
 from vkumd.framework.ops.contract import Verdicts, concrete_rule, recall, remember
 from vkumd.framework.opset.common import attrs_of
-from vkumd.framework.opset.gathers import data_dtype, index_dtype, normalized
+from vkumd.framework.opset.gathers import (
+    concrete_shapes,
+    data_dtype,
+    index_dtype,
+    normalized,
+    too_many_dims,
+)
 from vkumd.framework.opset.unary import copy
 from vkumd.framework.tensor import Tensor
 
@@ -159,9 +170,20 @@ def _scatter_elements_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> N
                      out=outs[0])
 
 
+def _scatter_elements_refuse(node: Node) -> str | None:
+    shapes = concrete_shapes(node)
+    if shapes is None:
+        return None  # checked when the sizes are bound, by the eager op
+    data, indices, _ = shapes
+    axis = attrs_of(node)["axis"] % len(data)
+    return too_many_dims("scatter_elements",
+                         len(scatter_elements_dims(data, indices, axis)), indices)
+
+
 define("scatter_elements", ("data", "indices", "updates"), {"axis": 0, "reduction": "none"},
        rule=_scatter_elements_rule, reference=_scatter_elements_reference,
-       inplace=("data",), lower=_scatter_elements_lower, eager=scatter_elements)
+       inplace=("data",), lower=_scatter_elements_lower, refuse=_scatter_elements_refuse,
+       eager=scatter_elements)
 
 
 # -- scatter_nd --------------------------------------------------------------------------
