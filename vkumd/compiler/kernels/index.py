@@ -16,8 +16,8 @@ import math
 from vkumd.compiler.kernels.elementwise import storage_widths
 from vkumd.compiler.kernels.elementwise_plan import ELEMENTWISE_WORKGROUP, FixedLaunch, looped_grid
 from vkumd.compiler.kernels.limits import (
+    INDEX_DTYPES,
     INDEX_MAX_DIMS,
-    SCATTER_DTYPES,
     SCATTER_REDUCTIONS,
 )
 from vkumd.compiler.kernels.rows import PLANS
@@ -36,7 +36,7 @@ TRILU_PUSH = PushLayout("n:u32", "rows:u32", "cols:u32", "k:i32", "upper:u32")
 SCATTER_PUSH = PushLayout("lines:u32", "count:u32", "depth:u32", "ndim:u32", "axis_size:u32",
                           "u_axis_stride:u32", "o_axis_stride:u32", f"shape:u32[{_DIMS}]",
                           f"u_stride:u32[{_DIMS}]", f"o_stride:u32[{_DIMS}]")
-SCATTER_CODES = type_codes(SCATTER_DTYPES)
+SCATTER_CODES = type_codes(INDEX_DTYPES)
 # The scatter's index modes (its MODE define): per-axis indices, or index tuples.
 SCATTER_MODES = {"elements": 0, "nd": 1}
 _UINT32 = 1 << 32

@@ -22,12 +22,12 @@ from vkumd.compiler.kernels.index import (
     gather_nd_plan,
     trilu_plan,
 )
-from vkumd.compiler.kernels.limits import INDEX_MAX_DIMS
+from vkumd.compiler.kernels.limits import INDEX_DTYPES, INDEX_MAX_DIMS
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.graph.dims import format_shape
 from vkumd.framework.graph.ir import Node
-from vkumd.framework.graph.operands import FLOATS, Types, axis_of, flag, only
+from vkumd.framework.graph.operands import Types, axis_of, flag, only
 from vkumd.framework.graph.registry import TensorType, define
 from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_context, check_dtype, check_tensor, output
@@ -36,15 +36,14 @@ from vkumd.framework.opset.common import attrs_of
 from vkumd.framework.opset.unary import fill
 from vkumd.framework.tensor import Tensor
 
-_DATA_DTYPES = (*FLOATS, "int32")
 _VERDICTS: dict[str, Verdicts] = {"gather_elements": {}, "gather_nd": {}, "trilu": {}}
 
 
 def data_dtype(op: str, t: TensorType, what: str) -> None:
     """Refuse a tensor the index kernels do not move (they take 32- and 16-bit types)."""
-    if t.dtype.name not in _DATA_DTYPES:
+    if t.dtype.name not in INDEX_DTYPES:
         raise VkumdTypeError(f"{op}: {what} is {t.dtype.name}; {op} takes "
-                             f"{', '.join(_DATA_DTYPES)} (cast() converts)")
+                             f"{', '.join(INDEX_DTYPES)} (cast() converts)")
 
 
 def index_dtype(op: str, t: TensorType, what: str = "indices") -> None:
