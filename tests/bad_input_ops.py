@@ -96,6 +96,11 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "resize2d": lambda e, x: ops.resize2d(x, scale=(2.0, 2.0)),
     "pad": lambda e, x: ops.pad(x, (1, 1, 1, 1)),
     "conv_transpose2d": lambda e, x: ops.conv_transpose2d(x, e.t((3, 2, 2, 2))),
+    "gather_elements": lambda e, x: ops.gather_elements(x, e.ints([[0, 1, 0]])),
+    "gather_nd": lambda e, x: ops.gather_nd(x, e.ints([[0, 1]])),
+    "trilu": lambda e, x: ops.trilu(x),
+    "scatter_elements": lambda e, x: ops.scatter_elements(x, e.ints([[0]]), e.t((1, 1))),
+    "scatter_nd": lambda e, x: ops.scatter_nd(x, e.ints([[0]]), e.t((1, 3))),
 }
 UNARY.update(RECURRENT_UNARY)
 # Every op whose public function the registry generates (a one-input float op running as a

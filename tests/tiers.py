@@ -89,6 +89,11 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_resample.py::test_conv_transpose_matches_float64":
         "transposed convolution",
     "tests/framework/test_recurrent.py::test_matches_float64": "LSTM and GRU cell, its GEMMs",
+    "tests/framework/test_gathers.py::test_gather_elements": "gather_elements",
+    "tests/framework/test_gathers.py::test_gather_nd": "gather_nd",
+    "tests/framework/test_gathers.py::test_trilu": "trilu",
+    "tests/framework/test_scatters.py::test_scatter_elements": "scatter_elements, reductions",
+    "tests/framework/test_scatters.py::test_scatter_nd": "scatter_nd, reductions",
 }
 
 # Device-free modules, or ones that take a second or two, for the fast tier.
@@ -170,6 +175,8 @@ TRANSFERS: dict[str, str] = {
     "tests/frontends/test_onnx_norms.py": "ONNX RMS, group, instance, MVN and L1 norms and "
                                           "RotaryEmbedding end to end",
     "tests/frontends/test_onnx_reduce.py": "ONNX Reduce* end to end",
+    "tests/frontends/test_onnx_index.py": "ONNX gathers, scatters, Trilu, Tile, OneHot and "
+                                          "depth/space moves end to end",
     "tests/frontends/test_onnx_light_models.py": "ONNX's nine light models end to end (their "
                                                  "151-411 MB weights through staging)",
     "tests/frontends/test_onnx_recurrent.py": "ONNX LSTM and GRU, and ddddocr, end to end",
@@ -224,6 +231,7 @@ TORCH: dict[str, str] = {
     "tests/frontends/test_torch_activations.py": "the elementwise tail through torch.compile",
     "tests/frontends/test_torch_resample.py": "resize, pad and transposed convolution from torch",
     "tests/frontends/test_torch_cnn.py": "convolution, pooling and batch norm from torch",
+    "tests/frontends/test_torch_index.py": "gather, scatters, triu and tril from torch",
     "tests/framework/test_input_conversion.py::test_torch_bridge_refuses_ids_past_int32":
         "the torch bridge's input rule",
     "tests/bench/test_gpu_scripts.py::test_compare_refuses_a_torch_peer_it_cannot_have":

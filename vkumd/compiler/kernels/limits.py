@@ -79,3 +79,11 @@ PAD_MAX_RANK = 5
 
 # The recurrent layers (recurrent.py: LSTM, GRU): the storage types of every operand.
 RECURRENT_DTYPES = ("float32", "float16")
+
+# The index kernels (index.py): the element types they move (the gathers and trilu copy 32-
+# and 16-bit bits; the scatter computes in these types), the dimensions GatherElements and
+# ScatterElements index after merging (and the most entries of a GatherND/ScatterND index
+# tuple), and the scatter's reductions, in the order of its REDUCE constant.
+INDEX_DTYPES = (*FLOAT_DTYPES, "int32")
+INDEX_MAX_DIMS = 6
+SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")

@@ -209,11 +209,17 @@ def scale(t: Tensor, alpha: Any, out: Tensor | None = None) -> Tensor:
 
 
 def kernel_dtypes(node: Node) -> str | None:
-    """Why the elementwise kernels cannot run ``node`` (an operand type they do not take)."""
+    """Why the elementwise kernels cannot run ``node``: an operand type they do not take, or
+    more dimensions than the eager ops index (:func:`broadcast_shape`), which would otherwise
+    fail only when the graph is lowered."""
     first = node.inputs[0]
     if first is not None and first.dtype.name not in ELEMENTWISE_CODES:
         return (f"{node.op} has no device kernel for {first.dtype.name} (its kernels take "
                 f"{', '.join(ELEMENTWISE_CODES)})")
+    rank = max(len(v.shape) for v in (*node.inputs, *node.outputs) if v is not None)
+    if rank > ELEMENTWISE_MAX_DIMS:
+        return (f"{node.op} of more dimensions than the elementwise kernels index "
+                f"({rank}; at most {ELEMENTWISE_MAX_DIMS}: reshape to merge some)")
     return None
 
 

@@ -22,6 +22,7 @@ from vkumd.framework.frontends.onnx import derived as derived_mod
 from vkumd.framework.frontends.onnx import (  # noqa: F401
     ops_activation,
     ops_attention,
+    ops_index,
     ops_linalg,
     ops_logic,
     ops_math,

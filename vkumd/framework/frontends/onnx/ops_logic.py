@@ -98,14 +98,29 @@ def _grid_axes(index: np.ndarray, sizes: tuple[int, ...]) -> list[int] | None:
 def gather_nd(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """GatherND whose known or size-derived indices pick every element of ``data`` in order,
     spread over axes of their own (``mask[b, j]`` at ``[b, 1, 1, j]``, torch's export of an
-    attention mask): a reshape of ``data``. Other index patterns are refused."""
-    if attrs.get("batch_dims", 0) != 0:
-        raise Unsupported("batch_dims other than 0")
+    attention mask): a reshape of ``data``. Any other indices (run-time ones included):
+    ``vkumd.ops.gather_nd`` (out-of-range tuples give zeros)."""
+    batch_dims = attrs.get("batch_dims", 0)
     bound = st.env[node.input[1]]
-    if not isinstance(st.env[node.input[0]], Value):
+    if not isinstance(st.env[node.input[0]], Value) and not isinstance(bound, Value):
         raise OnHost("a gather from known or size-derived data")
-    if not isinstance(bound, (np.ndarray, Derived)):
-        raise Unsupported("indices computed at run time (only known or size-derived ones)")
+    if batch_dims == 0 and isinstance(bound, (np.ndarray, Derived)):
+        try:
+            return [_gather_as_reshape(st, node, bound)]
+        except Unsupported:
+            pass
+    ids = st.value(node.input[1])
+    if ids.dtype.name != "int32":
+        raise Unsupported(f"indices of type {ids.dtype.name} (ONNX allows int64)")
+    return [st.b.gather_nd(st.value(node.input[0]), ids, batch_dims=batch_dims)]
+
+
+def _gather_as_reshape(st: State, node: onnx.NodeProto, bound: np.ndarray | Derived) -> Value:
+    """The GatherND as a reshape of data, for indices that pick all of it in order.
+
+    Raises:
+        Unsupported: other indices.
+    """
     data = st.value(node.input[0])
     rank = len(data.shape)
     out_shape = tuple(bound.shape[:-1])
@@ -122,4 +137,4 @@ def gather_nd(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bo
         if axes is None or any(d != 1 for d in rest):
             raise Unsupported("indices other than every element of data, in order, spread "
                               "over axes of size one")
-    return [st.b.reshape(data, out_shape)]
+    return st.b.reshape(data, out_shape)

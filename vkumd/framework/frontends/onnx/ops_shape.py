@@ -14,7 +14,7 @@ import onnx
 from onnx import numpy_helper
 
 from vkumd.framework.frontends.onnx.derived import Derived
-from vkumd.framework.frontends.onnx.errors import NeedsConstant, OnHost, Unsupported
+from vkumd.framework.frontends.onnx.errors import OnHost, Unsupported
 from vkumd.framework.frontends.onnx.fold import check_fold
 from vkumd.framework.frontends.onnx.state import Bound, State, converter, tidy
 from vkumd.framework.graph import Dim, Value, product
@@ -239,8 +239,9 @@ def slice_(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
 
 @converter("Gather", attrs=("axis",), derived=True)
 def gather(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """An embedding lookup (2-D table, run-time or size-derived ids, axis 0), slices for
-    known indices, or folded when both sides are known."""
+    """An embedding lookup (2-D table, run-time or size-derived ids, axis 0), a
+    ``gather_nd`` of the axis moved first for other run-time ids, slices for known indices,
+    or folded when both sides are known."""
     if isinstance(st.env[node.input[0]], Derived):
         raise OnHost("a gather from a size-derived table")
     data, indices = st.known(node.input[0]), st.known(node.input[1])
@@ -249,14 +250,12 @@ def gather(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
     if data is not None and indices is not None:
         return [tidy(np.take(data, indices.astype(np.int64), axis=axis))]
     if indices is None:
-        if axis != 0 or len(src) != 2:
-            # Known indices become slices; a model feeding them as an input is specialized.
-            raise NeedsConstant("run-time indices are supported for a 2-D table on axis 0 "
-                                "(an embedding) only", node.input[1])
         ids = st.value(node.input[1])
         if ids.dtype.name != "int32":
             raise Unsupported(f"indices of type {ids.dtype.name}")
-        return [st.b.embedding(ids, st.value(node.input[0]))]
+        if axis == 0 and len(src) == 2:
+            return [st.b.embedding(ids, st.value(node.input[0]))]
+        return [_gather_axis(st, st.value(node.input[0]), ids, axis)]
     x = st.value(node.input[0])
     idx = [int(i) for i in indices.reshape(-1)]
     size = src[axis]
@@ -271,6 +270,20 @@ def gather(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
     out = pieces[0] if len(pieces) == 1 else st.b.concat(pieces, axis)
     want = tuple(src[:axis]) + tuple(indices.shape) + tuple(src[axis + 1:])
     return [out if tuple(out.shape) == want else st.b.reshape(out, want)]
+
+
+def _gather_axis(st: State, data: Value, ids: Value, axis: int) -> Value:
+    """``take(data, ids, axis)`` for run-time ids: the axis moved first, a ``gather_nd`` of
+    one-entry tuples (negative ids count from the end; ids out of range give zeros), and
+    the picked dimensions moved back to where the axis was."""
+    rank, k = len(data.shape), len(ids.shape)
+    moved = data if axis == 0 else st.b.permute(
+        data, [axis] + [d for d in range(rank) if d != axis])
+    picked = st.b.gather_nd(moved, st.b.reshape(ids, (*ids.shape, 1)))
+    if axis == 0 or k == 0:
+        return picked
+    order = [*range(k, k + axis), *range(k), *range(k + axis, k + rank - 1)]
+    return st.b.permute(picked, order)
 
 
 @converter("ConstantOfShape", attrs=("value",))

@@ -15,10 +15,11 @@ from typing import Any
 import torch
 from torch import fx
 
-# Importing the layout, vision, CNN and activation modules registers their handlers.
+# Importing the layout, vision, CNN, index and activation modules registers their handlers.
 from vkumd.framework.frontends.torch import (
     aten_activation,  # noqa: F401
     aten_cnn,  # noqa: F401
+    aten_index,  # noqa: F401
     aten_layout,  # noqa: F401
     aten_reduce,  # noqa: F401
     aten_vision,  # noqa: F401
