@@ -50,6 +50,7 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "mean": lambda e, x: ops.mean(x),
     "max": lambda e, x: ops.max(x),
     "softmax": lambda e, x: ops.softmax(x),
+    "log_softmax": lambda e, x: ops.log_softmax(x),
     "relu": lambda e, x: ops.relu(x),
     "gelu": lambda e, x: ops.gelu(x),
     "gelu_tanh": lambda e, x: ops.gelu_tanh(x),

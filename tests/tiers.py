@@ -50,6 +50,8 @@ SMOKE: dict[str, str] = {
         "generated one-input kernels (exp, sqrt, tanh, erf, sigmoid, hardswish, ...)",
     "tests/framework/test_activation.py::test_large_tensor_uses_a_2d_grid": "activations, 2-D",
     "tests/framework/test_softmax.py::test_reduction_paths": "softmax, every reduction path",
+    "tests/framework/test_log_softmax.py::test_reduction_paths":
+        "log_softmax, every reduction path",
     "tests/framework/test_norm.py::test_reduction_paths": "layer and RMS norm, every path",
     "tests/framework/test_reduce.py::test_reduction_paths": "sum, mean, max, every path",
     "tests/framework/test_layout.py::test_transpose": "transpose",

@@ -26,6 +26,7 @@ from vkumd.framework.frontends.onnx import (  # noqa: F401
     ops_math,
     ops_recurrent,
     ops_resample,
+    ops_rows,
     ops_shape,
     ops_vision,
 )

@@ -20,6 +20,7 @@ from vkumd.framework.frontends.torch import (
     aten_activation,  # noqa: F401
     aten_cnn,  # noqa: F401
     aten_layout,  # noqa: F401
+    aten_rows,  # noqa: F401
     aten_vision,  # noqa: F401
 )
 from vkumd.framework.frontends.torch.aten_map import CHECKS, HANDLERS, MULTI_OUTPUT, meta

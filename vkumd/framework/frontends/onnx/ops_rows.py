@@ -1,0 +1,36 @@
+"""Converters of the row ops along an axis: LogSoftmax, CumSum, CumProd.
+
+vkumd's row ops take any axis themselves (moving it last inside the op), so a converter
+only resolves the axis: an attribute, or for CumSum an input known at import time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx
+
+from vkumd.framework.frontends.onnx.errors import Unsupported
+from vkumd.framework.frontends.onnx.state import Bound, State, converter
+from vkumd.framework.graph import product
+
+
+def _axis(axis: int, ndim: int, what: str = "axis") -> int:
+    if not -max(ndim, 1) <= axis < max(ndim, 1):
+        raise Unsupported(f"{what} {axis} is out of range for {ndim} dimensions")
+    return axis % max(ndim, 1)
+
+
+@converter("LogSoftmax", attrs=("axis",))
+def log_softmax(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """LogSoftmax over ``axis``; before opset 13 over the flattened trailing axes (as
+    Softmax's converter)."""
+    x = st.value(node.input[0])
+    ndim = len(x.shape)
+    if st.opset < 13:
+        axis = _axis(attrs.get("axis", 1), ndim)
+        if axis == ndim - 1:
+            return [st.b.log_softmax(x, axis=axis)]
+        flat = st.b.reshape(x, (product(x.shape[:axis]), product(x.shape[axis:])))
+        return [st.b.reshape(st.b.log_softmax(flat, axis=1), x.shape)]
+    return [st.b.log_softmax(x, axis=_axis(attrs.get("axis", -1), ndim))]

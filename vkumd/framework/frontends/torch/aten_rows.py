@@ -1,0 +1,26 @@
+"""The row aten ops along a dimension: log_softmax (handlers as in :mod:`.aten_map`; the vkumd
+ops take any dimension themselves). Registered into :data:`~.aten_map.HANDLERS` on import."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import fx
+
+from vkumd.framework.frontends.torch.aten_map import aten, meta, on
+from vkumd.framework.graph.ir import Value
+
+
+def _float_result(node: fx.Node) -> str | None:
+    """Refuse a node whose result is not floating point (torch keeps it)."""
+    val = meta(node)
+    if val is None or not val.dtype.is_floating_point:
+        return "needs a floating-point result"
+    return None
+
+
+@on(aten._log_softmax.default, aten.log_softmax.int, check=_float_result)
+def _log_softmax(cv: Any, node: fx.Node, x: Value, dim: int, *rest: Any,
+                 **kwargs: Any) -> Value:
+    x = cv.cast_to(x, meta(node).dtype)
+    return cv.b.log_softmax(x, axis=dim)
