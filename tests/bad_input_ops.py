@@ -51,6 +51,8 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "max": lambda e, x: ops.max(x),
     "softmax": lambda e, x: ops.softmax(x),
     "log_softmax": lambda e, x: ops.log_softmax(x),
+    "cumsum": lambda e, x: ops.cumsum(x),
+    "cumprod": lambda e, x: ops.cumprod(x),
     "relu": lambda e, x: ops.relu(x),
     "gelu": lambda e, x: ops.gelu(x),
     "gelu_tanh": lambda e, x: ops.gelu_tanh(x),

@@ -20,6 +20,7 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     reduce,
     resample,
     rope,
+    scan,
     softmax,
 )
 from vkumd.compiler.kernels.elementwise import (

@@ -36,6 +36,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     reductions,
     resample,
     rotary,
+    scan,
     softmax,
     unary,
     unary_math,

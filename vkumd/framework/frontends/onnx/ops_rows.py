@@ -34,3 +34,21 @@ def log_softmax(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[
         flat = st.b.reshape(x, (product(x.shape[:axis]), product(x.shape[axis:])))
         return [st.b.reshape(st.b.log_softmax(flat, axis=1), x.shape)]
     return [st.b.log_softmax(x, axis=_axis(attrs.get("axis", -1), ndim))]
+
+
+@converter("CumSum", "CumProd", attrs=("exclusive", "reverse"))
+def cumulative(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """CumSum and CumProd along the axis their second input names, which must be known at
+    import (a constant, or computed from shapes)."""
+    x = st.value(node.input[0])
+    axis = st.ints(node.input[1], f"{node.op_type}'s axis")
+    if len(axis) != 1:
+        raise Unsupported(f"{node.op_type}'s axis must hold one integer, not {axis}")
+    flags = {}
+    for name in ("exclusive", "reverse"):
+        value = attrs.get(name, 0)
+        if value not in (0, 1):
+            raise Unsupported(f"{node.op_type}: {name}={value}; ONNX allows 0 or 1")
+        flags[name] = bool(value)
+    op = st.b.cumsum if node.op_type == "CumSum" else st.b.cumprod
+    return [op(x, axis=_axis(axis[0], len(x.shape)), **flags)]

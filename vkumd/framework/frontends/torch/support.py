@@ -98,7 +98,7 @@ def refusal(node: fx.Node, constants: set[fx.Node]) -> str | None:
 
 
 def op_name(node: fx.Node) -> str:
-    """A node's target as users know it: ``aten.cumsum.default``, ``operator.mul``."""
+    """A node's target as users know it: ``aten.logcumsumexp.default``, ``operator.mul``."""
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
         return str(target)
@@ -118,7 +118,7 @@ def refusals(gm: fx.GraphModule, kinds: dict[str, str]) -> dict[fx.Node, str]:
 
 
 def describe(refused: Iterable[tuple[fx.Node, str]]) -> str:
-    """``aten.cumsum.default (no vkumd counterpart), ...``, one entry per op and reason."""
+    """``aten.logcumsumexp.default (no vkumd counterpart), ...``, one entry per op and reason."""
     seen: dict[str, None] = {}
     for node, why in refused:
         seen[f"{op_name(node)} ({why})"] = None
