@@ -53,6 +53,8 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "log_softmax": lambda e, x: ops.log_softmax(x),
     "cumsum": lambda e, x: ops.cumsum(x),
     "cumprod": lambda e, x: ops.cumprod(x),
+    "topk": lambda e, x: ops.topk(x, 1),
+    "hardmax": lambda e, x: ops.hardmax(x),
     "relu": lambda e, x: ops.relu(x),
     "gelu": lambda e, x: ops.gelu(x),
     "gelu_tanh": lambda e, x: ops.gelu_tanh(x),

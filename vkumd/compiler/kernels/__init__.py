@@ -22,6 +22,7 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     rope,
     scan,
     softmax,
+    topk,
 )
 from vkumd.compiler.kernels.elementwise import (
     ELEMENTWISE_BINARY,

@@ -63,6 +63,11 @@ SCAN_DTYPES = (*FLOAT_DTYPES, "int32")
 SCAN_OPS = {"sum": 0, "prod": 1}
 SCAN_MAX_ELEMENTS = (1 << 32) - 1
 
+# The top-k kernel (topk.py: topk, hardmax): its types, and the largest k (each of the k
+# picks is one pass over the row).
+TOPK_DTYPES = SCAN_DTYPES
+TOPK_MAX_K = 1024
+
 # argmax (reduce.py): row lengths it takes (indices pass through float32 reductions).
 ARGMAX_MAX_COLS = 1 << 24
 # Quantized weights (qmatmul.py): GGUF block formats as (values per block, bytes per block),

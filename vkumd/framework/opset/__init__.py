@@ -38,6 +38,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     rotary,
     scan,
     softmax,
+    topk,
     unary,
     unary_math,
     windows,

@@ -1,4 +1,4 @@
-"""Converters of the row ops along an axis: LogSoftmax, CumSum, CumProd.
+"""Converters of the row ops along an axis: LogSoftmax, CumSum, CumProd, TopK, Hardmax.
 
 vkumd's row ops take any axis themselves (moving it last inside the op), so a converter
 only resolves the axis: an attribute, or for CumSum an input known at import time.
@@ -52,3 +52,43 @@ def cumulative(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[B
         flags[name] = bool(value)
     op = st.b.cumsum if node.op_type == "CumSum" else st.b.cumprod
     return [op(x, axis=_axis(axis[0], len(x.shape)), **flags)]
+
+
+@converter("TopK", attrs=("axis", "k", "largest", "sorted"))
+def top_k(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """TopK along ``axis``: K an attribute before opset 10, then an input known at import
+    (a constant, or computed from shapes)."""
+    x = st.value(node.input[0])
+    if st.opset < 10:
+        k = attrs.get("k")
+        if k is None:
+            raise Unsupported("TopK before opset 10 needs its k attribute")
+    else:
+        ks = st.ints(node.input[1], "TopK's K")
+        if len(ks) != 1:
+            raise Unsupported(f"TopK's K must hold one integer, not {ks}")
+        k = ks[0]
+    flags = {}
+    for name in ("largest", "sorted"):
+        value = attrs.get(name, 1)
+        if value not in (0, 1):
+            raise Unsupported(f"TopK: {name}={value}; ONNX allows 0 or 1")
+        flags[name] = bool(value)
+    axis = _axis(attrs.get("axis", -1), len(x.shape))
+    values, indices = st.b.topk(x, k=k, axis=axis, **flags)
+    return [values, indices]
+
+
+@converter("Hardmax", attrs=("axis",))
+def hardmax(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """Hardmax along ``axis``; before opset 13 over the flattened trailing axes (as Softmax's
+    converter)."""
+    x = st.value(node.input[0])
+    ndim = len(x.shape)
+    if st.opset < 13:
+        axis = _axis(attrs.get("axis", 1), ndim)
+        if axis == ndim - 1:
+            return [st.b.hardmax(x, axis=axis)]
+        flat = st.b.reshape(x, (product(x.shape[:axis]), product(x.shape[axis:])))
+        return [st.b.reshape(st.b.hardmax(flat, axis=1), x.shape)]
+    return [st.b.hardmax(x, axis=_axis(attrs.get("axis", -1), ndim))]
