@@ -55,6 +55,7 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "cumprod": lambda e, x: ops.cumprod(x),
     "topk": lambda e, x: ops.topk(x, 1),
     "hardmax": lambda e, x: ops.hardmax(x),
+    "nll_loss": lambda e, x: ops.nll_loss(x, e.ints([0, 1])),
     "relu": lambda e, x: ops.relu(x),
     "gelu": lambda e, x: ops.gelu(x),
     "gelu_tanh": lambda e, x: ops.gelu_tanh(x),

@@ -55,6 +55,7 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_scan.py::test_matches_float64": "cumsum and cumprod (scan)",
     "tests/framework/test_topk.py::test_topk_matches_a_stable_sort": "topk",
     "tests/framework/test_topk.py::test_hardmax_is_the_first_maximum": "hardmax (topk kernel)",
+    "tests/framework/test_losses.py::test_matches_float64": "nll_loss",
     "tests/framework/test_norm.py::test_reduction_paths": "layer and RMS norm, every path",
     "tests/framework/test_reduce.py::test_reduction_paths": "sum, mean, max, every path",
     "tests/framework/test_layout.py::test_transpose": "transpose",

@@ -12,6 +12,7 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     fused_elementwise,
     gather,
     kv_cache,
+    nll,
     norm,
     permute,
     pool,

@@ -68,6 +68,9 @@ SCAN_MAX_ELEMENTS = (1 << 32) - 1
 TOPK_DTYPES = SCAN_DTYPES
 TOPK_MAX_K = 1024
 
+# The negative log-likelihood kernel (nll.py): the types of x and the weights.
+NLL_DTYPES = FLOAT_DTYPES
+
 # argmax (reduce.py): row lengths it takes (indices pass through float32 reductions).
 ARGMAX_MAX_COLS = 1 << 24
 # Quantized weights (qmatmul.py): GGUF block formats as (values per block, bytes per block),

@@ -27,6 +27,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     kv_cache,
     layout,
     log_softmax,
+    losses,
     lrn,
     matmul,
     norms,

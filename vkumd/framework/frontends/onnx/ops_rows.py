@@ -1,4 +1,5 @@
-"""Converters of the row ops along an axis: LogSoftmax, CumSum, CumProd, TopK, Hardmax.
+"""Converters of the row ops along an axis: LogSoftmax, CumSum, CumProd, TopK, Hardmax, and
+the losses over class scores, NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss.
 
 vkumd's row ops take any axis themselves (moving it last inside the op), so a converter
 only resolves the axis: an attribute, or for CumSum an input known at import time.
@@ -92,3 +93,37 @@ def hardmax(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Boun
         flat = st.b.reshape(x, (product(x.shape[:axis]), product(x.shape[axis:])))
         return [st.b.reshape(st.b.hardmax(flat, axis=1), x.shape)]
     return [st.b.hardmax(x, axis=_axis(attrs.get("axis", -1), ndim))]
+
+
+def _loss_attrs(node: onnx.NodeProto, attrs: dict[str, Any]) -> dict[str, Any]:
+    reduction = attrs.get("reduction", "mean")
+    if reduction not in ("none", "sum", "mean"):
+        raise Unsupported(f"{node.op_type}: reduction={reduction!r}; ONNX allows none, sum, mean")
+    return {"reduction": reduction, "ignore_index": attrs.get("ignore_index")}
+
+
+def _loss_inputs(st: State, node: onnx.NodeProto) -> tuple[Any, Any, Any]:
+    target = st.value(node.input[1])
+    if target.dtype.name != "int32":  # int64 targets are stored as int32 already
+        raise Unsupported(f"{node.op_type}: the target is {target.dtype.name}; class indices "
+                          "must be integers")
+    weight = st.value(node.input[2]) if st.present(node, 2) else None
+    return st.value(node.input[0]), target, weight
+
+
+@converter("NegativeLogLikelihoodLoss", attrs=("reduction", "ignore_index"))
+def nll_loss(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """NegativeLogLikelihoodLoss: ``nll_loss`` (classes on axis 1)."""
+    x, target, weight = _loss_inputs(st, node)
+    return [st.b.nll_loss(x, target, weight, **_loss_attrs(node, attrs))]
+
+
+@converter("SoftmaxCrossEntropyLoss", attrs=("reduction", "ignore_index"))
+def softmax_cross_entropy(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
+                          ) -> list[Bound | None]:
+    """SoftmaxCrossEntropyLoss: ``log_softmax`` over axis 1, then ``nll_loss``; the optional
+    second output is the log-probabilities."""
+    scores, target, weight = _loss_inputs(st, node)
+    log_prob = st.b.log_softmax(scores, axis=1)
+    loss = st.b.nll_loss(log_prob, target, weight, **_loss_attrs(node, attrs))
+    return [loss, log_prob] if len(node.output) > 1 and node.output[1] else [loss]
