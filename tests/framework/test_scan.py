@@ -13,6 +13,7 @@ from transformer_checks import FLOATS, assert_close, assert_each_raises, poisone
 
 import vkumd
 from vkumd import ops
+from vkumd.compiler.kernels import scan as scan_kernel
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.opset.scan import scan_reference
 
@@ -61,6 +62,23 @@ def test_matches_float64(ctx, op: str, dtype: str, shape: tuple[int, ...], axis:
         # A running sum's late entries can be small differences of large partial sums:
         # judged by the norm of the whole result, as a reduction's error is.
         assert_close(got, want, dtype, what)
+
+
+@pytest.mark.parametrize("width", [1, 128, 256], ids=lambda w: f"width{w}")
+@pytest.mark.parametrize("op", list(OPS))
+def test_other_workgroup_widths(ctx, monkeypatch: pytest.MonkeyPatch, op: str,
+                                width: int) -> None:
+    # The planner gives a GPU 128 lanes and lavapipe one subgroup; each width the kernel
+    # may get scans the same (rows shorter than, equal to and many times the block).
+    monkeypatch.setattr(scan_kernel, "scan_width", lambda caps: width)
+    rng = np.random.default_rng()
+    combine, identity = OPS[op]
+    for shape, exclusive, reverse in [((3, 5), True, False), ((2, 256), False, True),
+                                      ((2, 3001), True, True)]:
+        x = _values(rng, op, "float32", shape)
+        got = _run(ctx, op, x, "float32", -1, exclusive, reverse)
+        want = scan_reference(x, combine, identity, -1, exclusive, reverse)
+        assert_close(got, want, "float32", f"{op} width {width} {shape}")
 
 
 def test_int32_wraps_as_numpy(ctx) -> None:

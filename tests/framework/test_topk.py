@@ -13,6 +13,7 @@ from transformer_checks import FLOATS, assert_each_raises, poisoned, tensor
 
 import vkumd
 from vkumd import ops
+from vkumd.compiler.kernels import scan as scan_kernel
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.opset.topk import hardmax_reference, topk_reference
 
@@ -50,6 +51,22 @@ def test_topk_matches_a_stable_sort(ctx, dtype: str, shape: tuple[int, ...], axi
     want_values, want_indices = topk_reference(x, k, axis, largest)
     np.testing.assert_array_equal(values.numpy(), want_values)
     np.testing.assert_array_equal(indices.numpy(), want_indices)
+
+
+@pytest.mark.parametrize("width", [1, 128, 256], ids=lambda w: f"width{w}")
+def test_other_workgroup_widths(ctx, monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    # The planner gives a GPU 128 lanes and lavapipe one subgroup; the picks across lanes
+    # (a shared-memory tree) are the same at every width the kernel may get.
+    monkeypatch.setattr(scan_kernel, "scan_width", lambda caps: width)
+    rng = np.random.default_rng()
+    for shape, k in [((3, 5), 5), ((2, 256), 9), ((2, 3001), 4)]:
+        x = _values(rng, "float32", shape)
+        values, indices = ops.topk(ctx.tensor(x.astype(np.float32)), k)
+        want_values, want_indices = topk_reference(x, k, -1, True)
+        np.testing.assert_array_equal(values.numpy(), want_values)
+        np.testing.assert_array_equal(indices.numpy(), want_indices)
+        np.testing.assert_array_equal(ops.hardmax(ctx.tensor(x.astype(np.float32))).numpy(),
+                                      hardmax_reference(x, -1))
 
 
 def test_nan_is_largest_and_zeros_are_equal(ctx) -> None:

@@ -51,7 +51,6 @@ SCAN = register(Kernel(
 ))
 
 
-@functools.lru_cache(maxsize=1024)
 def scan_plan(caps: DeviceCaps, code: str, op: str, rows: int, cols: int, exclusive: bool,
               reverse: bool) -> FixedLaunch:
     """A running ``op`` (a key of :data:`SCAN_OPS`) along rows. Operands: x, out.
@@ -59,7 +58,13 @@ def scan_plan(caps: DeviceCaps, code: str, op: str, rows: int, cols: int, exclus
     Raises:
         VkumdValueError: more rows than the device's grid dispatches at once.
     """
-    width = scan_width(caps)
+    # The width is read here, outside the cache, so tests may force another one.
+    return _scan_plan(caps, scan_width(caps), code, op, rows, cols, exclusive, reverse)
+
+
+@functools.lru_cache(maxsize=1024)
+def _scan_plan(caps: DeviceCaps, width: int, code: str, op: str, rows: int, cols: int,
+               exclusive: bool, reverse: bool) -> FixedLaunch:
     program = SCAN.specialize({"DTYPE": code, "OP": SCAN_OPS[op], WORKGROUP: width})
     push = SCAN_PUSH.pack(rows, cols, int(exclusive), int(reverse))
     return FixedLaunch(program, push, grid(caps, rows, 1), (1,))

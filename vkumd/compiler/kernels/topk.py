@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import functools
 
+from vkumd.compiler.kernels import scan
 from vkumd.compiler.kernels.elementwise_plan import FixedLaunch
 from vkumd.compiler.kernels.limits import TOPK_DTYPES
 from vkumd.compiler.kernels.rows import grid
-from vkumd.compiler.kernels.scan import scan_width
 from vkumd.compiler.kernels.type_codes import type_codes
 from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import WORKGROUP, Kernel, register
@@ -30,24 +30,29 @@ TOPK = register(Kernel(
     defines={"DTYPE": tuple(TOPK_CODES.values()), "HARDMAX": (0, 1)},
     spec_constants={WORKGROUP: 0},
     # The scan kernel's width: one subgroup on a CPU driver, 128 lanes on a GPU.
-    variants=lambda caps: [{"DTYPE": code, "HARDMAX": hardmax, WORKGROUP: scan_width(caps)}
+    variants=lambda caps: [{"DTYPE": code, "HARDMAX": hardmax,
+                            WORKGROUP: scan.scan_width(caps)}
                            for code in TOPK_CODES.values()
                            if caps.storage_16bit or code in ("F32", "I32")
                            for hardmax in (0, 1)],
 ))
 
 
-@functools.lru_cache(maxsize=1024)
 def topk_plan(caps: DeviceCaps, code: str, rows: int, cols: int, k: int, largest: bool
               ) -> FixedLaunch:
     """The ``k`` largest (or smallest) entries of each row. Operands: x, values, indices."""
-    program = TOPK.specialize({"DTYPE": code, "HARDMAX": 0, WORKGROUP: scan_width(caps)})
-    return FixedLaunch(program, TOPK_PUSH.pack(rows, cols, k, int(largest)),
-                       grid(caps, rows, 1), (1, 2))
+    # The width is read here, outside the cache, so tests may force another one.
+    return _topk_plan(caps, scan.scan_width(caps), code, 0, rows, cols, k, largest)
+
+
+def hardmax_plan(caps: DeviceCaps, code: str, rows: int, cols: int) -> FixedLaunch:
+    """Each row's one-hot first maximum. Operands: x, out, None (no indices)."""
+    return _topk_plan(caps, scan.scan_width(caps), code, 1, rows, cols, 1, True)
 
 
 @functools.lru_cache(maxsize=1024)
-def hardmax_plan(caps: DeviceCaps, code: str, rows: int, cols: int) -> FixedLaunch:
-    """Each row's one-hot first maximum. Operands: x, out, None (no indices)."""
-    program = TOPK.specialize({"DTYPE": code, "HARDMAX": 1, WORKGROUP: scan_width(caps)})
-    return FixedLaunch(program, TOPK_PUSH.pack(rows, cols, 1, 1), grid(caps, rows, 1), (1,))
+def _topk_plan(caps: DeviceCaps, width: int, code: str, hardmax: int, rows: int, cols: int,
+               k: int, largest: bool) -> FixedLaunch:
+    program = TOPK.specialize({"DTYPE": code, "HARDMAX": hardmax, WORKGROUP: width})
+    return FixedLaunch(program, TOPK_PUSH.pack(rows, cols, k, int(largest)),
+                       grid(caps, rows, 1), (1,) if hardmax else (1, 2))
