@@ -53,7 +53,7 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "log_softmax": lambda e, x: ops.log_softmax(x),
     "cumsum": lambda e, x: ops.cumsum(x),
     "cumprod": lambda e, x: ops.cumprod(x),
-    "topk": lambda e, x: ops.topk(x, 1),
+    "topk": lambda e, x: ops.topk(x, k=1),
     "hardmax": lambda e, x: ops.hardmax(x),
     "nll_loss": lambda e, x: ops.nll_loss(x, e.ints([0, 1])),
     "relu": lambda e, x: ops.relu(x),

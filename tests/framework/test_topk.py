@@ -46,7 +46,7 @@ def test_topk_matches_a_stable_sort(ctx, dtype: str, shape: tuple[int, ...], axi
     out_shape = list(shape)
     out_shape[axis] = k
     out = (_poisoned(ctx, tuple(out_shape), dtype), _poisoned(ctx, tuple(out_shape), "int32"))
-    values, indices = ops.topk(_input(ctx, x, dtype), k, axis=axis, largest=largest, out=out)
+    values, indices = ops.topk(_input(ctx, x, dtype), k=k, axis=axis, largest=largest, out=out)
     assert values.dtype.name == dtype and indices.dtype.name == "int32"
     want_values, want_indices = topk_reference(x, k, axis, largest)
     np.testing.assert_array_equal(values.numpy(), want_values)
@@ -61,7 +61,7 @@ def test_other_workgroup_widths(ctx, monkeypatch: pytest.MonkeyPatch, width: int
     rng = np.random.default_rng()
     for shape, k in [((3, 5), 5), ((2, 256), 9), ((2, 3001), 4)]:
         x = _values(rng, "float32", shape)
-        values, indices = ops.topk(ctx.tensor(x.astype(np.float32)), k)
+        values, indices = ops.topk(ctx.tensor(x.astype(np.float32)), k=k)
         want_values, want_indices = topk_reference(x, k, -1, True)
         np.testing.assert_array_equal(values.numpy(), want_values)
         np.testing.assert_array_equal(indices.numpy(), want_indices)
@@ -72,7 +72,7 @@ def test_other_workgroup_widths(ctx, monkeypatch: pytest.MonkeyPatch, width: int
 def test_nan_is_largest_and_zeros_are_equal(ctx) -> None:
     x = np.array([[1, np.nan, 3, -0.0, 0.0, np.inf, np.nan, -np.inf]], np.float32)
     for largest in (True, False):
-        values, indices = ops.topk(ctx.tensor(x), 8, largest=largest)
+        values, indices = ops.topk(ctx.tensor(x), k=8, largest=largest)
         want_values, want_indices = topk_reference(x, 8, -1, largest)
         np.testing.assert_array_equal(indices.numpy(), want_indices)
         np.testing.assert_array_equal(values.numpy(), want_values)
@@ -89,8 +89,21 @@ def test_hardmax_is_the_first_maximum(ctx, dtype: str, shape: tuple[int, ...], a
     np.testing.assert_array_equal(got.numpy(), hardmax_reference(x, axis))
 
 
+def test_compiled_graph(ctx) -> None:
+    x = _values(np.random.default_rng(), "float32", (4, 9)).astype(np.float32)
+    compiled = vkumd.compile(lambda x: ops.topk(x * 2, k=3, axis=0, largest=False), {"x": x},
+                             ctx=ctx)
+    assert compiled.executor == "compiled"
+    values, indices = compiled(x=x)
+    want_values, want_indices = topk_reference(x * 2.0, 3, 0, False)
+    np.testing.assert_array_equal(values.numpy(), want_values)
+    np.testing.assert_array_equal(indices.numpy(), want_indices)
+    hot = vkumd.compile(lambda x: ops.hardmax(x + 1, axis=0), {"x": x}, ctx=ctx)
+    np.testing.assert_array_equal(hot(x=x).numpy(), hardmax_reference(x + 1.0, 0))
+
+
 def test_k_zero_and_empty_rows(ctx) -> None:
-    values, indices = ops.topk(ctx.tensor(np.ones((3, 4), np.float32)), 0)
+    values, indices = ops.topk(ctx.tensor(np.ones((3, 4), np.float32)), k=0)
     assert values.shape == indices.shape == (3, 0)
     assert ops.hardmax(ctx.empty((0, 5))).shape == (0, 5)
 
@@ -153,18 +166,19 @@ def test_onnx_hardmax(ctx, opset: int, axis: int | None) -> None:
 def test_bad_inputs(ctx) -> None:
     x = ctx.tensor(np.zeros((5, 7), np.float32))
     cases = [
-        (VkumdTypeError, lambda: ops.topk(np.zeros((5, 7), np.float32), 2)),
-        (VkumdTypeError, lambda: ops.topk(ctx.tensor(np.zeros((5, 7), np.uint8)), 2)),
-        (VkumdValueError, lambda: ops.topk(ctx.tensor(np.float32(1.0)), 1)),
-        (VkumdValueError, lambda: ops.topk(x, 8)),
-        (VkumdValueError, lambda: ops.topk(x, -1)),
-        (VkumdValueError, lambda: ops.topk(ctx.zeros((2, 2000)), 1025)),
-        (VkumdTypeError, lambda: ops.topk(x, 2.0)),
-        (VkumdValueError, lambda: ops.topk(x, 2, axis=2)),
-        (VkumdTypeError, lambda: ops.topk(x, 2, largest=1)),
-        (VkumdTypeError, lambda: ops.topk(x, 2, out=ctx.empty((5, 2)))),
-        (VkumdTypeError, lambda: ops.topk(x, 2, out=(ctx.empty((5, 2)), ctx.empty((5, 2))))),
-        (VkumdValueError, lambda: ops.topk(x, 2, out=(ctx.empty((5, 3)),
+        (VkumdTypeError, lambda: ops.topk(np.zeros((5, 7), np.float32), k=2)),
+        (VkumdTypeError, lambda: ops.topk(ctx.tensor(np.zeros((5, 7), np.uint8)), k=2)),
+        (VkumdValueError, lambda: ops.topk(ctx.tensor(np.float32(1.0)), k=1)),
+        (VkumdValueError, lambda: ops.topk(x, k=8)),
+        (VkumdValueError, lambda: ops.topk(x, k=-1)),
+        (VkumdValueError, lambda: ops.topk(ctx.zeros((2, 2000)), k=1025)),
+        (VkumdTypeError, lambda: ops.topk(x, k=2.0)),
+        (VkumdValueError, lambda: ops.topk(x, k=2, axis=2)),
+        (VkumdTypeError, lambda: ops.topk(x, k=2, largest=1)),
+        (VkumdTypeError, lambda: ops.topk(x, k=2, out=ctx.empty((5, 2)))),
+        (VkumdTypeError, lambda: ops.topk(x, k=2, out=(ctx.empty((5, 2)),
+                                                     ctx.empty((5, 2))))),
+        (VkumdValueError, lambda: ops.topk(x, k=2, out=(ctx.empty((5, 3)),
                                                       ctx.empty((5, 2), "int32")))),
     ]
     assert_each_raises(ctx, cases, "topk")

@@ -20,7 +20,7 @@ from vkumd.framework import dtypes
 from vkumd.framework.graph.dims import format_shape
 from vkumd.framework.graph.ir import Node
 from vkumd.framework.graph.operands import Types, at_least_1d, axis_of, flag, only
-from vkumd.framework.graph.registry import TensorType, define
+from vkumd.framework.graph.registry import REQUIRED, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_storage, check_tensor, output
 from vkumd.framework.ops.contract import Verdicts, concrete_rule, recall, remember
@@ -61,7 +61,7 @@ def _topk_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tensor
     return [TensorType(shape, x.dtype), TensorType(shape, dtypes.int32)]
 
 
-def topk(x: Tensor, k: int, *, axis: int = -1, largest: bool = True, sorted: bool = True,
+def topk(x: Tensor, *, k: int, axis: int = -1, largest: bool = True, sorted: bool = True,
          out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
     """The ``k`` largest (or smallest) entries of ``x`` along ``axis``, in order, and their
     indices (ONNX's TopK, ``torch.topk``).
@@ -146,11 +146,11 @@ def topk_reference(x: np.ndarray, k: int, axis: int, largest: bool
 
 def _topk_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     at = attrs_of(node)
-    topk(ins[0], at["k"], axis=at["axis"], largest=at["largest"], sorted=at["sorted"],
+    topk(ins[0], k=at["k"], axis=at["axis"], largest=at["largest"], sorted=at["sorted"],
          out=(outs[0], outs[1]))
 
 
-define("topk", ("x",), {"k": 1, "axis": -1, "largest": True, "sorted": True},
+define("topk", ("x",), {"k": REQUIRED, "axis": -1, "largest": True, "sorted": True},
        rule=_topk_rule,
        reference=lambda a, at, s: list(topk_reference(a[0], at["k"], at["axis"], at["largest"])),
        lower=_topk_lower, eager=topk)
