@@ -55,6 +55,7 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "cumprod": lambda e, x: ops.cumprod(x),
     "topk": lambda e, x: ops.topk(x, k=1),
     "hardmax": lambda e, x: ops.hardmax(x),
+    "sort": lambda e, x: ops.sort(x),
     "nll_loss": lambda e, x: ops.nll_loss(x, e.ints([0, 1])),
     "relu": lambda e, x: ops.relu(x),
     "gelu": lambda e, x: ops.gelu(x),

@@ -1,6 +1,6 @@
-"""``ops.topk`` and ``ops.hardmax`` against numpy's stable sort and argmax (the reference for
-indices): every dtype, any axis, rows longer than a workgroup, ties, NaN and signed zeros,
-the ONNX TopK and Hardmax nodes and bad inputs.
+"""``ops.topk``, ``ops.sort`` and ``ops.hardmax`` against numpy's stable sort and argmax (the
+reference for indices): every dtype, any axis, rows longer than a workgroup, ties, NaN and
+signed zeros, compiled graphs, the ONNX TopK and Hardmax nodes and bad inputs.
 
 Outputs start poisoned. Shapes are listed in the parameter ids.
 """
@@ -89,6 +89,20 @@ def test_hardmax_is_the_first_maximum(ctx, dtype: str, shape: tuple[int, ...], a
     np.testing.assert_array_equal(got.numpy(), hardmax_reference(x, axis))
 
 
+@pytest.mark.parametrize("descending", [False, True], ids=["ascending", "descending"])
+@pytest.mark.parametrize(("shape", "axis"), [((7,), 0), ((5, 13), -1), ((3, 6, 5), 1),
+                                             ((2, 1024), 1)], ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32"])
+def test_sort_is_stable(ctx, dtype: str, shape: tuple[int, ...], axis: int,
+                        descending: bool) -> None:
+    x = _values(np.random.default_rng(), dtype, shape)
+    out = (_poisoned(ctx, shape, dtype), _poisoned(ctx, shape, "int32"))
+    values, indices = ops.sort(_input(ctx, x, dtype), axis=axis, descending=descending, out=out)
+    order = np.argsort(-x if descending else x, axis=axis, kind="stable")
+    np.testing.assert_array_equal(indices.numpy(), order)
+    np.testing.assert_array_equal(values.numpy(), np.take_along_axis(x, order, axis))
+
+
 def test_compiled_graph(ctx) -> None:
     x = _values(np.random.default_rng(), "float32", (4, 9)).astype(np.float32)
     compiled = vkumd.compile(lambda x: ops.topk(x * 2, k=3, axis=0, largest=False), {"x": x},
@@ -98,6 +112,10 @@ def test_compiled_graph(ctx) -> None:
     want_values, want_indices = topk_reference(x * 2.0, 3, 0, False)
     np.testing.assert_array_equal(values.numpy(), want_values)
     np.testing.assert_array_equal(indices.numpy(), want_indices)
+    ordered = vkumd.compile(lambda x: ops.sort(x - 1, axis=0), {"x": x}, ctx=ctx)
+    values, indices = ordered(x=x)
+    np.testing.assert_array_equal(indices.numpy(), np.argsort(x, axis=0, kind="stable"))
+    np.testing.assert_array_equal(values.numpy(), np.sort(x - 1.0, axis=0))
     hot = vkumd.compile(lambda x: ops.hardmax(x + 1, axis=0), {"x": x}, ctx=ctx)
     np.testing.assert_array_equal(hot(x=x).numpy(), hardmax_reference(x + 1.0, 0))
 
@@ -191,3 +209,12 @@ def test_bad_inputs(ctx) -> None:
         (VkumdTypeError, lambda: ops.hardmax(x, out=ctx.empty((5, 7), "int32"))),
     ]
     assert_each_raises(ctx, cases, "hardmax")
+    cases = [
+        (VkumdTypeError, lambda: ops.sort(np.zeros((5, 7), np.float32))),
+        (VkumdValueError, lambda: ops.sort(ctx.zeros((2, 1025)))),
+        (VkumdValueError, lambda: ops.sort(x, axis=-3)),
+        (VkumdTypeError, lambda: ops.sort(x, descending=1)),
+        (VkumdValueError, lambda: ops.sort(x, out=(ctx.empty((5, 6)),
+                                                   ctx.empty((5, 7), "int32")))),
+    ]
+    assert_each_raises(ctx, cases, "sort")
