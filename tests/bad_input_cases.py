@@ -198,7 +198,7 @@ METHODS = [
     C("tensor_setitem", lambda e: e.t().__setitem__(0, 1.0), TE, "not supported"),
     C("tensor_iterate_0d", lambda e: list(e.ctx.zeros(())), TE, "0-d"),
     C("tensor_reshape_wrong_count", lambda e: e.t().reshape(4), VE, "has 6 elements"),
-    C("tensor_sum_over_first_dim", lambda e: e.t().sum(dim=0), VE, "last dimension"),
+    C("tensor_sum_dim_out_of_range", lambda e: e.t().sum(dim=5), VE, "out of range"),
     C("tensor_softmax_dim_string", lambda e: e.t().softmax(dim="x"), TE, "must be an int"),
     C("tensor_gelu_approximate", lambda e: e.t().gelu(approximate="fast"), VE,
       "approximate='fast'"),

@@ -75,6 +75,9 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_kv_write.py::test_graph_reads_the_cache_it_wrote":
         "KV cache write in a graph, attention over it",
     "tests/framework/test_argmax.py::test_ties_nan_and_infinities": "argmax, every path",
+    "tests/framework/test_argmin.py::test_ties_nan_and_infinities": "argmin, last index",
+    "tests/framework/test_reduce_axes.py::test_last_axis_every_row_path": "reductions, rows",
+    "tests/framework/test_reduce_axes.py::test_16_bit_types": "reduce_axis, middle axes",
     "tests/framework/test_generated_ops.py::test_binary_eager_matches_float64":
         "generated two-input kernels (swiglu)",
     "tests/framework/test_qmatmul.py::test_matches_float64":
@@ -169,6 +172,10 @@ TRANSFERS: dict[str, str] = {
     "tests/frontends/test_onnx_symbolic_sizes.py": "an ONNX conv net at several page sizes",
     "tests/frontends/test_onnx_activations.py": "ONNX activations and unary math end to end",
     "tests/frontends/test_onnx_light_ops.py": "ONNX LRN, Dropout, Sum and Mean end to end",
+    "tests/frontends/test_onnx_attention.py": "ONNX Attention end to end",
+    "tests/frontends/test_onnx_norms.py": "ONNX RMS, group, instance, MVN and L1 norms and "
+                                          "RotaryEmbedding end to end",
+    "tests/frontends/test_onnx_reduce.py": "ONNX Reduce* end to end",
     "tests/frontends/test_onnx_light_models.py": "ONNX's nine light models end to end (their "
                                                  "151-411 MB weights through staging)",
     "tests/frontends/test_onnx_recurrent.py": "ONNX LSTM and GRU, and ddddocr, end to end",
@@ -219,6 +226,7 @@ HARDENED: dict[str, str] = {
 TORCH: dict[str, str] = {
     "tests/frontends/test_torch_compile.py": "torch.compile and torch.export on vkumd",
     "tests/frontends/test_torch_fallback.py": "what falls back to torch, and why",
+    "tests/frontends/test_torch_reduce.py": "the aten reductions over any axes",
     "tests/frontends/test_torch_activations.py": "the elementwise tail through torch.compile",
     "tests/frontends/test_torch_resample.py": "resize, pad and transposed convolution from torch",
     "tests/frontends/test_torch_cnn.py": "convolution, pooling and batch norm from torch",

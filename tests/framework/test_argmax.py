@@ -94,7 +94,7 @@ def test_onnx_argmax(ctx) -> None:
     from onnx import TensorProto, helper
 
     import vkumd.onnx
-    from vkumd.onnx import UnsupportedModelError
+    from vkumd.onnx import MalformedGraphError
 
     def model(**attrs):
         shape = [3, 5, 7]
@@ -108,15 +108,20 @@ def test_onnx_argmax(ctx) -> None:
         onnx.checker.check_model(m)
         return m
 
-    x = np.random.default_rng().standard_normal((3, 5, 7)).astype(np.float32)
-    for attrs in ({}, {"axis": 2, "keepdims": 0}, {"axis": -2}):
+    x = np.round(np.random.default_rng().standard_normal((3, 5, 7)) * 2).astype(np.float32)
+    for attrs in ({}, {"axis": 2, "keepdims": 0}, {"axis": -2},
+                  {"axis": 1, "select_last_index": 1}):
         got = vkumd.onnx.load(model(**attrs), ctx=ctx)(x=x)
         got = np.asarray(got[next(iter(got))] if isinstance(got, dict) else got)
-        want = np.argmax(x, axis=attrs.get("axis", 0), keepdims=bool(attrs.get("keepdims", 1)))
+        axis = attrs.get("axis", 0)
+        keep = bool(attrs.get("keepdims", 1))
+        want = np.argmax(x, axis=axis, keepdims=keep)
+        if attrs.get("select_last_index"):  # the last of equal maxima (rounding made ties)
+            want = x.shape[axis] - 1 - np.argmax(np.flip(x, axis), axis=axis, keepdims=keep)
         assert got.dtype == np.int64
         np.testing.assert_array_equal(got, want)
-    with pytest.raises(UnsupportedModelError, match="select_last_index"):
-        vkumd.onnx.load(model(select_last_index=1), ctx=ctx)
+    with pytest.raises(MalformedGraphError, match="select_last_index"):
+        vkumd.onnx.load(model(select_last_index=2), ctx=ctx)
 
 
 def test_bad_inputs(ctx) -> None:

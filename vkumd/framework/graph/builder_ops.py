@@ -230,17 +230,17 @@ class OpMethods:
         """``x / sqrt(mean(x**2) + eps) * weight`` over the last axis."""
         return self._apply("rms_norm", [x, weight], {"eps": _as_float(eps)})
 
-    def sum(self, x: Value, *, keepdims: bool = False) -> Value:
-        """The sum over the last axis."""
-        return self._apply("sum", [x], {"keepdims": keepdims})
+    def sum(self, x: Value, *, dim: Any = -1, keepdims: bool = False) -> Value:
+        """The sum over ``dim`` (an axis, a tuple of axes or None: all; default the last)."""
+        return self._apply("sum", [x], {"dim": _axes(dim), "keepdims": keepdims})
 
-    def mean(self, x: Value, *, keepdims: bool = False) -> Value:
-        """The mean over the last axis."""
-        return self._apply("mean", [x], {"keepdims": keepdims})
+    def mean(self, x: Value, *, dim: Any = -1, keepdims: bool = False) -> Value:
+        """The mean over ``dim`` (an axis, a tuple of axes or None: all; default the last)."""
+        return self._apply("mean", [x], {"dim": _axes(dim), "keepdims": keepdims})
 
-    def max(self, x: Value, *, keepdims: bool = False) -> Value:
-        """The maximum over the last axis."""
-        return self._apply("max", [x], {"keepdims": keepdims})
+    def max(self, x: Value, *, dim: Any = -1, keepdims: bool = False) -> Value:
+        """The maximum over ``dim`` (an axis, a tuple of axes or None: all; default the last)."""
+        return self._apply("max", [x], {"dim": _axes(dim), "keepdims": keepdims})
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -325,3 +325,8 @@ class OpMethods:
         """
         return self._apply("slice", [x], {"axis": axis, "start": start, "stop": stop,
                                           "step": step})
+
+
+def _axes(dim: Any) -> Any:
+    """A reduction's ``dim`` with a list made a tuple (attributes are hashed)."""
+    return tuple(dim) if isinstance(dim, list) else dim

@@ -322,33 +322,52 @@ class TensorMethods:
         for i in range(len(self)):  # type: ignore[arg-type]
             yield self[i]  # type: ignore[index]
 
-    # -- reductions and row-wise ops (the last dimension) --------------------------------
-    def sum(self, dim: int = _LAST, keepdim: bool = False, *, axis: int | None = None,
+    # -- reductions (any axes) and row-wise ops (the last dimension) --------------------
+    def sum(self, dim: Any = _LAST, keepdim: bool = False, *, axis: Any = None,
             keepdims: bool | None = None) -> Any:
-        """The sum over the last dimension, as :func:`vkumd.ops.sum`.
+        """The sum over ``dim``, as :func:`vkumd.ops.sum`.
 
         Args:
-            dim: -1 or ``ndim - 1``: the row kernels reduce the last dimension only.
-            keepdim: keep it, as 1.
+            dim: an axis, a tuple of axes or None (every axis); default the last.
+            keepdim: keep the reduced axes, as 1.
             axis: numpy's name of ``dim``.
             keepdims: numpy's name of ``keepdim``.
 
         Raises:
-            VkumdValueError: another ``dim`` (permute that dimension last first).
-            VkumdTypeError: a non-float tensor, or a ``dim`` that is not an int.
+            VkumdTypeError: dim and axis (or keepdim and keepdims) both given; errors of
+                :func:`vkumd.ops.sum` (a non-float tensor, a dim that is not an int).
+            VkumdValueError: an axis out of range or named twice.
         """
-        return self._ops.sum(self, keepdims=self._row("sum", dim, keepdim, axis, keepdims))
+        dim, keep = self._reduced("sum", dim, keepdim, axis, keepdims)
+        return self._ops.sum(self, dim=dim, keepdims=keep)
 
-    def mean(self, dim: int = _LAST, keepdim: bool = False, *, axis: int | None = None,
+    def mean(self, dim: Any = _LAST, keepdim: bool = False, *, axis: Any = None,
              keepdims: bool | None = None) -> Any:
-        """The mean over the last dimension; arguments and errors as :meth:`sum`."""
-        return self._ops.mean(self, keepdims=self._row("mean", dim, keepdim, axis, keepdims))
+        """The mean over ``dim``; arguments and errors as :meth:`sum`."""
+        dim, keep = self._reduced("mean", dim, keepdim, axis, keepdims)
+        return self._ops.mean(self, dim=dim, keepdims=keep)
 
-    def max(self, dim: int = _LAST, keepdim: bool = False, *, axis: int | None = None,
+    def max(self, dim: Any = _LAST, keepdim: bool = False, *, axis: Any = None,
             keepdims: bool | None = None) -> Any:
-        """The maximum over the last dimension (values only, unlike PyTorch's
-        ``(values, indices)``); arguments and errors as :meth:`sum`."""
-        return self._ops.max(self, keepdims=self._row("max", dim, keepdim, axis, keepdims))
+        """The maximum over ``dim`` (values only, unlike PyTorch's ``(values, indices)``);
+        arguments and errors as :meth:`sum`."""
+        dim, keep = self._reduced("max", dim, keepdim, axis, keepdims)
+        return self._ops.max(self, dim=dim, keepdims=keep)
+
+    def _reduced(self, op: str, dim: Any, keepdim: Any, axis: Any, keepdims: Any
+                 ) -> tuple[Any, Any]:
+        """A reduction method's ``(dim, keepdim)`` from PyTorch's or numpy's spelling."""
+        if axis is not None:
+            if dim is not _LAST:  # given twice (an explicit -1 is the same object: harmless)
+                raise self._type_error(f"{type(self).__name__}.{op}: dim and axis both given"
+                                       f"{at_site()}; give one")
+            dim = axis
+        if keepdims is not None:
+            if keepdim is not False:
+                raise self._type_error(f"{type(self).__name__}.{op}: keepdim and keepdims "
+                                       f"both given{at_site()}; give one")
+            keepdim = keepdims
+        return dim, keepdim
 
     def softmax(self, dim: int = _LAST, *, axis: int | None = None, scale: float | None = None,
                 mask: Any = None) -> Any:

@@ -109,9 +109,24 @@ def slice_(x: TracedTensor, starts: Any, stops: Any, axes: Any = None) -> Traced
     return out
 
 
+def _reduction(name: str) -> Callable[..., Any]:
+    """``vkumd.ops.<name>`` of a reduction: its eager signature (``dim``, ``keepdim`` by
+    position, numpy's ``keepdims``, ``correction`` for var/std) as the builder's attributes."""
+    def record(x: TracedTensor, dim: Any = -1, keepdim: Any = False, *, keepdims: Any = None,
+               **correction: Any) -> TracedTensor:
+        keep = keepdim if keepdims is None else keepdims
+        return x.tracer.call(name, x, dim=tuple(dim) if isinstance(dim, list) else dim,
+                             keepdims=keep, **correction)
+    return record
+
+
+# The reductions of opset/reductions.py (named here: the graph layer imports no opset).
+_REDUCTIONS = ("sum", "mean", "max", "min", "prod", "sum_square", "l1_norm", "l2_norm",
+               "logsumexp", "log_sum", "var", "std")
 CALLS: Mapping[str, Callable[..., Any]] = {"flatten": flatten, "squeeze": squeeze,
                                            "unsqueeze": unsqueeze, "split": split,
-                                           "slice": slice_}
+                                           "slice": slice_,
+                                           **{n: _reduction(n) for n in _REDUCTIONS}}
 
 
 def record_call(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

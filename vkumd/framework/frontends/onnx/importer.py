@@ -21,10 +21,13 @@ from vkumd.errors import VkumdError, VkumdValueError
 from vkumd.framework.frontends.onnx import derived as derived_mod
 from vkumd.framework.frontends.onnx import (  # noqa: F401
     ops_activation,
+    ops_attention,
     ops_linalg,
     ops_logic,
     ops_math,
+    ops_norms,
     ops_recurrent,
+    ops_reduce,
     ops_resample,
     ops_rows,
     ops_shape,

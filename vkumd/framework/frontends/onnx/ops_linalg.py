@@ -1,4 +1,5 @@
-"""Converters of MatMul, Gemm, Softmax, LayerNormalization and the reductions.
+"""Converters of MatMul, Gemm, Softmax, LayerNormalization and LpNormalization (the
+reductions: ops_reduce.py).
 
 vkumd's row kernels work over the last axis; other axes are permuted (or reshaped) there
 first, which is what an exporter's graph would have to do on vkumd anyway.
@@ -13,7 +14,7 @@ import onnx
 
 from vkumd.framework.frontends.onnx.errors import Unsupported
 from vkumd.framework.frontends.onnx.state import Bound, State, converter
-from vkumd.framework.graph import Dim, Value, product
+from vkumd.framework.graph import Value, product
 
 
 def _axis(axis: int, ndim: int, what: str = "axis") -> int:
@@ -250,74 +251,26 @@ def _moments(st: State, flat: Value, eps: float, shape: tuple[Any, ...]) -> list
     return [st.b.reshape(mean, shape), st.b.reshape(inv, shape)]
 
 
-_REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max"}
-
-
-def _reduce_axes(st: State, node: onnx.NodeProto, attrs: dict[str, Any], ndim: int
-                 ) -> list[int] | None:
-    if "axes" in attrs:
-        axes = list(attrs["axes"])
-    elif st.present(node, 1):
-        axes = st.ints(node.input[1], "axes")
-    else:
-        axes = []
-    if not axes:
-        return None if attrs.get("noop_with_empty_axes", 0) else list(range(ndim))
-    return sorted({_axis(a, ndim, "reduction axis") for a in axes})
-
-
-@converter(*_REDUCE, attrs=("axes", "keepdims", "noop_with_empty_axes"))
-def reduce(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """ReduceMean/Sum/Max over any axes: moved last, merged into one, reduced there."""
-    x = st.value(node.input[0])
-    ndim = len(x.shape)
-    if ndim == 0:
-        raise Unsupported("reducing a 0-d tensor")
-    axes = _reduce_axes(st, node, attrs, ndim)
-    if axes is None:
-        return [x]
-    if node.op_type == "ReduceMax" and any(x.shape[d] == 0 for d in axes):
-        raise Unsupported("ReduceMax over an empty axis (vkumd's max of nothing is undefined)")
-    keep = bool(attrs.get("keepdims", 1))
-    rest = [d for d in range(ndim) if d not in axes]
-    moved = x if rest + axes == list(range(ndim)) else st.b.permute(x, rest + axes)
-    kept: list[int | Dim] = [x.shape[d] for d in rest]
-    if len(axes) > 1:
-        moved = st.b.reshape(moved, (*kept, product([x.shape[d] for d in axes])))
-    y = st.b.op(_REDUCE[node.op_type], moved)
-    if keep:
-        y = st.b.reshape(y, tuple(1 if d in axes else x.shape[d] for d in range(ndim)))
-    return [y]
-
-
-@converter("ArgMax", attrs=("axis", "keepdims", "select_last_index"))
-def arg_max(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """ArgMax of a float tensor: vkumd's argmax (the first index among equal maxima; int64
-    indices kept as int32, as vkumd stores int64). ``select_last_index=1`` is refused."""
-    if attrs.get("select_last_index", 0):
-        raise Unsupported("ArgMax with select_last_index=1 (vkumd's argmax gives the first "
-                          "index among equal maxima); flip the axis and subtract from its "
-                          "length - 1 instead")
-    x = st.value(node.input[0])
-    if x.dtype.name not in ("float32", "float16", "bfloat16"):
-        raise Unsupported(f"ArgMax of {x.dtype.name} (vkumd's argmax takes float tensors)")
-    axis = _axis(attrs.get("axis", 0), len(x.shape))
-    return [st.b.argmax(x, axis=axis, keepdims=bool(attrs.get("keepdims", 1)))]
-
-
 @converter("LpNormalization", attrs=("axis", "p"))
 def lp_normalization(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
                      ) -> list[Bound | None]:
-    """``x / ||x||_2`` along ``axis`` (p = 2 only), as the native encoder writes it: an RMS
-    norm (``x / sqrt(mean(x**2) + eps)``) times ``1/sqrt(n)``, one row kernel. ``eps`` is
+    """``x / ||x||_p`` along ``axis``. p = 2 as the native encoder writes it: an RMS norm
+    (``x / sqrt(mean(x**2) + eps)``) times ``1/sqrt(n)``, one row kernel. ``eps`` is
     ``1e-24 / n`` (F.normalize's clamp of the norm at 1e-12): a zero row gives zeros, as
-    ONNX's reference does, and no other row changes in float32."""
-    if attrs.get("p", 2) != 2:
-        raise Unsupported(f"p={attrs['p']} is not supported (only p=2)")
+    ONNX's reference does, and no other row changes in float32. p = 1 divides by the row's
+    sum of ``|x|`` (a zero row gives zeros)."""
+    p = attrs.get("p", 2)
+    if p not in (1, 2):
+        raise Unsupported(f"LpNormalization with p={p} (ONNX defines p = 1 and 2)")
     x = st.value(node.input[0])
     if x.dtype.name not in ("float32", "float16", "bfloat16"):
         raise Unsupported(f"LpNormalization of {x.dtype.name}")
     moved, inverse = _to_last(st, x, _axis(attrs.get("axis", -1), len(x.shape)))
+    if p == 1:
+        norm = st.b.sum(st.b.abs(moved), keepdims=True)
+        zero = st.constant(np.zeros((), np.float32), x.dtype.name)
+        y = st.b.where(st.b.eq(norm, zero), zero, st.b.div(moved, norm))
+        return [y if inverse is None else st.b.permute(y, inverse)]
     n = moved.shape[-1]
     if not isinstance(n, int) or n == 0:
         raise Unsupported(f"LpNormalization along an axis of size {n} (a known, non-zero "

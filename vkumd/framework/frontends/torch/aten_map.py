@@ -18,7 +18,6 @@ from typing import Any
 import torch
 from torch import fx
 
-from vkumd.framework.graph.dims import product
 from vkumd.framework.graph.ir import Value
 
 aten = torch.ops.aten
@@ -255,48 +254,3 @@ def _layer_norm(cv: Any, node: fx.Node, x: Value, shape: Any, weight: Value | No
 def _native_layer_norm(cv: Any, node: fx.Node, x: Value, shape: Any, weight: Value | None,
                        bias: Value | None, eps: float) -> tuple[Any, ...]:
     return (cv.b.layer_norm(x, weight, bias, eps=eps), None, None)
-
-
-def _reduce_check(node: fx.Node) -> str | None:
-    dims = arg(node, 1, "dim")
-    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) != 1):
-        return "reduces over more than one axis"
-    if arg(node, 3, "dtype") is not None:
-        return "takes a dtype"
-    return None
-
-
-def _reduce(method: str) -> Handler:
-    def handle(cv: Any, node: fx.Node, x: Value, dims: Any, keepdim: bool = False,
-               *rest: Any, **kwargs: Any) -> Value:
-        dim = dims[0] if isinstance(dims, (list, tuple)) else dims
-        ndim = len(x.shape)
-        y = last_axis(cv, x, dim, lambda v: getattr(cv.b, method)(v), restore=False)
-        if keepdim:
-            shape = list(x.shape)
-            shape[dim % ndim] = 1
-            y = cv.b.reshape(y, shape)
-        return y
-    return handle
-
-
-on(aten.sum.dim_IntList, check=_reduce_check)(_reduce("sum"))
-on(aten.mean.dim, check=_reduce_check)(_reduce("mean"))
-
-
-def _amax_check(node: fx.Node) -> str | None:
-    dims = arg(node, 1, "dim")
-    return "reduces over more than one axis" if not dims or len(dims) != 1 else None
-
-
-on(aten.amax.default, check=_amax_check)(_reduce("max"))
-
-
-@on(aten.argmax.default)
-def _argmax(cv: Any, node: fx.Node, x: Value, dim: Any = None, keepdim: bool = False
-            ) -> Value:
-    # int64 indices run as int32, as every int64 does here (dims.py).
-    if dim is None:  # over the flattened tensor
-        flat = cv.b.argmax(cv.b.reshape(x, (product(x.shape),)), axis=0)
-        return cv.b.reshape(flat, (1,) * len(x.shape)) if keepdim else flat
-    return cv.b.argmax(x, axis=dim, keepdims=bool(keepdim))

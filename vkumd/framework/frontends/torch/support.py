@@ -20,6 +20,7 @@ from vkumd.framework.frontends.torch import (
     aten_activation,  # noqa: F401
     aten_cnn,  # noqa: F401
     aten_layout,  # noqa: F401
+    aten_reduce,  # noqa: F401
     aten_rows,  # noqa: F401
     aten_vision,  # noqa: F401
 )
