@@ -17,12 +17,18 @@
 // The mask (same storage type as x) broadcasts against x: the row's offset in the mask is
 // sum(coord[d] * mstride[d]) over x's leading dimensions, and along the row it either steps
 // by one element (mask_mode 1) or repeats one value (mask_mode 2). mask_mode 0: no mask (the
-// mask binding is then a dummy). Defines: see rows.glsl.
+// mask binding is then a dummy). Defines: see rows.glsl, and LOG_SOFTMAX 1 for log_softmax:
+// v - max - log(sum), the same passes with the last one writing logarithms (an all -inf row
+// then gives -inf, the logarithm of the zeros softmax writes).
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_KHR_shader_subgroup_basic : enable
 #extension GL_KHR_shader_subgroup_arithmetic : enable
 #include "rows.glsl"
+
+#ifndef LOG_SOFTMAX
+#define LOG_SOFTMAX 0
+#endif
 
 layout(std430, binding = 0) readonly buffer X { UNIT x[]; };
 layout(std430, binding = 1) readonly buffer Mask { UNIT mask[]; };
@@ -143,15 +149,28 @@ void main() {
     float part = m == NEG_INF ? 0.0 : s * exp(m - row_m);
     float total = row_sum(part);
     if (row_m == NEG_INF || row_m == POS_INF) {
+#if LOG_SOFTMAX
+        VT fill = VT(row_m == NEG_INF ? NEG_INF : QNAN);
+#else
         VT fill = VT(row_m == NEG_INF ? 0.0 : QNAN);
+#endif
         for (uint u = lane; u < units; u += width) {
             result[base + u] = F_TO_UNIT(fill);
         }
         return;
     }
+#if LOG_SOFTMAX
+    // v - row_m is exact near the maximum; the sum's logarithm is subtracted after it.
+    float log_total = log(total);
+    for (uint u = lane; u < units; u += width) {
+        VT v = value(UNIT_TO_F(x[base + u]), row_c * sign, moff, u);
+        result[base + u] = F_TO_UNIT((v - row_m) - log_total);
+    }
+#else
     float inv = 1.0 / total;
     for (uint u = lane; u < units; u += width) {
         VT v = value(UNIT_TO_F(x[base + u]), row_c * sign, moff, u);
         result[base + u] = F_TO_UNIT(exp(v - row_m) * inv);
     }
+#endif
 }

@@ -50,6 +50,12 @@ SMOKE: dict[str, str] = {
         "generated one-input kernels (exp, sqrt, tanh, erf, sigmoid, hardswish, ...)",
     "tests/framework/test_activation.py::test_large_tensor_uses_a_2d_grid": "activations, 2-D",
     "tests/framework/test_softmax.py::test_reduction_paths": "softmax, every reduction path",
+    "tests/framework/test_log_softmax.py::test_reduction_paths":
+        "log_softmax, every reduction path",
+    "tests/framework/test_scan.py::test_matches_float64": "cumsum and cumprod (scan)",
+    "tests/framework/test_topk.py::test_topk_matches_a_stable_sort": "topk",
+    "tests/framework/test_topk.py::test_hardmax_is_the_first_maximum": "hardmax (topk kernel)",
+    "tests/framework/test_losses.py::test_matches_float64": "nll_loss",
     "tests/framework/test_norm.py::test_reduction_paths": "layer and RMS norm, every path",
     "tests/framework/test_reduce.py::test_reduction_paths": "sum, mean, max, every path",
     "tests/framework/test_layout.py::test_transpose": "transpose",
@@ -232,6 +238,7 @@ TORCH: dict[str, str] = {
     "tests/frontends/test_torch_resample.py": "resize, pad and transposed convolution from torch",
     "tests/frontends/test_torch_cnn.py": "convolution, pooling and batch norm from torch",
     "tests/frontends/test_torch_index.py": "gather, scatters, triu and tril from torch",
+    "tests/frontends/test_torch_rows.py": "log_softmax, cumsum and cumprod from torch",
     "tests/framework/test_input_conversion.py::test_torch_bridge_refuses_ids_past_int32":
         "the torch bridge's input rule",
     "tests/bench/test_gpu_scripts.py::test_compare_refuses_a_torch_peer_it_cannot_have":

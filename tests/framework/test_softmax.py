@@ -47,6 +47,18 @@ def test_matches_numpy(ctx, dtype: str, shape: tuple[int, ...]) -> None:
     assert_close(out.numpy(), reference(x, scale), dtype, f"{dtype} {shape}")
 
 
+@pytest.mark.parametrize(("shape", "axis"), [((5, 13), 0), ((3, 6, 5), 1), ((4, 3, 2, 8), -3),
+                                           ((2, 4099, 3), 1)], ids=str)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_other_axes(ctx, dtype: str, shape: tuple[int, ...], axis: int) -> None:
+    rng = np.random.default_rng()
+    x = sample(rng, dtype, shape, scale=3.0)
+    out = ops.softmax(tensor(ctx, x, dtype), scale=0.75, axis=axis,
+                      out=poisoned(ctx, shape, dtype))
+    want = np.moveaxis(reference(np.moveaxis(x, axis, -1), 0.75), -1, axis)
+    assert_close(out.numpy(), want, dtype, f"{dtype} {shape} axis={axis}")
+
+
 @pytest.mark.parametrize("shape", [(3, 7), (4, 64), (2, 1000), (3, 4099)], ids=str)
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.usefixtures("row_path")
@@ -131,6 +143,9 @@ def test_bad_inputs(ctx) -> None:
         (VkumdValueError, lambda: ops.softmax(x, out=ctx.empty((7, 5)))),
         (VkumdTypeError, lambda: ops.softmax(x, out=np.empty((5, 7), np.float32))),
         (VkumdTypeError, lambda: ops.softmax(x, out=ctx.empty((5, 7), "float16"))),
+        (VkumdValueError, lambda: ops.softmax(x, axis=2)),
+        (VkumdTypeError, lambda: ops.softmax(x, axis=1.0)),
+        (VkumdValueError, lambda: ops.softmax(x, axis=0, mask=ctx.zeros((5, 7)))),
     ]
     assert_each_raises(ctx, cases, "softmax")
 

@@ -16,8 +16,8 @@ from torch_models import MLP, rel_err  # noqa: E402
 import vkumd.torch  # noqa: E402
 
 
-class WithCumsum(nn.Module):
-    """Two vkumd-able halves around torch.cumsum, which vkumd has no kernel for."""
+class WithLogcumsumexp(nn.Module):
+    """Two vkumd-able halves around torch.logcumsumexp, which vkumd has no kernel for."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -25,7 +25,7 @@ class WithCumsum(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.b(F.gelu(self.a(x)))
-        h = torch.cumsum(h, dim=-1)
+        h = torch.logcumsumexp(h, dim=-1)
         return self.d(F.relu(self.c(h)))
 
 
@@ -36,9 +36,9 @@ def _fallbacks(caught: list[warnings.WarningMessage]) -> list[str]:
 
 @torch.no_grad()
 @pytest.mark.parametrize("partition", [True, False])
-def test_cumsum_falls_back_and_warns_once(partition: bool) -> None:
+def test_logcumsumexp_falls_back_and_warns_once(partition: bool) -> None:
     torch.manual_seed(0)
-    model = WithCumsum().eval()
+    model = WithLogcumsumexp().eval()
     torch._dynamo.reset()
     fast = torch.compile(model, backend=vkumd.torch.make_backend(partition=partition))
     with warnings.catch_warnings(record=True) as caught:
@@ -48,16 +48,16 @@ def test_cumsum_falls_back_and_warns_once(partition: bool) -> None:
             assert rel_err(fast(x), model(x)) < 1e-4
     messages = _fallbacks(caught)
     assert len(messages) == 1, messages
-    assert "aten.cumsum.default" in messages[0]
+    assert "aten.logcumsumexp.default" in messages[0]
     assert ("part(s) on vkumd" in messages[0]) is partition
 
 
 @torch.no_grad()
 def test_exported_partitions() -> None:
     torch.manual_seed(1)
-    model = WithCumsum().eval()
+    model = WithLogcumsumexp().eval()
     x = torch.randn(4, 32)
-    with pytest.warns(vkumd.torch.VkumdFallbackWarning, match="cumsum"):
+    with pytest.warns(vkumd.torch.VkumdFallbackWarning, match="logcumsumexp"):
         compiled = vkumd.torch.load_exported(torch.export.export(model, (x,)))
     assert rel_err(compiled(x), model(x)) < 1e-4
     parts = [m for name, m in compiled.runner.named_children() if name.startswith("vkumd_")]

@@ -176,8 +176,9 @@ def test_row_ops() -> None:
         b.layer_norm(x, b.weight("g5", np.ones(5, np.float32)))
     with pytest.raises(GraphError, match="mask of shape .* does not broadcast to x's shape"):
         b.softmax(mask, mask=scores)
-    with pytest.raises(GraphError, match="only the last axis"):
-        b.op("softmax", x, axis=0)
+    assert b.op("softmax", x, axis=0).type == x.type
+    with pytest.raises(GraphError, match="a mask is taken with the last axis only"):
+        b.op("softmax", scores, mask, axis=0)
     with pytest.raises(GraphError, match="eps must be >= 0"):
         b.layer_norm(x, eps=-1.0)
     with pytest.raises(GraphTypeError, match="keepdims must be True or False"):

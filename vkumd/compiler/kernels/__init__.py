@@ -13,6 +13,7 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     gather,
     index,
     kv_cache,
+    nll,
     norm,
     permute,
     pool,
@@ -21,7 +22,9 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     reduce,
     resample,
     rope,
+    scan,
     softmax,
+    topk,
 )
 from vkumd.compiler.kernels.elementwise import (
     ELEMENTWISE_BINARY,

@@ -57,6 +57,20 @@ ROPE_PAIRS = ("adjacent", "halves")
 # The cache update (kv_cache.py): cache types (new is converted to the cache's).
 KV_CACHE_DTYPES = ("float32", "float16")
 
+# The scan kernel (scan.py: cumsum, cumprod): its types, its operations as the shader's OP
+# codes, and the elements a tensor may hold (row offsets are 32-bit).
+SCAN_DTYPES = (*FLOAT_DTYPES, "int32")
+SCAN_OPS = {"sum": 0, "prod": 1}
+SCAN_MAX_ELEMENTS = (1 << 32) - 1
+
+# The top-k kernel (topk.py: topk, hardmax): its types, and the largest k (each of the k
+# picks is one pass over the row).
+TOPK_DTYPES = SCAN_DTYPES
+TOPK_MAX_K = 1024
+
+# The negative log-likelihood kernel (nll.py): the types of x and the weights.
+NLL_DTYPES = FLOAT_DTYPES
+
 # argmax (reduce.py): row lengths it takes (indices pass through float32 reductions).
 ARGMAX_MAX_COLS = 1 << 24
 # Quantized weights (qmatmul.py): GGUF block formats as (values per block, bytes per block),

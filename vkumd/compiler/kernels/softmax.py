@@ -1,4 +1,5 @@
-"""The softmax kernel, ``shaders/softmax.comp``: ``softmax(x * scale + mask)`` over rows.
+"""The softmax kernel, ``shaders/softmax.comp``: ``softmax(x * scale + mask)`` over rows, and
+its ``log_softmax`` build (``LOG_SOFTMAX`` 1: the same passes, the last writing logarithms).
 
 A row kernel (:mod:`~vkumd.compiler.kernels.rows`): one workgroup per row.
 """
@@ -34,6 +35,16 @@ SOFTMAX = register(Kernel(
     variants=row_variants(None),
 ))
 
+LOG_SOFTMAX = register(Kernel(
+    name="log_softmax",
+    source="softmax.comp",
+    buffers=3,
+    push=SOFTMAX_PUSH,
+    defines={**ROW_DEFINES, "LOG_SOFTMAX": (1,)},
+    spec_constants={WORKGROUP: 0},
+    variants=lambda caps: [{**v, "LOG_SOFTMAX": 1} for v in row_variants(None)(caps)],
+))
+
 
 def softmax_plan(caps: DeviceCaps, code: str, rows: int, cols: int, scale: float,
                  mask_mode: int, lead: tuple[int, ...], mstride: tuple[int, ...]
@@ -58,3 +69,17 @@ def _softmax_plan(caps: DeviceCaps, layout: tuple, code: str, rows: int, cols: i
                              *mstride, *([0] * (SOFTMAX_MAX_LEAD - len(mstride))))
     program = SOFTMAX.specialize(row_variant(code, cols, layout))
     return FixedLaunch(program, push, grid(caps, rows, 1), (2,))
+
+
+@functools.lru_cache(maxsize=PLANS)
+def _log_softmax_plan(caps: DeviceCaps, layout: tuple, code: str, rows: int, cols: int
+                      ) -> FixedLaunch:
+    push = SOFTMAX_PUSH.pack(cols, rows, 1.0, 0, 0, *([1] * SOFTMAX_MAX_LEAD),
+                             *([0] * SOFTMAX_MAX_LEAD))
+    program = LOG_SOFTMAX.specialize({**row_variant(code, cols, layout), "LOG_SOFTMAX": 1})
+    return FixedLaunch(program, push, grid(caps, rows, 1), (2,))
+
+
+def log_softmax_plan(caps: DeviceCaps, code: str, rows: int, cols: int) -> FixedLaunch:
+    """``x - max - log(sum(exp(x - max)))`` over rows. Operands: x, None (no mask), out."""
+    return _log_softmax_plan(caps, layout_key(caps), code, rows, cols)

@@ -202,14 +202,16 @@ class OpMethods:
 
     # -- row-wise --------------------------------------------------------------------------
 
-    def softmax(self, x: Value, *, scale: float | None = None, mask: Value | None = None
-                ) -> Value:
-        """``softmax(x * scale + mask)`` over the last axis.
+    def softmax(self, x: Value, *, scale: float | None = None, mask: Value | None = None,
+                axis: int = -1) -> Value:
+        """``softmax(x * scale + mask)`` over ``axis`` (the last by default).
 
         Args:
             x: a float tensor, at least 1-D.
             scale: multiplies x before the mask is added (default 1).
-            mask: additive, x's dtype, broadcastable to x without growing it.
+            mask: additive, x's dtype, broadcastable to x without growing it (with the last
+                axis only).
+            axis: the dimension normalised.
 
         Returns:
             x's shape and dtype.
@@ -217,7 +219,7 @@ class OpMethods:
         Raises:
             GraphError: a mask that does not broadcast. GraphTypeError: non-float x.
         """
-        return self._apply("softmax", [x, mask], {"scale": scale})
+        return self._apply("softmax", [x, mask], {"scale": scale, "axis": axis})
 
     def layer_norm(self, x: Value, weight: Value | None = None, bias: Value | None = None, *,
                    eps: float = 1e-5) -> Value:

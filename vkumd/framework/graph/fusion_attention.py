@@ -106,6 +106,8 @@ def _match(graph: Graph, qk: Node) -> tuple[list[Node], list[Value | None], floa
             y, user = user.outputs[0], sole_user(graph, user.outputs[0])
     if user is None or user.op != "softmax" or user.inputs[0] is not y:
         return None
+    if user.attrs.get("axis", -1) not in (-1, y.type.ndim - 1):
+        return None  # a softmax over another axis than the keys' is no attention
     soft_scale, soft_mask = user.attrs.get("scale"), user.inputs[1]
     if mask is not None and (soft_mask is not None or soft_scale not in (None, 1.0)):
         return None

@@ -1,6 +1,7 @@
-"""Softmax over the last dimension, with an optional scale and an additive mask: the
-``softmax`` record and its eager function, which checks its arguments with the record's rule
-(the one the graph applies) and adds the kernel's limit on a masked x's rank."""
+"""Softmax over the last dimension (or any other, moved last first), with an optional scale
+and an additive mask: the ``softmax`` record and its eager function, which checks its
+arguments with the record's rule (the one the graph applies) and adds the kernel's limit on a
+masked x's rank."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from vkumd.framework.graph.ir import Node
 from vkumd.framework.graph.operands import (
     Types,
     at_least_1d,
+    axis_of,
     like_x,
     need_float,
     only,
@@ -34,6 +36,7 @@ from vkumd.framework.ops.contract import (
     remember,
     signature,
 )
+from vkumd.framework.opset.along_axis import along_axis
 from vkumd.framework.opset.common import attrs_of
 from vkumd.framework.tensor import Tensor
 
@@ -54,25 +57,30 @@ def _mask_words(x: Tensor, mask: Tensor) -> tuple[int, tuple[int, ...], tuple[in
     return mode, x.shape[:-1], tuple(strides[:-1])
 
 
-Words = tuple[int, int, float, int, tuple[int, ...], tuple[int, ...]]
-"""``(rows, cols, scale, mode, lead, mstride)``: what the kernel is planned with."""
+Words = tuple[int, int, int, float, int, tuple[int, ...], tuple[int, ...]]
+"""``(axis, rows, cols, scale, mode, lead, mstride)``: the axis as an index, and what the kernel
+is planned with."""
 
 # Words by (x's shape and dtype name, the mask's signature, scale and its type): calls the
 # op's rule and the kernel's limit accepted.
 _VERDICTS: Verdicts = {}
 
 
-def _judge(x: Tensor, mask: Tensor | None, scale: Any) -> Words:
+def _judge(x: Tensor, mask: Tensor | None, scale: Any, axis: Any) -> Words:
     """Check a call with the op's rule and the kernel's limit; raises as they do."""
-    concrete_rule("softmax", (x, mask), {"scale": scale})
+    concrete_rule("softmax", (x, mask), {"scale": scale, "axis": axis})
     mode, lead, mstride = (0, (), ()) if mask is None else _mask_words(x, mask)
     factor = 1.0 if scale is None else float(scale)
-    return math.prod(x.shape[:-1]), x.shape[-1], factor, mode, lead, mstride
+    index = axis_of("softmax", axis, x.ndim)
+    cols = x.shape[index]
+    rows = math.prod(x.shape) // cols if cols else 0
+    return index, rows, cols, factor, mode, lead, mstride
 
 
 def softmax(x: Tensor, *, scale: float | None = None, mask: Tensor | None = None,
-            out: Tensor | None = None) -> Tensor:
-    """``softmax(x * scale + mask)`` over the last dimension, in float32 arithmetic.
+            axis: int = -1, out: Tensor | None = None) -> Tensor:
+    """``softmax(x * scale + mask)`` over ``axis`` (the last by default), in float32
+    arithmetic.
 
     Each row's largest ``x * sign(scale)`` is subtracted before scaling, as
     ``scale * (x - reference) + mask``, so large inputs neither overflow nor lose digits to
@@ -89,7 +97,9 @@ def softmax(x: Tensor, *, scale: float | None = None, mask: Tensor | None = None
             negative, zero and infinite scales follow the same IEEE rules.
         mask: additive, x's dtype, broadcastable to ``x`` without growing it: e.g. ``[q, k]``
             or ``[batch, 1, q, k]`` against ``[batch, heads, q, k]``, or a last dimension of 1.
-            With a mask, ``x`` has at most 6 dimensions.
+            With a mask, ``x`` has at most 6 dimensions and ``axis`` is the last.
+        axis: the dimension normalised (negative counts from the end); another than the last
+            is moved last first (two copies).
         out: optional output of ``x``'s shape and dtype.
 
     Returns:
@@ -97,24 +107,28 @@ def softmax(x: Tensor, *, scale: float | None = None, mask: Tensor | None = None
 
     Raises:
         VkumdTypeError: non-tensor or non-float ``x``; a mask or out of another dtype; a
-            non-numeric scale.
-        VkumdValueError: 0-d ``x``; a mask that does not broadcast; out of the wrong shape.
+            non-numeric scale; a non-int axis.
+        VkumdValueError: 0-d ``x``; a mask that does not broadcast; an axis out of range, or
+            another than the last with a mask; out of the wrong shape.
     """
     op = "softmax"
     x = live_inputs(op, x, ((mask, "mask?"),))
-    key = (x.shape, x.dtype.name, signature(mask), scale, type(scale))
+    key = (x.shape, x.dtype.name, signature(mask), scale, type(scale), axis, type(axis))
     known = recall(_VERDICTS, key)
     if known is None:
-        known = remember(_VERDICTS, key, _judge(x, mask, scale))
+        known = remember(_VERDICTS, key, _judge(x, mask, scale, axis))
     if x.dtype.itemsize < 4:
         check_storage(op, x.dtype, x.context)
-    rows, cols, factor, mode, lead, mstride = known
+    index, rows, cols, factor, mode, lead, mstride = known
     out = output(op, x.context, out, x.shape, x.dtype)
     if out.size == 0:
         return out
     plan = softmax_plan(x.context.caps, ROW_CODES[x.dtype.name], rows, cols, factor, mode,
                         lead, mstride)
-    x.context.run(plan, (x, mask, out))
+    if index == x.ndim - 1:
+        x.context.run(plan, (x, mask, out))
+    else:  # no mask here: the rule takes one with the last axis only
+        along_axis(x, index, out, lambda src, dst: x.context.run(plan, (src, None, dst)))
     return out
 
 
@@ -122,9 +136,10 @@ def _softmax_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Ten
     x, mask = only(ins), ins[1]
     need_float("softmax", x)
     at_least_1d("softmax", x)
-    if attrs["axis"] not in (-1, x.ndim - 1):
-        raise VkumdValueError(f"softmax: axis={attrs['axis']}; only the last axis (-1) is "
-                              "supported, permute first")
+    index = axis_of("softmax", attrs["axis"], x.ndim)
+    if mask is not None and index != x.ndim - 1:
+        raise VkumdValueError(f"softmax: axis={attrs['axis']} with a mask; a mask is taken "
+                              "with the last axis only (permute x and the mask first)")
     if attrs["scale"] is not None:  # an infinite or NaN scale follows IEEE arithmetic
         real("softmax", attrs["scale"], "scale", finite=False)
     if mask is not None:
@@ -147,12 +162,13 @@ def _softmax_reference(args: list[Any], attrs: dict[str, Any], s: Any) -> list[n
     z = x * scale
     if mask is not None:
         z = z + mask
-    return [softmax_rows(z)]
+    axis = attrs["axis"]
+    return [np.moveaxis(softmax_rows(np.moveaxis(z, axis, -1)), -1, axis)]
 
 
 def _softmax_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
-    # The rule admits only the last axis, which is what the kernel normalises.
-    softmax(ins[0], scale=attrs_of(node)["scale"], mask=ins[1], out=outs[0])
+    at = attrs_of(node)
+    softmax(ins[0], scale=at["scale"], mask=ins[1], axis=at["axis"], out=outs[0])
 
 
 define("softmax", ("x", "mask?"), {"scale": None, "axis": -1}, rule=_softmax_rule,

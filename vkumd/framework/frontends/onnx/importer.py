@@ -30,6 +30,7 @@ from vkumd.framework.frontends.onnx import (  # noqa: F401
     ops_recurrent,
     ops_reduce,
     ops_resample,
+    ops_rows,
     ops_shape,
     ops_vision,
 )

@@ -22,6 +22,7 @@ from vkumd.framework.frontends.torch import (
     aten_index,  # noqa: F401
     aten_layout,  # noqa: F401
     aten_reduce,  # noqa: F401
+    aten_rows,  # noqa: F401
     aten_vision,  # noqa: F401
 )
 from vkumd.framework.frontends.torch.aten_map import CHECKS, HANDLERS, MULTI_OUTPUT, meta
@@ -99,7 +100,7 @@ def refusal(node: fx.Node, constants: set[fx.Node]) -> str | None:
 
 
 def op_name(node: fx.Node) -> str:
-    """A node's target as users know it: ``aten.cumsum.default``, ``operator.mul``."""
+    """A node's target as users know it: ``aten.logcumsumexp.default``, ``operator.mul``."""
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
         return str(target)
@@ -119,7 +120,7 @@ def refusals(gm: fx.GraphModule, kinds: dict[str, str]) -> dict[fx.Node, str]:
 
 
 def describe(refused: Iterable[tuple[fx.Node, str]]) -> str:
-    """``aten.cumsum.default (no vkumd counterpart), ...``, one entry per op and reason."""
+    """``aten.logcumsumexp.default (no vkumd counterpart), ...``, one entry per op and reason."""
     seen: dict[str, None] = {}
     for node, why in refused:
         seen[f"{op_name(node)} ({why})"] = None
