@@ -1,0 +1,83 @@
+"""The ONNX converters of CastLike, Size and Range (shape-side ops folded at import where
+their inputs are known) on small models against float64 numpy, and their bad nodes refused
+with the node named. ONNX's own node tests of these operators run in
+test_onnx_conformance.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="the ONNX frontend needs the onnx package")
+
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+
+import vkumd.onnx  # noqa: E402
+from vkumd.errors import VkumdError  # noqa: E402
+
+
+def model(nodes: list, inputs: dict[str, tuple[int, list]], out_type: int,
+          inits: dict[str, np.ndarray] | None = None, opset: int = 21) -> onnx.ModelProto:
+    """A model of ``nodes`` with typed inputs ``name: (elem_type, shape)`` and output ``y``."""
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(k, t, s) for k, (t, s) in inputs.items()],
+        [helper.make_tensor_value_info("y", out_type, None)],
+        [numpy_helper.from_array(v, k) for k, v in (inits or {}).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def run(ctx, m: onnx.ModelProto, **feed: np.ndarray) -> np.ndarray:
+    return np.asarray(vkumd.onnx.load(m, ctx=ctx)(**feed)["y"])
+
+
+def refused(ctx, m: onnx.ModelProto, reason: str) -> None:
+    with pytest.raises(VkumdError, match="the_node") as info:
+        vkumd.onnx.load(m, ctx=ctx)
+    assert reason in str(info.value)
+
+
+@pytest.mark.parametrize(("target", "np_type"), [(T.FLOAT16, np.float16), (T.INT32, np.int32),
+                                                   (T.FLOAT, np.float32)])
+def test_cast_like_takes_a_run_time_targets_type(ctx, target: int, np_type: type) -> None:
+    shape = [3, 7, 5]
+    m = model([helper.make_node("CastLike", ["x", "like"], ["y"])],
+              {"x": (T.FLOAT, shape), "like": (target, [1])}, target)
+    x = (np.random.default_rng().standard_normal(shape) * 100).astype(np.float32)
+    got = run(ctx, m, x=x, like=np.zeros(1, np_type))
+    # float64 reference: numpy's astype truncates toward zero as ONNX's Cast does
+    want = x.astype(np.float64).astype(np_type)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_cast_like_of_a_constant_folds_to_the_tensors_type(ctx) -> None:
+    """The expanded function bodies' idiom: CastLike(constant, x) then arithmetic with x."""
+    m = model([helper.make_node("CastLike", ["alpha", "x"], ["a"]),
+               helper.make_node("Mul", ["x", "a"], ["y"])],
+              {"x": (T.FLOAT16, [4, 9])}, T.FLOAT16, {"alpha": np.array(1.5, np.float64)})
+    x = np.random.default_rng().standard_normal((4, 9)).astype(np.float16)
+    got = run(ctx, m, x=x)
+    want = x.astype(np.float64) * 1.5
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-3)
+
+
+def test_cast_like_to_int64_of_an_int32_tensor_is_its_storage(ctx) -> None:
+    m = model([helper.make_node("CastLike", ["x", "like"], ["y"])],
+              {"x": (T.INT32, [6])}, T.INT64, {"like": np.zeros(1, np.int64)})
+    x = np.arange(-3, 3, dtype=np.int32) * 1000003
+    np.testing.assert_array_equal(run(ctx, m, x=x), x.astype(np.int64))
+
+
+def test_bad_cast_like_nodes_are_refused(ctx) -> None:
+    to_bytes = model([helper.make_node("CastLike", ["x", "like"], ["y"], name="the_node")],
+                     {"x": (T.FLOAT, [4]), "like": (T.BOOL, [1])}, T.BOOL)
+    refused(ctx, to_bytes, "UINT8 and BOOL alike")
+    to_double = model([helper.make_node("CastLike", ["x", "like"], ["y"], name="the_node")],
+                      {"x": (T.FLOAT, [4])}, T.FLOAT, {"like": np.zeros(1, np.float64)})
+    refused(ctx, to_double, "DOUBLE tensors are not supported")
+    rounding = model([helper.make_node("CastLike", ["x", "like"], ["y"], name="the_node",
+                                       round_mode="down")],
+                     {"x": (T.FLOAT, [4]), "like": (T.FLOAT16, [1])}, T.FLOAT16, opset=25)
+    refused(ctx, rounding, "round_mode")
