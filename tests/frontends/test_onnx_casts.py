@@ -81,3 +81,26 @@ def test_bad_cast_like_nodes_are_refused(ctx) -> None:
                                        round_mode="down")],
                      {"x": (T.FLOAT, [4]), "like": (T.FLOAT16, [1])}, T.FLOAT16, opset=25)
     refused(ctx, rounding, "round_mode")
+
+
+@pytest.mark.parametrize("shape", [[3, 7, 5], [4], [], [2, 0, 3]], ids=str)
+def test_size_of_a_static_shape_is_a_constant(ctx, shape: list) -> None:
+    m = model([helper.make_node("Size", ["x"], ["s"]),
+               helper.make_node("Add", ["s", "one"], ["y"])],
+              {"x": (T.FLOAT, shape)}, T.INT64, {"one": np.array(1, np.int64)})
+    x = np.random.default_rng().standard_normal(shape).astype(np.float32)
+    got = run(ctx, m, x=x)
+    assert got.dtype == np.int64 and got.shape == ()
+    assert int(got) == int(np.prod(shape, dtype=np.int64)) + 1
+
+
+@pytest.mark.parametrize("rows", [1, 5, 13])
+def test_size_of_a_symbolic_shape_follows_the_call(ctx, rows: int) -> None:
+    """Size of ``[n, 6]`` scales a tensor: the count is computed from the call's sizes."""
+    m = model([helper.make_node("Size", ["x"], ["s"]),
+               helper.make_node("Cast", ["s"], ["f"], to=T.FLOAT),
+               helper.make_node("Mul", ["x", "f"], ["y"])],
+              {"x": (T.FLOAT, ["n", 6])}, T.FLOAT)
+    x = np.random.default_rng().standard_normal((rows, 6)).astype(np.float32)
+    got = run(ctx, m, x=x)
+    np.testing.assert_allclose(got, x.astype(np.float64) * rows * 6, rtol=1e-6)

@@ -81,6 +81,14 @@ def shape(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound 
     return [tidy(vector)]
 
 
+@converter("Size", derived=True)
+def size(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """The input's element count as a known int64 scalar (symbolic when a dimension is)."""
+    count = np.empty((), dtype=object)  # filled in place, as Shape's vector is
+    count[()] = product(list(st.shape(node.input[0])))
+    return [tidy(count)]
+
+
 @converter("Reshape", attrs=("allowzero",))
 def reshape(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """Reshape to a known shape; a 0 copies the input's dimension (unless allowzero)."""
