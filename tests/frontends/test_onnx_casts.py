@@ -104,3 +104,68 @@ def test_size_of_a_symbolic_shape_follows_the_call(ctx, rows: int) -> None:
     x = np.random.default_rng().standard_normal((rows, 6)).astype(np.float32)
     got = run(ctx, m, x=x)
     np.testing.assert_allclose(got, x.astype(np.float64) * rows * 6, rtol=1e-6)
+
+
+def _range64(start: float, limit: float, delta: float) -> np.ndarray:
+    """ONNX's definition, in float64: ``start + i * delta`` for ``i < max(ceil((limit -
+    start) / delta), 0)``."""
+    count = max(int(np.ceil((limit - start) / delta)), 0)
+    return start + np.arange(count, dtype=np.float64) * delta
+
+
+@pytest.mark.parametrize(("start", "limit", "delta", "np_type"), [
+    (1.5, 9.25, 0.75, np.float32), (10, -7, -3, np.int64), (2, 11, 1, np.int32),
+    (5.0, 5.0, 1.0, np.float32), (3, 0, 1, np.int64)], ids=str)
+def test_range_of_constants_folds(ctx, start, limit, delta, np_type) -> None:
+    """Range of known scalars, added to a run-time tensor of its length (device work)."""
+    want = _range64(start, limit, delta)
+    out_type = helper.np_dtype_to_tensor_dtype(np.dtype(np_type))
+    out_type = T.INT32 if out_type == T.INT64 else out_type
+    m = model([helper.make_node("Range", ["s", "l", "d"], ["r"]),
+               helper.make_node("Cast", ["r"], ["rc"], to=out_type),
+               helper.make_node("Add", ["x", "rc"], ["y"])],
+              {"x": (out_type, [len(want)])}, out_type,
+              {k: np.array(v, np_type) for k, v in zip("sld", (start, limit, delta),
+                                                       strict=True)})
+    x = np.arange(len(want)).astype(np_type)
+    got = run(ctx, m, x=x)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got.astype(np.float64), x.astype(np.float64) + want, rtol=1e-6)
+
+
+def test_range_over_a_static_shape_folds(ctx) -> None:
+    """The expanded RMSNormalization idiom: Range(axis, rank) of the input's shape."""
+    m = model([helper.make_node("Shape", ["x"], ["shape"]),
+               helper.make_node("Size", ["shape"], ["rank"]),
+               helper.make_node("Range", ["one", "rank", "one"], ["axes"]),
+               helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
+              {"x": (T.FLOAT, [3, 4, 5])}, T.FLOAT, {"one": np.array(1, np.int64)})
+    x = np.random.default_rng().standard_normal((3, 4, 5)).astype(np.float32)
+    got = run(ctx, m, x=x)
+    np.testing.assert_allclose(got, x.astype(np.float64).sum(axis=(1, 2)), rtol=1e-5)
+
+
+def test_bad_range_nodes_are_refused(ctx) -> None:
+    scalars = {k: (T.FLOAT, []) for k in "sld"}
+    run_time = model([helper.make_node("Range", ["s", "l", "d"], ["y"], name="the_node")],
+                     scalars, T.FLOAT)
+    refused(ctx, run_time, "must be known at import time")
+    zero = model([helper.make_node("Range", ["s", "l", "d"], ["y"], name="the_node")], {},
+                 T.FLOAT, {k: np.array(v, np.float32) for k, v in zip("sld", (0, 4, 0),
+                                                                      strict=True)})
+    refused(ctx, zero, "delta is 0")
+
+
+@pytest.mark.parametrize("n", [4, 7])
+def test_range_over_a_symbolic_size_follows_the_call(ctx, n: int) -> None:
+    """Range(0, n) of a symbolic n is computed from each call's sizes (a derived input)."""
+    m = model([helper.make_node("Shape", ["x"], ["shape"]),
+               helper.make_node("Squeeze", ["shape"], ["n"]),
+               helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+               helper.make_node("Cast", ["r"], ["c"], to=T.FLOAT),
+               helper.make_node("Add", ["x", "c"], ["y"])],
+              {"x": (T.FLOAT, ["n"])}, T.FLOAT,
+              {"zero": np.array(0, np.int64), "one": np.array(1, np.int64)})
+    x = np.random.default_rng().standard_normal(n).astype(np.float32)
+    got = run(ctx, m, x=x)
+    np.testing.assert_allclose(got, x.astype(np.float64) + _range64(0, n, 1), rtol=1e-6)

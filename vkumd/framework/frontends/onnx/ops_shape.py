@@ -16,7 +16,7 @@ from onnx import numpy_helper
 from vkumd.framework.frontends.onnx.derived import Derived
 from vkumd.framework.frontends.onnx.errors import NeedsConstant, OnHost, Unsupported
 from vkumd.framework.frontends.onnx.fold import check_fold
-from vkumd.framework.frontends.onnx.state import Bound, State, converter, tidy
+from vkumd.framework.frontends.onnx.state import Bound, State, converter, is_symbolic, tidy
 from vkumd.framework.graph import Dim, Value, product
 
 _INT64_MAX = np.iinfo(np.int64).max
@@ -293,6 +293,31 @@ def constant_of_shape(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
                           "non-negative dims and one value)")
     check_fold(tuple(dims), fill.dtype)
     return [np.full(dims, fill[0], dtype=fill.dtype)]
+
+
+@converter("Range")
+def range_(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """``start + i * delta`` for ``i < max(ceil((limit - start) / delta), 0)``, folded at
+    import: the output's length is the inputs' values, so they must be known then."""
+    known = [st.known(n) for n in node.input[:3]]
+    if len(node.input) != 3 or any(k is None for k in known):
+        raise Unsupported("start, limit and delta must be known at import time (constants, "
+                          "or computed from static shapes): the length of the output depends "
+                          "on their values, and vkumd sizes every tensor before running")
+    start, limit, delta = (tidy(k) for k in known)
+    if any(is_symbolic(v) for v in (start, limit, delta)):
+        raise Unsupported("a range over a symbolic size: the length of the output would "
+                          "change with the sizes of each call; give the model static sizes")
+    if any(v.size != 1 for v in (start, limit, delta)):
+        raise Unsupported("start, limit and delta must be scalars")
+    first, last, step = (v.reshape(()) for v in (start, limit, delta))
+    if step == 0:
+        raise Unsupported("delta is 0 (an endless sequence)")
+    count = max(int(np.ceil((float(last) - float(first)) / float(step))), 0)
+    check_fold((count,), start.dtype)
+    if start.dtype.kind in "iu":
+        return [(int(first) + np.arange(count, dtype=np.int64) * int(step)).astype(start.dtype)]
+    return [(float(first) + np.arange(count) * float(step)).astype(start.dtype)]
 
 
 @converter("Expand")
