@@ -9,6 +9,7 @@
 #extension GL_EXT_shader_8bit_storage : require
 #include "common.glsl"
 #include "elementwise_types.glsl"
+#include "activation.glsl"
 
 #ifndef DTYPE
 #define DTYPE F32
@@ -69,6 +70,8 @@ layout(local_size_x_id = 0) in;
 // (there is no bool storage type; a 0/1 mask of the same type multiplies straight into
 // arithmetic). Comparisons with NaN are false except != (IEEE, as numpy). 16-bit floats
 // compare exactly: their float32 widening is exact.
+// 12 the floored remainder (y's sign), 13 the truncated one (C's fmod, x's sign): floats as
+// activation.glsl's vkumd_mod and vkumd_fmod; integers exactly, 0 for a zero divisor.
 layout(constant_id = 1) const uint OP = 0u;
 // VEC 4: each invocation computes four consecutive output elements, loading four of a and of
 // b with one vector load each (lavapipe turns every per-lane load into a gather, so this
@@ -120,6 +123,21 @@ VALUE divide(VALUE x, VALUE y) {
 #endif
 }
 
+VALUE remainder(VALUE x, VALUE y) {
+#if DTYPE == I32
+    if (y == 0 || y == -1) {
+        return 0;  // -1 too: INT_MIN % -1 would overflow
+    }
+    int r = x - (x / y) * y;  // x / y truncates toward zero
+    if (OP == 12u && r != 0 && ((r < 0) != (y < 0))) {
+        r += y;
+    }
+    return r;
+#else
+    return OP == 12u ? vkumd_mod(x, y) : vkumd_fmod(x, y);
+#endif
+}
+
 VALUE truth(bool c) {
     return c ? VALUE(1) : VALUE(0);
 }
@@ -137,6 +155,9 @@ VALUE apply(VALUE x, VALUE y) {
         return truth(x == y);
     } else if (OP == 11u) {
         return truth(!(x == y));  // unordered: NaN != anything
+    }
+    if (OP == 12u || OP == 13u) {
+        return remainder(x, y);
     }
     if (OP == 0u) {
         return x + y;

@@ -83,6 +83,8 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "lrn": lambda e, x: ops.lrn(x, 3),
     "maximum": lambda e, x: ops.maximum(x, e.t()),
     "minimum": lambda e, x: ops.minimum(e.t(), x),
+    "remainder": lambda e, x: ops.remainder(x, e.t()),
+    "fmod": lambda e, x: ops.fmod(e.t(), x),
     "resize2d": lambda e, x: ops.resize2d(x, scale=(2.0, 2.0)),
     "pad": lambda e, x: ops.pad(x, (1, 1, 1, 1)),
     "conv_transpose2d": lambda e, x: ops.conv_transpose2d(x, e.t((3, 2, 2, 2))),

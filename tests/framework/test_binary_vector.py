@@ -56,12 +56,15 @@ def expected(op: str, dtype: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
                 return np.floor_divide(a, b)
             if op == "div_trunc":
                 return (np.abs(a) // np.abs(b) * np.sign(a) * np.sign(b)).astype(np.int32)
+            if op in ("remainder", "fmod"):
+                return (np.mod if op == "remainder" else np.fmod)(a, b)
             return {"add": np.add, "sub": np.subtract, "mul": np.multiply}[op](a, b)
         if op in ("div_floor", "div_trunc"):
             quotient = a.astype(np.float32) / b.astype(np.float32)
             rounded = np.floor(quotient) if op == "div_floor" else np.trunc(quotient)
             return stored(rounded.astype(np.float64), dtype)
-        fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}[op]
+        fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+              "remainder": np.mod, "fmod": np.fmod}[op]
         return fn(a.astype(np.float64), b.astype(np.float64))
 
 
@@ -97,7 +100,8 @@ def _cases() -> list[tuple[str, str]]:
 def test_vector_variant_gives_the_scalar_bits(ctx, op: str, dtype: str, shapes) -> None:
     rng = np.random.default_rng(zlib.crc32(repr((op, dtype, shapes)).encode()))
     a = operands(rng, op, dtype, shapes[0], divisor=False)
-    b = operands(rng, op, dtype, shapes[1], divisor=op.startswith("div"))
+    b = operands(rng, op, dtype, shapes[1], divisor=op.startswith("div") or "mod" in op
+                 or op == "remainder")
     out_shape = np.broadcast_shapes(a.shape, b.shape)
     scalar, vector = both(ctx, op, ctx.tensor(a, dtype=dtype), ctx.tensor(b, dtype=dtype),
                           out_shape)

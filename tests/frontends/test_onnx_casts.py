@@ -1,4 +1,4 @@
-"""The ONNX converters of CastLike, Size and Range (shape-side ops folded at import where
+"""The ONNX converters of CastLike, Size, Range and Mod (shape-side ops folded at import where
 their inputs are known) on small models against float64 numpy, and their bad nodes refused
 with the node named. ONNX's own node tests of these operators run in
 test_onnx_conformance.py."""
@@ -169,3 +169,30 @@ def test_range_over_a_symbolic_size_follows_the_call(ctx, n: int) -> None:
     x = np.random.default_rng().standard_normal(n).astype(np.float32)
     got = run(ctx, m, x=x)
     np.testing.assert_allclose(got, x.astype(np.float64) + _range64(0, n, 1), rtol=1e-6)
+
+
+@pytest.mark.parametrize(("elem", "np_type", "fmod"), [
+    (T.INT32, np.int32, 0), (T.INT64, np.int64, 1), (T.FLOAT, np.float32, 0),
+    (T.FLOAT, np.float32, 1), (T.FLOAT16, np.float16, 1)], ids=str)
+def test_mod_matches_float64(ctx, elem: int, np_type: type, fmod: int) -> None:
+    m = model([helper.make_node("Mod", ["a", "b"], ["y"], fmod=fmod)],
+              {"a": (elem, [3, 11]), "b": (elem, [11])}, elem, opset=13)
+    rng = np.random.default_rng()
+    a = (rng.standard_normal((3, 11)) * 50).astype(np_type)
+    b = (rng.uniform(1, 9, 11) * rng.choice([-1, 1], 11)).astype(np_type)
+    got = run(ctx, m, a=a, b=b)
+    want = (np.fmod if fmod else np.mod)(a.astype(np.float64), b.astype(np.float64))
+    assert got.dtype == np_type
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-3 if elem == T.FLOAT16
+                               else 1e-6, atol=1e-6)
+
+
+def test_mod_of_constants_folds_and_a_bad_fmod_is_refused(ctx) -> None:
+    folded = model([helper.make_node("Mod", ["c", "d"], ["m"]),
+                    helper.make_node("Add", ["x", "m"], ["y"])], {"x": (T.INT32, [4])},
+                   T.INT32, {"c": np.array([7, -7, 7, -7], np.int32),
+                             "d": np.array([3, 3, -3, -3], np.int32)})
+    np.testing.assert_array_equal(run(ctx, folded, x=np.zeros(4, np.int32)), [1, 2, -2, -1])
+    bad = model([helper.make_node("Mod", ["a", "b"], ["y"], fmod=2, name="the_node")],
+                {"a": (T.INT32, [4]), "b": (T.INT32, [4])}, T.INT32)
+    refused(ctx, bad, "0 or 1")

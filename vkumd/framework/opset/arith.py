@@ -1,4 +1,5 @@
-"""Elementwise arithmetic: add, sub, mul and div (records and eager functions).
+"""Elementwise arithmetic: add, sub, mul, div, remainder and fmod (records and eager
+functions).
 
 The binary ops take a Python (or numpy) real number for either operand, as ``torch.add``
 does; it is converted to the tensor's dtype as :func:`fill` converts (an int32 tensor takes
@@ -241,3 +242,48 @@ define("div", ("a", "b"), {"rounding": None}, rule=_div_rule, reference=_div_ref
        elementwise=Elementwise(2, "({a} / {b})", params=("rounding",),
                                glsl_params={"floor": "floor({a} / {b})",
                                             "trunc": "trunc({a} / {b})"}))
+
+
+def remainder(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
+    """The floored remainder ``a - floor(a / b) b``, with ``b``'s sign (Python's ``%``,
+    numpy's ``mod``, ``torch.remainder``, ONNX's Mod with ``fmod=0``), with numpy
+    broadcasting; either operand may be a real number.
+
+    int32 is exact, and a zero divisor gives 0. Floats are computed in float32 and rounded
+    once: NaN for an infinite ``a`` or a zero ``b``; a finite ``a`` against an infinite ``b``
+    is ``a`` where their signs agree, else ``b`` (numpy's); exact while ``|a / b| < 2**24``.
+
+    Raises:
+        VkumdTypeError: operands of different dtypes, or of a dtype the kernels do not take.
+        VkumdValueError: shapes that do not broadcast; tensors of different contexts.
+    """
+    return run_binary("remainder", a, b, out, "remainder")
+
+
+def fmod(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
+    """The truncated remainder ``a - trunc(a / b) b``, with ``a``'s sign (C's ``fmod``,
+    ``torch.fmod``, ONNX's Mod with ``fmod=1``); as :func:`remainder` otherwise (an infinite
+    ``b`` leaves a finite ``a`` as it is)."""
+    return run_binary("fmod", a, b, out, "fmod")
+
+
+def _remainder_reference(floored: bool) -> Any:
+    def reference(args: list[Any], attrs: dict[str, Any], shapes: Any) -> list[np.ndarray]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return [np.mod(args[0], args[1]) if floored else np.fmod(args[0], args[1])]
+    return reference
+
+
+def _remainder_rule(op: str) -> Any:
+    def rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
+        return [binary_type(op, ins, dims)]
+    return rule
+
+
+# int32 by a zero divisor: the kernels give 0 (as div's rounded quotients), the reference NaN.
+for _op, _eager, _glsl in (("remainder", remainder, "vkumd_mod({a}, {b})"),
+                           ("fmod", fmod, "vkumd_fmod({a}, {b})")):
+    define(_op, ("a", "b"), rule=_remainder_rule(_op),
+           reference=_remainder_reference(_op == "remainder"), inplace=True,
+           elementwise=Elementwise(2, _glsl), lower=binary(_eager), refuse=kernel_dtypes,
+           eager=_eager)

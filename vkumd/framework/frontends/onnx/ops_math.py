@@ -103,6 +103,21 @@ def power(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound 
     raise Unsupported(f"exponent {exponent} is not supported (only 1, 2 and 0.5)")
 
 
+@converter("Mod", attrs=("fmod",))
+def mod(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """The remainder with the divisor's sign (``fmod=0``, integers or floats), or with the
+    dividend's (``fmod=1``, C's fmod), with numpy broadcasting."""
+    truncated = attrs.get("fmod", 0)
+    if truncated not in (0, 1):
+        raise Unsupported(f"fmod={truncated} (ONNX takes 0 or 1)")
+    a, b = st.known(node.input[0]), st.known(node.input[1])
+    if a is not None and b is not None and a.dtype != object and b.dtype != object:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return [np.asarray((np.fmod if truncated else np.mod)(a, b))]
+    return [st.b.op("fmod" if truncated else "remainder", st.value(node.input[0]),
+                    st.value(node.input[1]))]
+
+
 @converter("Gelu", attrs=("approximate",))
 def gelu(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """GELU, exact (erf) or its tanh approximation."""

@@ -139,6 +139,8 @@ on(aten.sub.Tensor, aten.sub.Scalar)(_binary("sub"))
 on(aten.mul.Tensor, aten.mul.Scalar)(_binary("mul"))
 on(aten.maximum.default, check=_float_meta)(_binary("maximum"))
 on(aten.minimum.default, check=_float_meta)(_binary("minimum"))
+on(aten.remainder.Tensor, aten.remainder.Scalar)(_binary("remainder"))
+on(aten.fmod.Tensor, aten.fmod.Scalar)(_binary("fmod"))
 
 
 def _plain_div(node: fx.Node) -> str | None:
