@@ -72,6 +72,8 @@ layout(local_size_x_id = 0) in;
 // compare exactly: their float32 widening is exact.
 // 12 the floored remainder (y's sign), 13 the truncated one (C's fmod, x's sign): floats as
 // activation.glsl's vkumd_mod and vkumd_fmod; integers exactly, 0 for a zero divisor.
+// 14 x^y: floats as vkumd_pow; integers by squaring, wrapping, a negative y giving 0 but for
+// a base of 1 or -1 (1 / x^-y truncated).
 layout(constant_id = 1) const uint OP = 0u;
 // VEC 4: each invocation computes four consecutive output elements, loading four of a and of
 // b with one vector load each (lavapipe turns every per-lane load into a gather, so this
@@ -138,6 +140,27 @@ VALUE remainder(VALUE x, VALUE y) {
 #endif
 }
 
+VALUE power(VALUE x, VALUE y) {
+#if DTYPE == I32
+    if (y < 0) {
+        return x == 1 ? 1 : (x == -1 ? ((y & 1) != 0 ? -1 : 1) : 0);
+    }
+    int r = 1;
+    int base = x;
+    uint e = uint(y);
+    while (e != 0u) {
+        if ((e & 1u) != 0u) {
+            r *= base;
+        }
+        base *= base;
+        e >>= 1;
+    }
+    return r;
+#else
+    return vkumd_pow(x, y);
+#endif
+}
+
 VALUE truth(bool c) {
     return c ? VALUE(1) : VALUE(0);
 }
@@ -158,6 +181,9 @@ VALUE apply(VALUE x, VALUE y) {
     }
     if (OP == 12u || OP == 13u) {
         return remainder(x, y);
+    }
+    if (OP == 14u) {
+        return power(x, y);
     }
     if (OP == 0u) {
         return x + y;

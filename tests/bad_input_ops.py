@@ -85,6 +85,7 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "minimum": lambda e, x: ops.minimum(e.t(), x),
     "remainder": lambda e, x: ops.remainder(x, e.t()),
     "fmod": lambda e, x: ops.fmod(e.t(), x),
+    "pow": lambda e, x: ops.pow(x, e.t()),
     "resize2d": lambda e, x: ops.resize2d(x, scale=(2.0, 2.0)),
     "pad": lambda e, x: ops.pad(x, (1, 1, 1, 1)),
     "conv_transpose2d": lambda e, x: ops.conv_transpose2d(x, e.t((3, 2, 2, 2))),

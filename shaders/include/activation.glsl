@@ -334,6 +334,50 @@ float vkumd_mod(float x, float y) {
     return (r < 0.0) != (y < 0.0) ? r + y : r;
 }
 
+// x^y as numpy's power: 1 for y == 0 (x NaN too) and for x == 1 (y NaN too); NaN for a
+// negative x and a non-integer y; a negative x (or -0) and an odd integer y give the sign.
+// Integer |y| <= 64 multiplies by squaring (a few roundings: exact for small integer
+// results); other exponents are exp2(y log2 |x|), the driver's pow defined for x > 0 only,
+// with a relative error of about |y log2 x| float32 ulps.
+float vkumd_pow(float x, float y) {
+    uint ax = floatBitsToUint(x) & 0x7FFFFFFFu;
+    uint ay = floatBitsToUint(y) & 0x7FFFFFFFu;
+    if (ay == 0u || x == 1.0) {
+        return 1.0;
+    }
+    if (ax > 0x7F800000u || ay > 0x7F800000u) {
+        return vkumd_nan();
+    }
+    float m = abs(x);
+    bool integral = ay >= 0x4B000000u || floor(y) == y;  // from 2^23 up every float is one
+    if (x < 0.0 && !integral) {
+        return vkumd_nan();
+    }
+    bool odd = integral && ay < 0x4B800000u && fract(abs(y) * 0.5) == 0.5;  // below 2^24
+    float inf = uintBitsToFloat(0x7F800000u);
+    float r;
+    if (ay == 0x7F800000u) {
+        r = m == 1.0 ? 1.0 : ((m > 1.0) == (y > 0.0) ? inf : 0.0);
+    } else if (ax == 0u || ax == 0x7F800000u) {
+        r = (ax == 0u) == (y < 0.0) ? inf : 0.0;
+    } else if (integral && abs(y) <= 64.0) {
+        uint e = uint(abs(y));
+        float base = m;
+        r = 1.0;
+        while (e != 0u) {
+            if ((e & 1u) != 0u) {
+                r *= base;
+            }
+            base *= base;
+            e >>= 1;
+        }
+        r = y < 0.0 ? 1.0 / r : r;
+    } else {
+        r = exp2(y * log2(m));
+    }
+    return odd && (floatBitsToUint(x) & 0x80000000u) != 0u ? -r : r;
+}
+
 // The sign of x, NaN kept (GLSL's sign leaves NaN undefined).
 float vkumd_sign(float x) {
     return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x);

@@ -42,6 +42,11 @@ def operands(rng: np.random.Generator, op: str, dtype: str, shape: tuple[int, ..
         if dtype != "int32" and values.size > 2:
             values.flat[rng.integers(0, values.size, 2)] = np.nan
         return stored(values, dtype) if dtype != "int32" else values.astype(np.int32)
+    if op == "pow":  # positive float bases; int32 powers that stay small
+        if dtype == "int32":
+            return rng.integers(0 if divisor else -9, 6 if divisor else 10, shape).astype(np.int32)
+        return stored(rng.uniform(-3.0, 3.0, shape) if divisor else rng.uniform(0.5, 2.0, shape),
+                      dtype)
     return sample(rng, dtype, shape, away_from_zero=divisor)
 
 
@@ -56,6 +61,8 @@ def expected(op: str, dtype: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
                 return np.floor_divide(a, b)
             if op == "div_trunc":
                 return (np.abs(a) // np.abs(b) * np.sign(a) * np.sign(b)).astype(np.int32)
+            if op == "pow":
+                return np.power(a, b)
             if op in ("remainder", "fmod"):
                 return (np.mod if op == "remainder" else np.fmod)(a, b)
             return {"add": np.add, "sub": np.subtract, "mul": np.multiply}[op](a, b)
@@ -64,7 +71,7 @@ def expected(op: str, dtype: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
             rounded = np.floor(quotient) if op == "div_floor" else np.trunc(quotient)
             return stored(rounded.astype(np.float64), dtype)
         fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-              "remainder": np.mod, "fmod": np.fmod}[op]
+              "remainder": np.mod, "fmod": np.fmod, "pow": np.power}[op]
         return fn(a.astype(np.float64), b.astype(np.float64))
 
 
@@ -101,7 +108,7 @@ def test_vector_variant_gives_the_scalar_bits(ctx, op: str, dtype: str, shapes) 
     rng = np.random.default_rng(zlib.crc32(repr((op, dtype, shapes)).encode()))
     a = operands(rng, op, dtype, shapes[0], divisor=False)
     b = operands(rng, op, dtype, shapes[1], divisor=op.startswith("div") or "mod" in op
-                 or op == "remainder")
+                 or op in ("remainder", "pow"))
     out_shape = np.broadcast_shapes(a.shape, b.shape)
     scalar, vector = both(ctx, op, ctx.tensor(a, dtype=dtype), ctx.tensor(b, dtype=dtype),
                           out_shape)

@@ -196,3 +196,34 @@ def test_mod_of_constants_folds_and_a_bad_fmod_is_refused(ctx) -> None:
     bad = model([helper.make_node("Mod", ["a", "b"], ["y"], fmod=2, name="the_node")],
                 {"a": (T.INT32, [4]), "b": (T.INT32, [4])}, T.INT32)
     refused(ctx, bad, "0 or 1")
+
+
+@pytest.mark.parametrize(("x_type", "y_type"), [(T.FLOAT, T.FLOAT), (T.FLOAT, T.INT64),
+                                                (T.FLOAT16, T.INT32), (T.INT64, T.INT64)],
+                         ids=str)
+def test_pow_of_a_run_time_exponent(ctx, x_type: int, y_type: int) -> None:
+    m = model([helper.make_node("Pow", ["x", "e"], ["y"])],
+              {"x": (x_type, [4, 13]), "e": (y_type, [13])}, x_type, opset=15)
+    rng = np.random.default_rng()
+    x_np, e_np = (helper.tensor_dtype_to_np_dtype(t) for t in (x_type, y_type))
+    floats = x_np.kind == "f"
+    x = (rng.uniform(0.2, 3, (4, 13)) if floats else rng.integers(-6, 7, (4, 13))).astype(x_np)
+    e = (rng.uniform(-3, 3, 13) if e_np.kind == "f" else rng.integers(0, 7, 13)).astype(e_np)
+    got = run(ctx, m, x=x, e=e)
+    want = np.power(x.astype(np.float64), e.astype(np.float64))
+    assert got.dtype == x_np
+    np.testing.assert_allclose(got.astype(np.float64), want,
+                               rtol=1e-3 if x_type == T.FLOAT16 else 2e-6)
+
+
+def test_pow_of_a_constant_exponent_and_refusals(ctx) -> None:
+    cube = model([helper.make_node("Pow", ["x", "three"], ["y"])], {"x": (T.FLOAT, [9])},
+                 T.FLOAT, {"three": np.array(3.0, np.float32)})
+    x = np.linspace(-2, 2, 9, dtype=np.float32)
+    np.testing.assert_allclose(run(ctx, cube, x=x), x.astype(np.float64) ** 3, rtol=1e-6)
+    mixed = model([helper.make_node("Pow", ["x", "e"], ["y"], name="the_node")],
+                  {"x": (T.INT32, [3]), "e": (T.FLOAT, [3])}, T.INT32)
+    refused(ctx, mixed, "the base is int32 and the exponent float32")
+    root = model([helper.make_node("Pow", ["x", "half"], ["y"], name="the_node")],
+                 {"x": (T.INT32, [3])}, T.INT32, {"half": np.array(0.5, np.float32)})
+    refused(ctx, root, "non-integer exponent")

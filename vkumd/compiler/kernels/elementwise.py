@@ -18,7 +18,7 @@ FILL_PUSH = PushLayout("n:u32", "bits:u32")
 
 ELEMENTWISE_OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3, "div_floor": 4, "div_trunc": 5,
                    "lt": 6, "le": 7, "gt": 8, "ge": 9, "eq": 10, "ne": 11, "remainder": 12,
-                   "fmod": 13}
+                   "fmod": 13, "pow": 14}
 # lt … ne are comparisons: 1 or 0 in the operands' type (shaders/elementwise_binary.comp).
 # The dtypes the elementwise kernels take and their type codes.
 ELEMENTWISE_CODES = type_codes(ELEMENTWISE_DTYPES)

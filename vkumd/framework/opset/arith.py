@@ -1,4 +1,4 @@
-"""Elementwise arithmetic: add, sub, mul, div, remainder and fmod (records and eager
+"""Elementwise arithmetic: add, sub, mul, div, remainder, fmod and pow (records and eager
 functions).
 
 The binary ops take a Python (or numpy) real number for either operand, as ``torch.add``
@@ -287,3 +287,35 @@ for _op, _eager, _glsl in (("remainder", remainder, "vkumd_mod({a}, {b})"),
            reference=_remainder_reference(_op == "remainder"), inplace=True,
            elementwise=Elementwise(2, _glsl), lower=binary(_eager), refuse=kernel_dtypes,
            eager=_eager)
+
+
+def pow(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:  # noqa: A001
+    """``a ** b`` elementwise with numpy broadcasting (numpy's ``power``, ONNX's Pow); both
+    operands of one dtype, or one a real number.
+
+    Floats are computed in float32 and rounded once: 1 for ``b == 0`` and for ``a == 1``; NaN
+    for a negative ``a`` and a non-integer ``b``; an integer ``|b| <= 64`` multiplies by
+    squaring, other exponents are ``exp2(b log2 |a|)`` (a relative error of about
+    ``|b log2 a|`` float32 ulps). int32 multiplies exactly, wrapping on overflow; a negative
+    exponent gives ``1 / a**-b`` truncated (0 unless ``a`` is 1 or -1; 0 for ``a == 0``,
+    where numpy raises).
+
+    Raises:
+        VkumdTypeError: operands of different dtypes, or of a dtype the kernels do not take.
+        VkumdValueError: shapes that do not broadcast; tensors of different contexts.
+    """
+    return run_binary("pow", a, b, out, "pow")
+
+
+def _pow_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
+    return [binary_type("pow", ins, dims)]
+
+
+def _pow_reference(args: list[Any], attrs: dict[str, Any], shapes: Any) -> list[np.ndarray]:
+    with np.errstate(all="ignore"):
+        return [np.power(args[0], args[1])]
+
+
+define("pow", ("a", "b"), rule=_pow_rule, reference=_pow_reference, inplace=True,
+       elementwise=Elementwise(2, "vkumd_pow({a}, {b})"), lower=binary(pow),
+       refuse=kernel_dtypes, eager=pow)

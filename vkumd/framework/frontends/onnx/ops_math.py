@@ -89,18 +89,36 @@ def neg(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | 
 
 @converter("Pow")
 def power(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """``x ** y`` for a constant y of 1, 2 or 0.5 (``x``, ``x * x``, ``sqrt(x)``)."""
-    exponent = st.scalar(node.input[1])
-    if exponent is None:
-        raise Unsupported("the exponent must be a single constant (1, 2 or 0.5)")
+    """``x ** y`` with numpy broadcasting: ``x``, ``x * x``, ``sqrt(x)`` for a constant float
+    exponent of 1, 2 or 0.5, else ``pow`` (an integer exponent of a float base cast to the
+    base's type; folded when both are known)."""
+    base, exponent = st.known(node.input[0]), st.known(node.input[1])
+    if base is not None and exponent is not None and base.dtype != object \
+            and exponent.dtype != object:
+        with np.errstate(all="ignore"):
+            return [np.asarray(np.power(base, exponent)).astype(base.dtype)]
     x = st.value(node.input[0])
-    if exponent == 1.0:
+    floats = x.dtype.name in ("float32", "float16", "bfloat16")
+    scalar = st.scalar(node.input[1])
+    if floats and scalar == 1.0:
         return [x]
-    if exponent == 2.0:
+    if floats and scalar == 2.0:
         return [st.b.mul(x, x)]
-    if exponent == 0.5:
+    if floats and scalar == 0.5:
         return [st.b.sqrt(x)]
-    raise Unsupported(f"exponent {exponent} is not supported (only 1, 2 and 0.5)")
+    if exponent is not None:
+        if exponent.dtype == object:
+            raise Unsupported("an exponent of symbolic sizes")
+        if not floats and not np.all(np.mod(exponent, 1) == 0):
+            raise Unsupported(f"an integer base ({x.dtype.name}) with a non-integer exponent")
+        return [st.b.pow(x, st.constant(exponent, x.dtype.name))]
+    y = st.value(node.input[1])
+    if y.dtype.name != x.dtype.name:
+        if not floats or y.dtype.name not in ("int32", "int8", "uint8"):
+            raise Unsupported(f"the base is {x.dtype.name} and the exponent {y.dtype.name}: "
+                              "vkumd takes one type, or a float base with an integer exponent")
+        y = st.b.cast(y, x.dtype.name)
+    return [st.b.pow(x, y)]
 
 
 @converter("Mod", attrs=("fmod",))

@@ -141,6 +141,7 @@ on(aten.maximum.default, check=_float_meta)(_binary("maximum"))
 on(aten.minimum.default, check=_float_meta)(_binary("minimum"))
 on(aten.remainder.Tensor, aten.remainder.Scalar)(_binary("remainder"))
 on(aten.fmod.Tensor, aten.fmod.Scalar)(_binary("fmod"))
+on(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar)(_binary("pow"))
 
 
 def _plain_div(node: fx.Node) -> str | None:

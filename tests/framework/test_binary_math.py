@@ -1,7 +1,7 @@
-"""``remainder`` (floored, the divisor's sign) and ``fmod`` (truncated, the dividend's sign)
-against float64 numpy: every dtype the binary kernel takes, broadcasts, numbers on either
-side, IEEE's edge cases, int32 over its whole range, inside a fused graph, and bad inputs.
-Outputs start poisoned."""
+"""``remainder`` (floored, the divisor's sign), ``fmod`` (truncated, the dividend's sign) and
+``pow`` against float64 numpy: every dtype the binary kernel takes, broadcasts, numbers on
+either side, IEEE's edge cases, int32 over its whole range, inside a fused graph, and bad
+inputs. Outputs start poisoned."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def test_numbers_on_either_side(ctx) -> None:
                                np.mod(f.astype(np.float64), 1.5), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("op", list(NUMPY))
+@pytest.mark.parametrize("op", [*NUMPY, "pow"])
 def test_fuses_in_a_compiled_graph(ctx, op: str) -> None:
     """Between two other elementwise steps the float op runs inside one generated kernel."""
     b = GraphBuilder(op)
@@ -100,7 +100,7 @@ def test_fuses_in_a_compiled_graph(ctx, op: str) -> None:
                              ctx=ctx, dynamic={"x": {0: "n"}})
     rng = np.random.default_rng()
     for rows in (6, 3):
-        data = {"x": rng.standard_normal((rows, 19)).astype(np.float32) * 3,
+        data = {"x": rng.uniform(0.1, 2, (rows, 19)).astype(np.float32),
                 "y": (rng.uniform(0.5, 2, 19) * rng.choice([-1, 1], 19)).astype(np.float32)}
         want = evaluate(graph, data)[0]
         assert_close(compiled(**data).numpy().astype(np.float64), want, "float32", op)
@@ -116,3 +116,57 @@ def test_bad_inputs(ctx) -> None:
         (VkumdValueError, lambda: ops.remainder(f, f, out=ctx.tensor(np.ones(3, np.float32)))),
         (VkumdTypeError, lambda: ops.fmod(2.0, 3.0)),
     ])
+
+
+@pytest.mark.parametrize("shapes", PAIRS, ids=str)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_pow_of_floats_matches_float64(ctx, dtype: str, shapes) -> None:
+    """Positive bases with any exponent, negative bases with integer exponents."""
+    rng = np.random.default_rng()
+    # Within float16's range: |a| in [1/4, 3], integer exponents in [-6, 8] for a < 0.
+    a = stored(rng.uniform(0.25, 3.0, shapes[0]) * rng.choice([-1, 1], shapes[0]), dtype)
+    b = stored(rng.uniform(-4.0, 4.0, shapes[1]), dtype)
+    a, b = np.broadcast_arrays(a, b)
+    b = np.where(a < 0, np.clip(np.round(b * 2), -6, 8), b)
+    out = poisoned(ctx, a.shape, dtype)
+    ops.pow(ctx.tensor(a.astype(np.float32), dtype=dtype),
+            ctx.tensor(b.astype(np.float32), dtype=dtype), out=out)
+    assert_close(out.numpy().astype(np.float64), stored(np.power(a, b), dtype), dtype, dtype)
+
+
+def test_pow_edge_cases_as_numpy(ctx) -> None:
+    inf, nan = np.inf, np.nan
+    a = np.array([2, -2, -2, 0, -0.0, 1, nan, -1.5, 3, 0.5, 10, 2, -0.0, inf, -inf, 0.5, -1],
+                 np.float32)
+    b = np.array([3, 3, 2, -1, -1, nan, 0, 0.5, 20, -3.3, 38, -200, 3, -2, 3, inf, -inf],
+                 np.float32)
+    got = ops.pow(ctx.tensor(a), ctx.tensor(b)).numpy()
+    with np.errstate(all="ignore"):
+        want = np.power(a.astype(np.float64), b.astype(np.float64)).astype(np.float32)
+    numbers = ~np.isnan(want)
+    np.testing.assert_array_equal(np.signbit(got[numbers]), np.signbit(want[numbers]))
+    np.testing.assert_allclose(got, want, rtol=2e-6)
+
+
+def test_pow_of_int32_is_exact_and_wraps(ctx) -> None:
+    rng = np.random.default_rng()
+    a = rng.integers(-50, 51, (9, 37)).astype(np.int32)
+    b = rng.integers(0, 12, (37,)).astype(np.int32)
+    out = poisoned(ctx, a.shape, "int32")
+    ops.pow(ctx.tensor(a), ctx.tensor(b), out=out)
+    # int64 powers reduced modulo 2**32: int32's wrapping
+    want = (np.power(a.astype(np.int64), b) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+    np.testing.assert_array_equal(out.numpy(), want)
+    negative = ops.pow(ctx.tensor(np.array([1, -1, -1, 2, 0], np.int32)),
+                       ctx.tensor(np.array([-3, -3, -2, -1, -1], np.int32))).numpy()
+    np.testing.assert_array_equal(negative, [1, -1, 1, 0, 0])
+
+
+def test_pow_bad_inputs(ctx) -> None:
+    f, i = ctx.tensor(np.ones((2, 3), np.float32)), ctx.tensor(np.ones((2, 3), np.int32))
+    assert_each_raises(ctx, [
+        (VkumdTypeError, lambda: ops.pow(f, i)),
+        (VkumdValueError, lambda: ops.pow(f, ctx.tensor(np.ones((4,), np.float32)))),
+        (VkumdValueError, lambda: ops.pow(i, 0.5)),
+        (VkumdTypeError, lambda: ops.pow(2.0, 3.0)),
+    ], "pow")
