@@ -133,8 +133,8 @@ MIXED = [
 ]
 
 DTYPES = [
-    C("maximum_int32", lambda e: ops.maximum(e.t(dtype="int32"), e.t(dtype="int32")), TE,
-      "maximum: a is int32"),
+    C("maximum_int32_and_float", lambda e: ops.maximum(e.t(dtype="int32"), e.t()), TE,
+      "maximum: dtypes differ"),
     C("minimum_dtypes_differ", lambda e: ops.minimum(e.t(), e.t(dtype="float16")), TE,
       "share a dtype"),
     C("lrn_int32", lambda e: ops.lrn(e.t(dtype="int32"), 3), TE, "lrn takes float32"),

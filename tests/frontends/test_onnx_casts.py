@@ -227,3 +227,27 @@ def test_pow_of_a_constant_exponent_and_refusals(ctx) -> None:
     root = model([helper.make_node("Pow", ["x", "half"], ["y"], name="the_node")],
                  {"x": (T.INT32, [3])}, T.INT32, {"half": np.array(0.5, np.float32)})
     refused(ctx, root, "non-integer exponent")
+
+
+@pytest.mark.parametrize("elem", [T.INT32, T.INT64, T.INT8, T.UINT8], ids=str)
+def test_integer_max_min_and_clip(ctx, elem: int) -> None:
+    """Max of three, Min of two and Clip with a constant and a run-time bound, exactly."""
+    np_type = helper.tensor_dtype_to_np_dtype(elem)
+    info = np.iinfo(np_type)
+    lo_high = (max(info.min, -1000), min(info.max, 1000))
+    m = model([helper.make_node("Max", ["a", "b", "c"], ["mx"]),
+               helper.make_node("Min", ["mx", "b"], ["mn"]),
+               helper.make_node("Clip", ["mn", "lo", "hi"], ["y"])],
+              {"a": (elem, [3, 7]), "b": (elem, [7]), "c": (elem, [3, 1]), "hi": (elem, [])},
+              elem, {"lo": np.array(lo_high[0] // 4, np_type)}, opset=13)
+    rng = np.random.default_rng()
+    a, b, c = (rng.integers(*lo_high, s).astype(np_type) for s in ((3, 7), (7,), (3, 1)))
+    hi = np.array(lo_high[1] // 3, np_type)
+    if elem in (T.INT8, T.UINT8) and not ctx.caps.storage_8bit:
+        pytest.skip("the device has no 8-bit storage (vkumd refuses int8/uint8 there)")
+    got = run(ctx, m, a=a, b=b, c=c, hi=hi)
+    wide = [v.astype(np.int64) for v in (a, b, c, hi)]
+    want = np.clip(np.minimum(np.maximum(np.maximum(wide[0], wide[1]), wide[2]), wide[1]),
+                   lo_high[0] // 4, wide[3])
+    assert got.dtype == np_type
+    np.testing.assert_array_equal(got, want)

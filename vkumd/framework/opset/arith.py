@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from vkumd.compiler.kernels.elementwise import (
+    BINARY_CODES,
     ELEMENTWISE_CODES,
 )
 from vkumd.compiler.kernels.elementwise_plan import binary_plan, fill_plan
@@ -40,8 +41,8 @@ from vkumd.framework.ops.checks import (
 from vkumd.framework.opset.common import attrs_of, binary
 from vkumd.framework.opset.unary import (
     as_float,
+    binary_dtypes,
     broadcast_shape,
-    kernel_dtypes,
     scalar_bits,
     scale,
 )
@@ -134,11 +135,11 @@ _KNOWN_PLANS = 4096
 def _plan_binary(op: str, kernel_op: str, a: Tensor, b: Tensor, caps: Any
                  ) -> tuple[Any, tuple[int, ...], Any]:
     """Check and plan ``a OP b``: ``(caps, out_shape, plan)``; raises as the checks do."""
-    check_dtype(op, a, "the first operand", ELEMENTWISE_CODES)
+    check_dtype(op, a, "the first operand", BINARY_CODES)
     out_shape = broadcast_shape(op, a.shape, b.shape)
     if 0 in out_shape:  # nothing to launch
         return caps, out_shape, None
-    plan = binary_plan(caps, kernel_op, ELEMENTWISE_CODES[a.dtype.name], a.shape, b.shape,
+    plan = binary_plan(caps, kernel_op, BINARY_CODES[a.dtype.name], a.shape, b.shape,
                        out_shape)
     return caps, out_shape, plan
 
@@ -182,8 +183,9 @@ def div(a: Operand, b: Operand, *, rounding: str | None = None,
     if rounding not in _ROUNDING:
         raise VkumdValueError(f"div: rounding={rounding!r}; use None, 'floor' or 'trunc'")
     tensor = a if isinstance(a, Tensor) else b
-    if rounding is None and isinstance(tensor, Tensor) and tensor.dtype is dtypes.int32:
-        raise VkumdTypeError("div: int32 true division would need a float result; cast to "
+    if rounding is None and isinstance(tensor, Tensor) and not tensor.dtype.is_float:
+        raise VkumdTypeError(f"div: {tensor.dtype.name} true division would need a float "
+                             "result; cast to "
                              "float32 first, or pass rounding='floor' (numpy's //) or "
                              "rounding='trunc'")
     return run_binary("div", a, b, out, _ROUNDING[rounding])
@@ -201,7 +203,7 @@ def _arith(op: str, eager: Any, reference: Any, glsl: str) -> None:
         return [binary_type(op, ins, dims)]
 
     define(op, ("a", "b"), rule=rule, reference=reference, inplace=True,
-           elementwise=Elementwise(2, glsl), lower=binary(eager), refuse=kernel_dtypes,
+           elementwise=Elementwise(2, glsl), lower=binary(eager), refuse=binary_dtypes,
            eager=eager)
 
 
@@ -215,8 +217,9 @@ def _div_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorT
     if rounding not in ROUNDINGS:
         raise VkumdValueError(f"div: rounding={rounding!r}; use None, 'floor' or 'trunc'")
     out = binary_type("div", ins, dims)
-    if rounding is None and out.dtype is dtypes.int32:
-        raise VkumdTypeError("div: int32 true division would need a float result; cast to "
+    if rounding is None and not out.dtype.is_float:
+        raise VkumdTypeError(f"div: {out.dtype.name} true division would need a float result; "
+                             "cast to "
                              "float32 first, or set rounding='floor' or 'trunc'")
     return [out]
 
@@ -238,7 +241,7 @@ def _div_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
 
 
 define("div", ("a", "b"), {"rounding": None}, rule=_div_rule, reference=_div_reference,
-       inplace=True, lower=_div_lower, refuse=kernel_dtypes, eager=div,
+       inplace=True, lower=_div_lower, refuse=binary_dtypes, eager=div,
        elementwise=Elementwise(2, "({a} / {b})", params=("rounding",),
                                glsl_params={"floor": "floor({a} / {b})",
                                             "trunc": "trunc({a} / {b})"}))
@@ -285,7 +288,7 @@ for _op, _eager, _glsl in (("remainder", remainder, "vkumd_mod({a}, {b})"),
                            ("fmod", fmod, "vkumd_fmod({a}, {b})")):
     define(_op, ("a", "b"), rule=_remainder_rule(_op),
            reference=_remainder_reference(_op == "remainder"), inplace=True,
-           elementwise=Elementwise(2, _glsl), lower=binary(_eager), refuse=kernel_dtypes,
+           elementwise=Elementwise(2, _glsl), lower=binary(_eager), refuse=binary_dtypes,
            eager=_eager)
 
 
@@ -318,4 +321,4 @@ def _pow_reference(args: list[Any], attrs: dict[str, Any], shapes: Any) -> list[
 
 define("pow", ("a", "b"), rule=_pow_rule, reference=_pow_reference, inplace=True,
        elementwise=Elementwise(2, "vkumd_pow({a}, {b})"), lower=binary(pow),
-       refuse=kernel_dtypes, eager=pow)
+       refuse=binary_dtypes, eager=pow)

@@ -60,12 +60,14 @@ def is_nan(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
 
 @converter("Max", "Min")
 def extremum(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """The elementwise maximum (minimum) of one or more float inputs with numpy
-    broadcasting: a chain of ``maximum`` (``minimum``), one fused kernel; NaN propagates."""
+    """The elementwise maximum (minimum) of one or more inputs with numpy broadcasting: a
+    chain of ``maximum`` (``minimum``), one fused kernel for floats (NaN propagates), the
+    binary kernel for int32, int8 and uint8."""
     names = [n for n in node.input if n]
     values = [st.value(n) for n in names]
-    if any(v.dtype.name not in _FLOATS for v in values):
-        raise Unsupported("Max/Min of integer tensors (only float ones run on the device)")
+    if any(v.dtype.name not in (*_FLOATS, "int32", "int8", "uint8") for v in values):
+        raise Unsupported("Max/Min of types other than float32/16, bfloat16, int32, int8 "
+                          "and uint8")
     op = "maximum" if node.op_type == "Max" else "minimum"
     out = values[0]
     for v in values[1:]:
