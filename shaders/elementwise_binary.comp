@@ -93,6 +93,8 @@ layout(local_size_x_id = 0) in;
 // 12 the floored remainder (y's sign), 13 the truncated one (C's fmod, x's sign): floats as
 // activation.glsl's vkumd_mod and vkumd_fmod; integers exactly, 0 for a zero divisor.
 // 15 max, 16 min (integers; floats take the generated kernels, which keep NaN).
+// 17 and, 18 or, 19 xor, 20 x << y, 21 x >> y (integers only; >> is arithmetic, a count
+// outside [0, 32) gives 0, or -1 shifting a negative x right).
 // 14 x^y: floats as vkumd_pow; integers by squaring, wrapping, a negative y giving 0 but for
 // a base of 1 or -1 (1 / x^-y truncated).
 layout(constant_id = 1) const uint OP = 0u;
@@ -209,6 +211,19 @@ VALUE apply(VALUE x, VALUE y) {
     if (OP == 15u) {
         return max(x, y);
     }
+#if INTEGER
+    if (OP == 17u) {
+        return x & y;
+    } else if (OP == 18u) {
+        return x | y;
+    } else if (OP == 19u) {
+        return x ^ y;
+    } else if (OP == 20u) {
+        return y < 0 || y >= 32 ? 0 : x << y;
+    } else if (OP == 21u) {
+        return y < 0 || y >= 32 ? (x < 0 ? -1 : 0) : x >> y;
+    }
+#endif
     if (OP == 16u) {
         return min(x, y);
     }

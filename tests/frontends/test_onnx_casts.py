@@ -1,7 +1,7 @@
-"""The ONNX converters of CastLike, Size, Range and Mod (shape-side ops folded at import where
-their inputs are known) on small models against float64 numpy, and their bad nodes refused
-with the node named. ONNX's own node tests of these operators run in
-test_onnx_conformance.py."""
+"""The ONNX converters of CastLike, Size, Range, Mod, Pow, integer Max/Min/Clip and the bitwise
+ops (shape-side ops folded at import where their inputs are known) on small models against
+float64 numpy, and their bad nodes refused with the node named. ONNX's own node tests of
+these operators run in test_onnx_conformance.py."""
 
 from __future__ import annotations
 
@@ -251,3 +251,39 @@ def test_integer_max_min_and_clip(ctx, elem: int) -> None:
                    lo_high[0] // 4, wide[3])
     assert got.dtype == np_type
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("elem", [T.INT32, T.INT64, T.UINT8, T.INT8], ids=str)
+def test_bitwise_nodes(ctx, elem: int) -> None:
+    """BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot in one model, exactly."""
+    np_type = helper.tensor_dtype_to_np_dtype(elem)
+    if np.dtype(np_type).itemsize == 1 and not ctx.caps.storage_8bit:
+        pytest.skip("the device has no 8-bit storage (vkumd refuses int8/uint8 there)")
+    m = model([helper.make_node("BitwiseAnd", ["a", "b"], ["n"]),
+               helper.make_node("BitwiseOr", ["n", "c"], ["o"]),
+               helper.make_node("BitwiseXor", ["o", "b"], ["x"]),
+               helper.make_node("BitwiseNot", ["x"], ["y"])],
+              {"a": (elem, [3, 8]), "b": (elem, [8]), "c": (elem, [3, 1])}, elem, opset=18)
+    info = np.iinfo(np_type) if elem != T.INT64 else np.iinfo(np.int32)
+    rng = np.random.default_rng()
+    a, b, c = (rng.integers(info.min, info.max, s, endpoint=True).astype(np_type)
+               for s in ((3, 8), (8,), (3, 1)))
+    got = run(ctx, m, a=a, b=b, c=c)
+    assert got.dtype == np_type
+    np.testing.assert_array_equal(got, ~(((a & b) | c) ^ b))
+
+
+def test_bit_shift_of_uint8_and_a_bad_direction(ctx) -> None:
+    if not ctx.caps.storage_8bit:
+        pytest.skip("the device has no 8-bit storage (vkumd refuses uint8 there)")
+    m = model([helper.make_node("BitShift", ["x", "s"], ["l"], direction="LEFT"),
+               helper.make_node("BitShift", ["l", "s"], ["y"], direction="RIGHT")],
+              {"x": (T.UINT8, [11]), "s": (T.UINT8, [11])}, T.UINT8, opset=11)
+    rng = np.random.default_rng()
+    x = rng.integers(0, 256, 11).astype(np.uint8)
+    s = rng.integers(0, 8, 11).astype(np.uint8)
+    np.testing.assert_array_equal(run(ctx, m, x=x, s=s), (x << s) >> s)  # wraps in uint8
+    bad = model([helper.make_node("BitShift", ["x", "s"], ["y"], direction="UP",
+                                  name="the_node")],
+                {"x": (T.UINT8, [3]), "s": (T.UINT8, [3])}, T.UINT8, opset=11)
+    refused(ctx, bad, "direction")

@@ -22,7 +22,8 @@ FILL_PUSH = PushLayout("n:u32", "bits:u32")
 
 ELEMENTWISE_OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3, "div_floor": 4, "div_trunc": 5,
                    "lt": 6, "le": 7, "gt": 8, "ge": 9, "eq": 10, "ne": 11, "remainder": 12,
-                   "fmod": 13, "pow": 14, "max": 15, "min": 16}
+                   "fmod": 13, "pow": 14, "max": 15, "min": 16, "and": 17, "or": 18,
+                   "xor": 19, "shl": 20, "shr": 21}
 # lt … ne are comparisons: 1 or 0 in the operands' type (shaders/elementwise_binary.comp).
 # The dtypes the elementwise kernels take and their type codes.
 ELEMENTWISE_CODES = type_codes(ELEMENTWISE_DTYPES)
@@ -32,8 +33,8 @@ BINARY_CODES = type_codes(BINARY_DTYPES)
 BINARY_TYPES = tuple(BINARY_CODES.values())
 INTEGER_TYPES = ("I32", "I8", "U8")
 # Ops the binary kernel runs for integers only (floats take the generated kernels, whose max
-# and min keep NaN).
-INTEGER_OPS = ("max", "min")
+# and min keep NaN; the bitwise ops have no float meaning).
+INTEGER_OPS = ("max", "min", "and", "or", "xor", "shl", "shr")
 # A comparison may store its 1/0 as uint8 instead (OUT U8: a graph's bool mask).
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 MASK_CODE = "U8"
