@@ -163,8 +163,8 @@ TRANSFERS: dict[str, str] = {
     "tests/frontends/test_onnx_symbolic_sizes.py": "an ONNX conv net at several page sizes",
     "tests/frontends/test_onnx_activations.py": "ONNX activations and unary math end to end",
     "tests/frontends/test_onnx_light_ops.py": "ONNX LRN, Dropout, Sum and Mean end to end",
-    "tests/frontends/test_onnx_casts.py": "ONNX CastLike, Size, Range, Mod, Pow, integer and "
-                                          "bitwise ops end to end",
+    "tests/frontends/test_onnx_casts.py": "ONNX CastLike, Size, Range, Mod, Pow, EyeLike, integer, "
+                                          "bitwise ops, Swish and Shrink end to end",
     "tests/frontends/test_onnx_light_models.py": "ONNX's nine light models end to end (their "
                                                  "151-411 MB weights through staging)",
     "tests/frontends/test_onnx_recurrent.py": "ONNX LSTM and GRU, and ddddocr, end to end",

@@ -1,7 +1,7 @@
-"""The ONNX converters of CastLike, Size, Range, Mod, Pow, integer Max/Min/Clip and the bitwise
-ops (shape-side ops folded at import where their inputs are known) on small models against
-float64 numpy, and their bad nodes refused with the node named. ONNX's own node tests of
-these operators run in test_onnx_conformance.py."""
+"""The ONNX converters of CastLike, Size, Range, Mod, Pow, integer Max/Min/Clip, the bitwise ops,
+Swish, Shrink and EyeLike (shape-side ops folded at import where their inputs are known) on
+small models against float64 numpy, and their bad nodes refused with the node named. ONNX's
+own node tests of these operators run in test_onnx_conformance.py."""
 
 from __future__ import annotations
 
@@ -287,3 +287,34 @@ def test_bit_shift_of_uint8_and_a_bad_direction(ctx) -> None:
                                   name="the_node")],
                 {"x": (T.UINT8, [3]), "s": (T.UINT8, [3])}, T.UINT8, opset=11)
     refused(ctx, bad, "direction")
+
+
+@pytest.mark.parametrize(("node", "want"), [
+    (helper.make_node("Swish", ["x"], ["y"], alpha=0.75),
+     lambda x: x / (1.0 + np.exp(-0.75 * x))),
+    (helper.make_node("Shrink", ["x"], ["y"], lambd=1.25, bias=0.5),
+     lambda x: np.where(x < -1.25, x + 0.5, np.where(x > 1.25, x - 0.5, 0.0))),
+    (helper.make_node("Shrink", ["x"], ["y"]),
+     lambda x: np.where(np.abs(x) > 0.5, x, 0.0))], ids=["swish", "shrink", "shrink_hard"])
+def test_swish_and_shrink(ctx, node, want) -> None:
+    m = model([node], {"x": (T.FLOAT, [5, 17])}, T.FLOAT, opset=24)
+    x = (np.random.default_rng().standard_normal((5, 17)) * 3).astype(np.float32)
+    np.testing.assert_allclose(run(ctx, m, x=x), want(x.astype(np.float64)), rtol=2e-6,
+                               atol=1e-7)
+
+
+@pytest.mark.parametrize(("shape", "k", "dtype"), [((4, 6), 1, None), ((5, 3), -2, T.INT32),
+                                                   ((3, 3), 0, T.FLOAT16)], ids=str)
+def test_eye_like_is_a_constant(ctx, shape, k, dtype) -> None:
+    attrs = {"k": k} if dtype is None else {"k": k, "dtype": dtype}
+    out_type = T.FLOAT if dtype is None else dtype
+    m = model([helper.make_node("EyeLike", ["x"], ["e"], **attrs),
+               helper.make_node("Add", ["e", "z"], ["y"])],
+              {"x": (T.FLOAT, list(shape)), "z": (out_type, list(shape))}, out_type)
+    np_type = helper.tensor_dtype_to_np_dtype(out_type)
+    z = np.arange(np.prod(shape)).reshape(shape).astype(np_type)
+    got = run(ctx, m, x=np.zeros(shape, np.float32), z=z)
+    np.testing.assert_array_equal(got, np.eye(*shape, k=k) + z)
+    symbolic = model([helper.make_node("EyeLike", ["x"], ["y"], name="the_node")],
+                     {"x": (T.FLOAT, ["n", 3])}, T.FLOAT)
+    refused(ctx, symbolic, "static shape")

@@ -31,6 +31,8 @@ _PARAMETRIC: dict[str, tuple[str, dict[str, float]]] = {
     "Selu": ("selu", {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}),
     "Celu": ("celu", {"alpha": 1.0}),
     "ThresholdedRelu": ("thresholded_relu", {"alpha": 1.0}),
+    "Swish": ("swish", {"alpha": 1.0}),
+    "Shrink": ("shrink", {"lambd": 0.5, "bias": 0.0}),
 }
 
 
@@ -48,9 +50,10 @@ def math_unary(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[B
     return [st.b.op(_MATH[node.op_type], _float_input(st, node))]
 
 
-@converter(*_PARAMETRIC, attrs=("alpha", "beta", "gamma"))
+@converter(*_PARAMETRIC, attrs=("alpha", "beta", "gamma", "lambd", "bias"))
 def parametric(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """HardSigmoid, LeakyRelu, Elu, Selu, Celu, ThresholdedRelu with their attributes."""
+    """HardSigmoid, LeakyRelu, Elu, Selu, Celu, ThresholdedRelu, Swish, Shrink with their
+    attributes."""
     op, defaults = _PARAMETRIC[node.op_type]
     unknown = set(attrs) - set(defaults)
     if unknown:

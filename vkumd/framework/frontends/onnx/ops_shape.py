@@ -320,6 +320,30 @@ def range_(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
     return [(float(first) + np.arange(count) * float(step)).astype(start.dtype)]
 
 
+# A graph value's numpy type, from its IR dtype (int64 and bool inputs are stored as int32
+# and uint8, whose 0/1 and integers an identity matrix of them holds the same).
+_NUMPY_OF_IR = {"float32": np.float32, "float16": np.float16, "int32": np.int32,
+                "int8": np.int8, "uint8": np.uint8,
+                "bfloat16": onnx.helper.tensor_dtype_to_np_dtype(onnx.TensorProto.BFLOAT16)}
+
+
+@converter("EyeLike", attrs=("dtype", "k"))
+def eye_like(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """A known 2-D array of the input's static shape: ones on diagonal ``k``, else zeros, of
+    type ``dtype`` (default the input's)."""
+    shape = st.shape(node.input[0])
+    if len(shape) != 2 or any(isinstance(d, Dim) for d in shape):
+        raise Unsupported(f"EyeLike of shape {list(shape)}: it takes a 2-D input of static "
+                          "shape (the result is a constant)")
+    if "dtype" in attrs:
+        np_type = onnx.helper.tensor_dtype_to_np_dtype(attrs["dtype"])
+    else:
+        known = st.known(node.input[0])
+        np_type = known.dtype if known is not None else _NUMPY_OF_IR[st.dtype(node.input[0])]
+    check_fold(tuple(shape), np.dtype(np_type))
+    return [np.eye(shape[0], shape[1], k=int(attrs.get("k", 0)), dtype=np_type)]
+
+
 @converter("Expand")
 def expand(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """Broadcast to a known shape: folded for known data, else an add of zeros."""
