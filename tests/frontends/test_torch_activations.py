@@ -1,7 +1,7 @@
 """torch.compile(backend="vkumd") of the elementwise tail: the activations with parameters
 (hardsigmoid, leaky_relu, prelu, elu, selu, celu, softplus with a beta, mish, clamp, hardtanh,
-relu6, threshold), the unary math set and remainder, fmod and pow, each mapped to one vkumd op
-with no fallback to torch, against torch's own output."""
+relu6, threshold), the unary math set, remainder, fmod, pow and the bitwise ops, each mapped to
+one vkumd op with no fallback to torch, against torch's own output."""
 
 from __future__ import annotations
 
@@ -74,6 +74,22 @@ def test_remainder_fmod_and_pow_compile_without_fallback(
         want = model(x.double(), y.double())
         got = fast(x, y)
         assert ((got.double() - want).norm() / want.norm()).item() < 1e-5
+    fallbacks = [str(w.message) for w in recwarn
+                 if issubclass(w.category, vkumd.torch.VkumdFallbackWarning)]
+    assert not fallbacks, fallbacks
+
+
+@torch.no_grad()
+def test_bitwise_ops_compile_without_fallback(recwarn: pytest.WarningsRecorder) -> None:
+    def bits(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return ((x & y) | 5) ^ (y | x)
+
+    torch._dynamo.reset()
+    fast = torch.compile(bits, backend="vkumd")
+    for shape in ((3, 7), (5, 2, 9)):
+        x = torch.randint(-2**31, 2**31 - 1, shape, dtype=torch.int32)
+        y = torch.randint(-2**31, 2**31 - 1, shape[-1:], dtype=torch.int32)
+        assert torch.equal(fast(x, y), bits(x, y))
     fallbacks = [str(w.message) for w in recwarn
                  if issubclass(w.category, vkumd.torch.VkumdFallbackWarning)]
     assert not fallbacks, fallbacks

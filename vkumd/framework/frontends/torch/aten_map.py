@@ -157,6 +157,9 @@ def _with_constant(method: str) -> Handler:
 on(aten.remainder.Tensor, aten.remainder.Scalar)(_with_constant("remainder"))
 on(aten.fmod.Tensor, aten.fmod.Scalar)(_with_constant("fmod"))
 on(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar)(_with_constant("pow"))
+on(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)(_with_constant("bitwise_and"))
+on(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)(_with_constant("bitwise_or"))
+on(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)(_with_constant("bitwise_xor"))
 
 
 def _plain_div(node: fx.Node) -> str | None:
