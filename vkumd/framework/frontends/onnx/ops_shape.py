@@ -306,8 +306,8 @@ def range_(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
                           "on their values, and vkumd sizes every tensor before running")
     start, limit, delta = (tidy(k) for k in known)
     if any(is_symbolic(v) for v in (start, limit, delta)):
-        raise Unsupported("a range over a symbolic size: the length of the output would "
-                          "change with the sizes of each call; give the model static sizes")
+        # Computed from each call's sizes on the host (a derived input), where it can be.
+        raise OnHost("a range over a symbolic size")
     if any(v.size != 1 for v in (start, limit, delta)):
         raise Unsupported("start, limit and delta must be scalars")
     first, last, step = (v.reshape(()) for v in (start, limit, delta))
