@@ -24,6 +24,7 @@ from vkumd.framework import ops
 from vkumd.framework.execute.arena import view
 
 DTYPES = ["float32", "float16", "bfloat16", "int32"]
+BITWISE = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
 COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
            "eq": np.equal, "ne": np.not_equal}
 # (a shape, b shape): flat sizes with tails of 1, 3, 0 and 3 (ndim 0), one-element
@@ -63,8 +64,17 @@ def expected(op: str, dtype: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
                 return (np.abs(a) // np.abs(b) * np.sign(a) * np.sign(b)).astype(np.int32)
             if op == "pow":
                 return np.power(a, b)
-            if op in INTEGER_OPS:
+            if op in ("max", "min"):
                 return (np.maximum if op == "max" else np.minimum)(a, b)
+            if op in BITWISE:
+                return BITWISE[op](a, b)
+            if op in ("shl", "shr"):  # counts outside [0, 32): 0, or -1 shifting right a < 0
+                wide, inside = a.astype(np.int64), (b >= 0) & (b < 32)
+                count = np.where(inside, b, 0)
+                if op == "shr":
+                    return np.where(inside, wide >> count, np.where(wide < 0, -1, 0))
+                return (np.where(inside, wide << count, 0) & 0xFFFFFFFF).astype(
+                    np.uint32).view(np.int32)
             if op in ("remainder", "fmod"):
                 return (np.mod if op == "remainder" else np.fmod)(a, b)
             return {"add": np.add, "sub": np.subtract, "mul": np.multiply}[op](a, b)
