@@ -2,13 +2,14 @@
 // out = a OP b with numpy broadcasting: strides of 0 repeat a dimension.
 // One pipeline serves every shape (shape and strides are push constants); OP is a
 // specialization constant so each operator gets its own straight-line code.
-// DTYPE (F32, F16, BF16, I32; see elementwise_types.glsl) picks the element type. Floats are
-// computed in float32 and rounded once to the storage type; int32 wraps on overflow.
+// DTYPE (F32, F16, BF16, I32, I8, U8; see elementwise_types.glsl) picks the element type.
+// Floats are computed in float32 and rounded once to the storage type; integers wrap.
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_8bit_storage : require
 #include "common.glsl"
 #include "elementwise_types.glsl"
+#include "activation.glsl"
 
 #ifndef DTYPE
 #define DTYPE F32
@@ -46,8 +47,28 @@
 #define LOAD(x) (x)
 #define LOAD4(v) (v)
 #define STORE(v) (v)
+#elif DTYPE == I8 || DTYPE == U8
+// 8-bit integers compute in int (exact: products of two fit) and wrap to 8 bits on the
+// store, as numpy's int8 and uint8 arithmetic does.
+#if DTYPE == I8
+#define ELEM int8_t
+#define ELEM4 i8vec4
 #else
-#error "DTYPE must be F32, F16, BF16 or I32"
+#define ELEM uint8_t
+#define ELEM4 u8vec4
+#endif
+#define VALUE int
+#define VALUE4 ivec4
+#define LOAD(x) int(x)
+#define LOAD4(v) ivec4(v)
+#define STORE(v) ELEM(v)
+#else
+#error "DTYPE must be F32, F16, BF16, I32, I8 or U8"
+#endif
+#if DTYPE == I32 || DTYPE == I8 || DTYPE == U8
+#define INTEGER 1
+#else
+#define INTEGER 0
 #endif
 
 // OUT U8 (comparisons only): the 1/0 result stored as uint8, a graph's bool mask; any other
@@ -69,6 +90,13 @@ layout(local_size_x_id = 0) in;
 // (there is no bool storage type; a 0/1 mask of the same type multiplies straight into
 // arithmetic). Comparisons with NaN are false except != (IEEE, as numpy). 16-bit floats
 // compare exactly: their float32 widening is exact.
+// 12 the floored remainder (y's sign), 13 the truncated one (C's fmod, x's sign): floats as
+// activation.glsl's vkumd_mod and vkumd_fmod; integers exactly, 0 for a zero divisor.
+// 15 max, 16 min (integers; floats take the generated kernels, which keep NaN).
+// 17 and, 18 or, 19 xor, 20 x << y, 21 x >> y (integers only; >> is arithmetic, a count
+// outside [0, 32) gives 0, or -1 shifting a negative x right).
+// 14 x^y: floats as vkumd_pow; integers by squaring, wrapping, a negative y giving 0 but for
+// a base of 1 or -1 (1 / x^-y truncated).
 layout(constant_id = 1) const uint OP = 0u;
 // VEC 4: each invocation computes four consecutive output elements, loading four of a and of
 // b with one vector load each (lavapipe turns every per-lane load into a gather, so this
@@ -97,7 +125,7 @@ layout(push_constant) uniform Shape {
 } pc;
 
 VALUE divide(VALUE x, VALUE y) {
-#if DTYPE == I32
+#if INTEGER
     if (y == 0) {
         return 0;
     }
@@ -120,6 +148,42 @@ VALUE divide(VALUE x, VALUE y) {
 #endif
 }
 
+VALUE remainder(VALUE x, VALUE y) {
+#if INTEGER
+    if (y == 0 || y == -1) {
+        return 0;  // -1 too: INT_MIN % -1 would overflow
+    }
+    int r = x - (x / y) * y;  // x / y truncates toward zero
+    if (OP == 12u && r != 0 && ((r < 0) != (y < 0))) {
+        r += y;
+    }
+    return r;
+#else
+    return OP == 12u ? vkumd_mod(x, y) : vkumd_fmod(x, y);
+#endif
+}
+
+VALUE power(VALUE x, VALUE y) {
+#if INTEGER
+    if (y < 0) {
+        return x == 1 ? 1 : (x == -1 ? ((y & 1) != 0 ? -1 : 1) : 0);
+    }
+    int r = 1;
+    int base = x;
+    uint e = uint(y);
+    while (e != 0u) {
+        if ((e & 1u) != 0u) {
+            r *= base;
+        }
+        base *= base;
+        e >>= 1;
+    }
+    return r;
+#else
+    return vkumd_pow(x, y);
+#endif
+}
+
 VALUE truth(bool c) {
     return c ? VALUE(1) : VALUE(0);
 }
@@ -137,6 +201,31 @@ VALUE apply(VALUE x, VALUE y) {
         return truth(x == y);
     } else if (OP == 11u) {
         return truth(!(x == y));  // unordered: NaN != anything
+    }
+    if (OP == 12u || OP == 13u) {
+        return remainder(x, y);
+    }
+    if (OP == 14u) {
+        return power(x, y);
+    }
+    if (OP == 15u) {
+        return max(x, y);
+    }
+#if INTEGER
+    if (OP == 17u) {
+        return x & y;
+    } else if (OP == 18u) {
+        return x | y;
+    } else if (OP == 19u) {
+        return x ^ y;
+    } else if (OP == 20u) {
+        return y < 0 || y >= 32 ? 0 : x << y;
+    } else if (OP == 21u) {
+        return y < 0 || y >= 32 ? (x < 0 ? -1 : 0) : x >> y;
+    }
+#endif
+    if (OP == 16u) {
+        return min(x, y);
     }
     if (OP == 0u) {
         return x + y;

@@ -183,6 +183,8 @@ TRANSFERS: dict[str, str] = {
     "tests/frontends/test_onnx_reduce.py": "ONNX Reduce* end to end",
     "tests/frontends/test_onnx_index.py": "ONNX gathers, scatters, Trilu, Tile, OneHot and "
                                           "depth/space moves end to end",
+    "tests/frontends/test_onnx_casts.py": "ONNX CastLike, Size, Range, Mod, Pow, EyeLike, integer, "
+                                          "bitwise ops, Swish and Shrink end to end",
     "tests/frontends/test_onnx_light_models.py": "ONNX's nine light models end to end (their "
                                                  "151-411 MB weights through staging)",
     "tests/frontends/test_onnx_recurrent.py": "ONNX LSTM and GRU, and ddddocr, end to end",

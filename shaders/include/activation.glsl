@@ -284,6 +284,100 @@ float vkumd_acos(float x) {
     return 2.0 * vkumd_atan(sqrt((1.0 - x) / (1.0 + x)));
 }
 
+// The sign bit of x on a zero (copysign(0, x)), without multiplying (0 * inf is NaN).
+float vkumd_signed_zero(float x) {
+    return uintBitsToFloat(floatBitsToUint(x) & 0x80000000u);
+}
+
+// C's fmod: x - trunc(x / y) y, with x's sign; NaN for an infinite x, a zero y or a NaN, x
+// itself for an infinite y. Exact, by long division: each step subtracts |y| 2^k, the largest
+// such multiple not above r, which Sterbenz's lemma makes exact (t <= r < 2t); a step clears
+// r's leading quotient bit, so the loop runs at most the exponent difference plus one times.
+// (x - trunc(x / y) y with an fma is not exact: llvmpipe's fma may round twice.) Classes are
+// read from the bits: without SignedZeroInfNanPreserve a driver may assume no NaN or inf.
+float vkumd_fmod(float x, float y) {
+    uint ax = floatBitsToUint(x) & 0x7FFFFFFFu;
+    uint ay = floatBitsToUint(y) & 0x7FFFFFFFu;
+    if (ax >= 0x7F800000u || ay > 0x7F800000u || ay == 0u) {
+        return vkumd_nan();
+    }
+    if (ay == 0x7F800000u) {
+        return x;
+    }
+    float m = abs(y);
+    float r = abs(x);
+    int em;
+    frexp(m, em);
+    for (int i = 0; i < 300 && r >= m; ++i) {
+        int er;
+        frexp(r, er);
+        float t = ldexp(m, er - em);  // r's exponent: r / 2 < t < 2 r
+        if (t > r) {
+            t = ldexp(m, er - em - 1);
+        }
+        r -= t;
+    }
+    return r == 0.0 ? vkumd_signed_zero(x) : (x < 0.0 ? -r : r);
+}
+
+// The floored remainder, with y's sign (Python's %, numpy's mod, ONNX's Mod with fmod 0):
+// fmod moved by y where the signs differ; a finite x against an infinite y of the other sign
+// gives that infinity, as numpy does.
+float vkumd_mod(float x, float y) {
+    float r = vkumd_fmod(x, y);
+    if ((floatBitsToUint(r) & 0x7FFFFFFFu) > 0x7F800000u) {
+        return r;
+    }
+    if (r == 0.0) {
+        return vkumd_signed_zero(y);
+    }
+    return (r < 0.0) != (y < 0.0) ? r + y : r;
+}
+
+// x^y as numpy's power: 1 for y == 0 (x NaN too) and for x == 1 (y NaN too); NaN for a
+// negative x and a non-integer y; a negative x (or -0) and an odd integer y give the sign.
+// Integer |y| <= 64 multiplies by squaring (a few roundings: exact for small integer
+// results); other exponents are exp2(y log2 |x|), the driver's pow defined for x > 0 only,
+// with a relative error of about |y log2 x| float32 ulps.
+float vkumd_pow(float x, float y) {
+    uint ax = floatBitsToUint(x) & 0x7FFFFFFFu;
+    uint ay = floatBitsToUint(y) & 0x7FFFFFFFu;
+    if (ay == 0u || x == 1.0) {
+        return 1.0;
+    }
+    if (ax > 0x7F800000u || ay > 0x7F800000u) {
+        return vkumd_nan();
+    }
+    float m = abs(x);
+    bool integral = ay >= 0x4B000000u || floor(y) == y;  // from 2^23 up every float is one
+    if (x < 0.0 && !integral) {
+        return vkumd_nan();
+    }
+    bool odd = integral && ay < 0x4B800000u && fract(abs(y) * 0.5) == 0.5;  // below 2^24
+    float inf = uintBitsToFloat(0x7F800000u);
+    float r;
+    if (ay == 0x7F800000u) {
+        r = m == 1.0 ? 1.0 : ((m > 1.0) == (y > 0.0) ? inf : 0.0);
+    } else if (ax == 0u || ax == 0x7F800000u) {
+        r = (ax == 0u) == (y < 0.0) ? inf : 0.0;
+    } else if (integral && abs(y) <= 64.0) {
+        uint e = uint(abs(y));
+        float base = m;
+        r = 1.0;
+        while (e != 0u) {
+            if ((e & 1u) != 0u) {
+                r *= base;
+            }
+            base *= base;
+            e >>= 1;
+        }
+        r = y < 0.0 ? 1.0 / r : r;
+    } else {
+        r = exp2(y * log2(m));
+    }
+    return odd && (floatBitsToUint(x) & 0x80000000u) != 0u ? -r : r;
+}
+
 // The sign of x, NaN kept (GLSL's sign leaves NaN undefined).
 float vkumd_sign(float x) {
     return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x);

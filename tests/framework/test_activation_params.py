@@ -31,6 +31,8 @@ PARAMETRIC = [
     ("leaky_relu", {"alpha": 2.5}), ("elu", {"alpha": 0.6}),
     ("selu", {"alpha": 1.3, "gamma": 0.7}), ("celu", {"alpha": 2.25}),
     ("celu", {"alpha": -2.5}), ("thresholded_relu", {"alpha": -0.4}),
+    ("swish", {"alpha": 1.7}), ("swish", {"alpha": -0.5}), ("shrink", {"lambd": 0.8, "bias": 0.3}),
+    ("shrink", {"lambd": 1.5, "bias": 1.5}),
 ]
 EXTREMES = np.array([-np.inf, -1e30, -3e5, -100.0, -88.5, -20.0, -1.5, -1.0, -0.5, -1e-30,
                      -0.0, 0.0, 1e-30, 0.5, 0.9999999, 1.0, 1.0000001, 1.5, 20.0, 88.5, 100.0,
@@ -44,7 +46,7 @@ TAIL = sorted(name for name in ("abs", "neg", "ceil", "floor", "round", "sign", 
                                 "log", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
                                 "cosh", "asinh", "acosh", "atanh", "softplus", "softsign",
                                 "mish", "clip", "hard_sigmoid", "leaky_relu", "elu", "selu",
-                                "celu", "thresholded_relu"))
+                                "celu", "thresholded_relu", "shrink"))
 
 
 def _reference(op: str, x: np.ndarray, attrs: dict | None = None) -> np.ndarray:

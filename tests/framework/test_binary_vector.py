@@ -18,12 +18,13 @@ import pytest
 from test_elementwise import SENTINEL, assert_matches, poisoned, sample, stored
 
 import vkumd
-from vkumd.compiler.kernels.elementwise import ELEMENTWISE_CODES, ELEMENTWISE_OPS
+from vkumd.compiler.kernels.elementwise import ELEMENTWISE_CODES, ELEMENTWISE_OPS, INTEGER_OPS
 from vkumd.compiler.kernels.elementwise_plan import binary_plan
 from vkumd.framework import ops
 from vkumd.framework.execute.arena import view
 
 DTYPES = ["float32", "float16", "bfloat16", "int32"]
+BITWISE = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
 COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
            "eq": np.equal, "ne": np.not_equal}
 # (a shape, b shape): flat sizes with tails of 1, 3, 0 and 3 (ndim 0), one-element
@@ -42,6 +43,11 @@ def operands(rng: np.random.Generator, op: str, dtype: str, shape: tuple[int, ..
         if dtype != "int32" and values.size > 2:
             values.flat[rng.integers(0, values.size, 2)] = np.nan
         return stored(values, dtype) if dtype != "int32" else values.astype(np.int32)
+    if op == "pow":  # positive float bases; int32 powers that stay small
+        if dtype == "int32":
+            return rng.integers(0 if divisor else -9, 6 if divisor else 10, shape).astype(np.int32)
+        return stored(rng.uniform(-3.0, 3.0, shape) if divisor else rng.uniform(0.5, 2.0, shape),
+                      dtype)
     return sample(rng, dtype, shape, away_from_zero=divisor)
 
 
@@ -56,12 +62,28 @@ def expected(op: str, dtype: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
                 return np.floor_divide(a, b)
             if op == "div_trunc":
                 return (np.abs(a) // np.abs(b) * np.sign(a) * np.sign(b)).astype(np.int32)
+            if op == "pow":
+                return np.power(a, b)
+            if op in ("max", "min"):
+                return (np.maximum if op == "max" else np.minimum)(a, b)
+            if op in BITWISE:
+                return BITWISE[op](a, b)
+            if op in ("shl", "shr"):  # counts outside [0, 32): 0, or -1 shifting right a < 0
+                wide, inside = a.astype(np.int64), (b >= 0) & (b < 32)
+                count = np.where(inside, b, 0)
+                if op == "shr":
+                    return np.where(inside, wide >> count, np.where(wide < 0, -1, 0))
+                return (np.where(inside, wide << count, 0) & 0xFFFFFFFF).astype(
+                    np.uint32).view(np.int32)
+            if op in ("remainder", "fmod"):
+                return (np.mod if op == "remainder" else np.fmod)(a, b)
             return {"add": np.add, "sub": np.subtract, "mul": np.multiply}[op](a, b)
         if op in ("div_floor", "div_trunc"):
             quotient = a.astype(np.float32) / b.astype(np.float32)
             rounded = np.floor(quotient) if op == "div_floor" else np.trunc(quotient)
             return stored(rounded.astype(np.float64), dtype)
-        fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}[op]
+        fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+              "remainder": np.mod, "fmod": np.fmod, "pow": np.power}[op]
         return fn(a.astype(np.float64), b.astype(np.float64))
 
 
@@ -89,7 +111,8 @@ def assert_same_bits(scalar: np.ndarray, vector: np.ndarray) -> None:
 
 def _cases() -> list[tuple[str, str]]:
     return [(op, dtype) for dtype in DTYPES for op in ELEMENTWISE_OPS
-            if not (dtype == "int32" and op == "div")]
+            if not (dtype == "int32" and op == "div")
+            and (dtype == "int32" or op not in INTEGER_OPS)]
 
 
 @pytest.mark.parametrize("shapes", SHAPES, ids=str)
@@ -97,7 +120,8 @@ def _cases() -> list[tuple[str, str]]:
 def test_vector_variant_gives_the_scalar_bits(ctx, op: str, dtype: str, shapes) -> None:
     rng = np.random.default_rng(zlib.crc32(repr((op, dtype, shapes)).encode()))
     a = operands(rng, op, dtype, shapes[0], divisor=False)
-    b = operands(rng, op, dtype, shapes[1], divisor=op.startswith("div"))
+    b = operands(rng, op, dtype, shapes[1], divisor=op.startswith("div") or "mod" in op
+                 or op in ("remainder", "pow"))
     out_shape = np.broadcast_shapes(a.shape, b.shape)
     scalar, vector = both(ctx, op, ctx.tensor(a, dtype=dtype), ctx.tensor(b, dtype=dtype),
                           out_shape)

@@ -369,7 +369,8 @@ def test_cast_to_an_unsupported_dtype_is_refused(ctx, bad) -> None:
 
 def test_unsupported_element_types_are_refused(ctx) -> None:
     t = ctx.tensor(np.ones(3, np.int8))
-    for call in (lambda: ops.add(t, t), lambda: ops.fill(t, 1), lambda: ops.copy(t),
+    # (int8 with int8 runs in the binary kernel; a number beside it is not filled in 8 bits.)
+    for call in (lambda: ops.add(t, 1), lambda: ops.fill(t, 1), lambda: ops.copy(t),
                  lambda: ops.cast(t, "float32"), lambda: ops.scale(t, 2)):
         with pytest.raises(vkumd.VkumdTypeError, match="not supported"):
             call()

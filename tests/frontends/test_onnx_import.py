@@ -105,14 +105,15 @@ def test_one_error_lists_every_unsupported_node() -> None:
     n = Net()
     x = helper.make_tensor_value_info("x", T.FLOAT, [2, 4])
     y = helper.make_tensor_value_info("y", T.FLOAT, [2, 4])
+    ints = helper.make_tensor_value_info("i", T.INT32, [2, 4])
     conv = n.op("Conv", "x", n.weight(4, 4))
     power = n.op("Pow", conv, "y")  # downstream of a refused node: not listed twice
-    odd = n.op("Pow", "x", "y")
+    odd = n.op("Pow", "i", "y")  # an integer base with a float exponent
     cum = n.op("ReduceMean", "x", axes=[-1], keepdims=1, bogus=3)
     out = n.op("Add", n.op("Add", power, odd), cum)
     dbl = helper.make_tensor_value_info("d", T.DOUBLE, [2])
     with pytest.raises(vkumd.onnx.UnsupportedModelError) as info:
-        vkumd.onnx.load(n.model([x, y, dbl], [out]))
+        vkumd.onnx.load(n.model([x, y, ints, dbl], [out]))
     refused = {(r.op_type, r.name) for r in info.value.refusals}
     assert refused == {("graph input", "d"), ("Conv", "conv_2"), ("Pow", "pow_4"),
                        ("ReduceMean", "reducemean_5")}

@@ -1,7 +1,7 @@
 """torch.compile(backend="vkumd") of the elementwise tail: the activations with parameters
 (hardsigmoid, leaky_relu, prelu, elu, selu, celu, softplus with a beta, mish, clamp, hardtanh,
-relu6, threshold) and the unary math set, each mapped to one vkumd op with no fallback to
-torch, against torch's own output."""
+relu6, threshold), the unary math set, remainder, fmod, pow and the bitwise ops, each mapped to
+one vkumd op with no fallback to torch, against torch's own output."""
 
 from __future__ import annotations
 
@@ -48,6 +48,48 @@ def test_the_tail_compiles_without_fallback(recwarn: pytest.WarningsRecorder) ->
         want = model(x)
         got = fast(x)
         assert ((got - want).norm() / want.norm()).item() < 1e-5
+    fallbacks = [str(w.message) for w in recwarn
+                 if issubclass(w.category, vkumd.torch.VkumdFallbackWarning)]
+    assert not fallbacks, fallbacks
+
+
+class Arithmetic(torch.nn.Module):
+    """torch.remainder, torch.fmod and torch.pow of two tensors and of a tensor and a number."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (torch.remainder(x, y) + torch.fmod(x, y) + torch.pow(x.abs() + 0.5, y)
+                + torch.pow(x, 3) + torch.remainder(x, 1.5))
+
+
+@torch.no_grad()
+def test_remainder_fmod_and_pow_compile_without_fallback(
+        recwarn: pytest.WarningsRecorder) -> None:
+    torch.manual_seed(5)
+    model = Arithmetic().eval()
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend="vkumd")
+    for shape in ((3, 7), (5, 2, 9)):
+        x = torch.randn(*shape) * 3
+        y = (torch.rand(shape[-1]) * 2 + 0.5) * torch.where(torch.rand(shape[-1]) < 0.5, -1, 1)
+        want = model(x.double(), y.double())
+        got = fast(x, y)
+        assert ((got.double() - want).norm() / want.norm()).item() < 1e-5
+    fallbacks = [str(w.message) for w in recwarn
+                 if issubclass(w.category, vkumd.torch.VkumdFallbackWarning)]
+    assert not fallbacks, fallbacks
+
+
+@torch.no_grad()
+def test_bitwise_ops_compile_without_fallback(recwarn: pytest.WarningsRecorder) -> None:
+    def bits(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return ((x & y) | 5) ^ (y | x)
+
+    torch._dynamo.reset()
+    fast = torch.compile(bits, backend="vkumd")
+    for shape in ((3, 7), (5, 2, 9)):
+        x = torch.randint(-2**31, 2**31 - 1, shape, dtype=torch.int32)
+        y = torch.randint(-2**31, 2**31 - 1, shape[-1:], dtype=torch.int32)
+        assert torch.equal(fast(x, y), bits(x, y))
     fallbacks = [str(w.message) for w in recwarn
                  if issubclass(w.category, vkumd.torch.VkumdFallbackWarning)]
     assert not fallbacks, fallbacks

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from vkumd.compiler.kernels.limits import ELEMENTWISE_DTYPES, ELEMENTWISE_MAX_DIMS
+from vkumd.compiler.kernels.limits import (
+    BINARY_DTYPES,
+    ELEMENTWISE_DTYPES,
+    ELEMENTWISE_MAX_DIMS,
+)
 from vkumd.compiler.kernels.type_codes import type_codes
 from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import WORKGROUP, Kernel, register
@@ -17,11 +21,20 @@ UNARY_PUSH = PushLayout("n:u32", "ndim:u32", f"shape:u32[{_DIMS}]", f"stride:u32
 FILL_PUSH = PushLayout("n:u32", "bits:u32")
 
 ELEMENTWISE_OPS = {"add": 0, "sub": 1, "mul": 2, "div": 3, "div_floor": 4, "div_trunc": 5,
-                   "lt": 6, "le": 7, "gt": 8, "ge": 9, "eq": 10, "ne": 11}
+                   "lt": 6, "le": 7, "gt": 8, "ge": 9, "eq": 10, "ne": 11, "remainder": 12,
+                   "fmod": 13, "pow": 14, "max": 15, "min": 16, "and": 17, "or": 18,
+                   "xor": 19, "shl": 20, "shr": 21}
 # lt … ne are comparisons: 1 or 0 in the operands' type (shaders/elementwise_binary.comp).
 # The dtypes the elementwise kernels take and their type codes.
 ELEMENTWISE_CODES = type_codes(ELEMENTWISE_DTYPES)
 ELEMENTWISE_TYPES = tuple(ELEMENTWISE_CODES.values())
+# The binary kernel's: those and the 8-bit integers.
+BINARY_CODES = type_codes(BINARY_DTYPES)
+BINARY_TYPES = tuple(BINARY_CODES.values())
+INTEGER_TYPES = ("I32", "I8", "U8")
+# Ops the binary kernel runs for integers only (floats take the generated kernels, whose max
+# and min keep NaN; the bitwise ops have no float meaning).
+INTEGER_OPS = ("max", "min", "and", "or", "xor", "shl", "shr")
 # A comparison may store its 1/0 as uint8 instead (OUT U8: a graph's bool mask).
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 MASK_CODE = "U8"
@@ -32,15 +45,21 @@ def _elementwise_types(caps: DeviceCaps) -> list[str]:
     return [t for t in ELEMENTWISE_TYPES if caps.storage_16bit or t not in ("F16", "BF16")]
 
 
+def _binary_types(caps: DeviceCaps) -> list[str]:
+    """The binary kernel's types on ``caps``: the 8-bit integers need 8-bit storage."""
+    return _elementwise_types(caps) + (["I8", "U8"] if caps.storage_8bit else [])
+
+
 def _elementwise_variants(caps: DeviceCaps) -> list[dict]:
-    # int32 has no true division (ops refuse it); it divides rounding down or toward zero.
-    # Each scalar variant and its vectorised twin for same-shape operands (VEC 4, BCAST 0).
+    # Integers have no true division (ops refuse it); they divide rounding down or toward
+    # zero. Each scalar variant and its vectorised twin for same-shape operands (VEC 4).
     plain = [{"DTYPE": dtype, "OP": op, "VEC": vec, "BCAST": 0, WORKGROUP: 64}
-             for dtype in _elementwise_types(caps) for name, op in ELEMENTWISE_OPS.items()
-             if not (dtype == "I32" and name == "div") for vec in (1, 4)]
+             for dtype in _binary_types(caps) for name, op in ELEMENTWISE_OPS.items()
+             if (name != "div" or dtype not in INTEGER_TYPES)
+             and (name not in INTEGER_OPS or dtype in INTEGER_TYPES) for vec in (1, 4)]
     masks = [{"DTYPE": dtype, "OP": ELEMENTWISE_OPS[name], "OUT": MASK_CODE, "VEC": vec,
               "BCAST": 0, WORKGROUP: 64}
-             for dtype in _elementwise_types(caps) for name in COMPARISONS for vec in (1, 4)]
+             for dtype in _binary_types(caps) for name in COMPARISONS for vec in (1, 4)]
     return plain + (masks if caps.storage_8bit else [])
 
 
@@ -49,7 +68,7 @@ ELEMENTWISE_BINARY = register(Kernel(
     source="elementwise_binary.comp",
     buffers=3,
     push=BINARY_PUSH,
-    defines={"DTYPE": ELEMENTWISE_TYPES, "OUT": (MASK_CODE,)},
+    defines={"DTYPE": BINARY_TYPES, "OUT": (MASK_CODE,)},
     spec_constants={WORKGROUP: 0, "OP": 1, "VEC": 2, "BCAST": 3},
     variants=_elementwise_variants,
 ))

@@ -18,6 +18,8 @@ ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 # elementwise_binary, elementwise_unary and elementwise_fill (elementwise.py): operand
 # types, and dimensions after merging contiguous ones.
 ELEMENTWISE_DTYPES = (*FLOAT_DTYPES, "int32")
+# elementwise_binary alone also takes 8-bit integers (with 8-bit storage), wrapping as numpy.
+BINARY_DTYPES = (*ELEMENTWISE_DTYPES, "int8", "uint8")
 ELEMENTWISE_MAX_DIMS = 6
 
 # The generated fused elementwise kernels (fused_elementwise.py). Inputs a kernel takes: its

@@ -18,6 +18,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     arith,
     attention,
     batch_norm,
+    bitwise,
     compare,
     conv,
     conv_transpose,

@@ -1,6 +1,6 @@
 """Elementwise float functions with parameters, all run as generated kernels: ``clip``,
-``hard_sigmoid``, ``leaky_relu``, ``elu``, ``selu``, ``celu``, ``thresholded_relu`` (numbers
-as attributes) and ``prelu`` (a slope tensor that broadcasts against x).
+``hard_sigmoid``, ``leaky_relu``, ``elu``, ``selu``, ``celu``, ``thresholded_relu``, ``swish``,
+``shrink`` (numbers as attributes) and ``prelu`` (a slope tensor that broadcasts against x).
 
 The attributes are written into the generated kernel as float32 constants (the elementwise
 trait's ``numeric`` params), so each distinct value compiles one kernel, cached as any other.
@@ -132,6 +132,15 @@ def thresholded_relu(x: Tensor, *, alpha: float = 1.0, out: Tensor | None = None
     return _run("thresholded_relu", x, out, alpha=alpha)
 
 
+def swish(x: Tensor, *, alpha: float = 1.0, out: Tensor | None = None) -> Tensor:
+    return _run("swish", x, out, alpha=alpha)
+
+
+def shrink(x: Tensor, *, lambd: float = 0.5, bias: float = 0.0,
+           out: Tensor | None = None) -> Tensor:
+    return _run("shrink", x, out, lambd=lambd, bias=bias)
+
+
 clip.__doc__ = _doc(
     "``min(max(x, min), max)`` elementwise (numpy's clip: NaN stays NaN; where min > max\n"
     "    every element is max, as ONNX's Clip says).",
@@ -150,6 +159,12 @@ celu.__doc__ = _doc("``max(x, 0) + min(0, alpha (e^(x / alpha) - 1))`` elementwi
                     "alpha zero, not finite or past float32's range")
 thresholded_relu.__doc__ = _doc("``x`` where ``x > alpha``, else 0, elementwise.",
                                 "alpha: the threshold.")
+swish.__doc__ = _doc("``x sigmoid(alpha x)`` elementwise (``silu`` at alpha 1).",
+                     "alpha: the sigmoid's slope.")
+shrink.__doc__ = _doc("``x + bias`` where ``x < -lambd``, ``x - bias`` where ``x > lambd``,\n"
+                      "    else 0, elementwise (ONNX's Shrink: soft at bias = lambd, hard at 0).",
+                      "lambd: the half-width of the zeroed band.\n        bias: the shift of "
+                      "the rest toward zero.")
 
 
 def _elu64(x: np.ndarray, alpha: float) -> np.ndarray:
@@ -179,6 +194,13 @@ _PARAMETRIC: dict[str, tuple[Callable[..., Tensor], dict[str, float], Any, str]]
     "thresholded_relu": (thresholded_relu, {"alpha": 1.0},
                          lambda x, at: np.where(x > at["alpha"], x, 0.0),
                          "({a} > {b} ? {a} : 0.0)"),
+    "swish": (swish, {"alpha": 1.0},
+              lambda x, at: 0.5 * x * (1.0 + np.tanh(0.5 * at["alpha"] * x)),  # no overflow
+              "({a} * vkumd_sigmoid({a} * {b}))"),
+    "shrink": (shrink, {"lambd": 0.5, "bias": 0.0},
+               lambda x, at: np.where(x < -at["lambd"], x + at["bias"],
+                                      np.where(x > at["lambd"], x - at["bias"], 0.0)),
+               "({a} < -{b} ? {a} + {c} : ({a} > {b} ? {a} - {c} : 0.0))"),
 }
 
 

@@ -1,4 +1,5 @@
-"""Elementwise arithmetic: add, sub, mul and div (records and eager functions).
+"""Elementwise arithmetic: add, sub, mul, div, remainder, fmod and pow (records and eager
+functions).
 
 The binary ops take a Python (or numpy) real number for either operand, as ``torch.add``
 does; it is converted to the tensor's dtype as :func:`fill` converts (an int32 tensor takes
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from vkumd.compiler.kernels.elementwise import (
+    BINARY_CODES,
     ELEMENTWISE_CODES,
 )
 from vkumd.compiler.kernels.elementwise_plan import binary_plan, fill_plan
@@ -39,8 +41,8 @@ from vkumd.framework.ops.checks import (
 from vkumd.framework.opset.common import attrs_of, binary
 from vkumd.framework.opset.unary import (
     as_float,
+    binary_dtypes,
     broadcast_shape,
-    kernel_dtypes,
     scalar_bits,
     scale,
 )
@@ -133,11 +135,11 @@ _KNOWN_PLANS = 4096
 def _plan_binary(op: str, kernel_op: str, a: Tensor, b: Tensor, caps: Any
                  ) -> tuple[Any, tuple[int, ...], Any]:
     """Check and plan ``a OP b``: ``(caps, out_shape, plan)``; raises as the checks do."""
-    check_dtype(op, a, "the first operand", ELEMENTWISE_CODES)
+    check_dtype(op, a, "the first operand", BINARY_CODES)
     out_shape = broadcast_shape(op, a.shape, b.shape)
     if 0 in out_shape:  # nothing to launch
         return caps, out_shape, None
-    plan = binary_plan(caps, kernel_op, ELEMENTWISE_CODES[a.dtype.name], a.shape, b.shape,
+    plan = binary_plan(caps, kernel_op, BINARY_CODES[a.dtype.name], a.shape, b.shape,
                        out_shape)
     return caps, out_shape, plan
 
@@ -181,8 +183,9 @@ def div(a: Operand, b: Operand, *, rounding: str | None = None,
     if rounding not in _ROUNDING:
         raise VkumdValueError(f"div: rounding={rounding!r}; use None, 'floor' or 'trunc'")
     tensor = a if isinstance(a, Tensor) else b
-    if rounding is None and isinstance(tensor, Tensor) and tensor.dtype is dtypes.int32:
-        raise VkumdTypeError("div: int32 true division would need a float result; cast to "
+    if rounding is None and isinstance(tensor, Tensor) and not tensor.dtype.is_float:
+        raise VkumdTypeError(f"div: {tensor.dtype.name} true division would need a float "
+                             "result; cast to "
                              "float32 first, or pass rounding='floor' (numpy's //) or "
                              "rounding='trunc'")
     return run_binary("div", a, b, out, _ROUNDING[rounding])
@@ -200,7 +203,7 @@ def _arith(op: str, eager: Any, reference: Any, glsl: str) -> None:
         return [binary_type(op, ins, dims)]
 
     define(op, ("a", "b"), rule=rule, reference=reference, inplace=True,
-           elementwise=Elementwise(2, glsl), lower=binary(eager), refuse=kernel_dtypes,
+           elementwise=Elementwise(2, glsl), lower=binary(eager), refuse=binary_dtypes,
            eager=eager)
 
 
@@ -214,8 +217,9 @@ def _div_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorT
     if rounding not in ROUNDINGS:
         raise VkumdValueError(f"div: rounding={rounding!r}; use None, 'floor' or 'trunc'")
     out = binary_type("div", ins, dims)
-    if rounding is None and out.dtype is dtypes.int32:
-        raise VkumdTypeError("div: int32 true division would need a float result; cast to "
+    if rounding is None and not out.dtype.is_float:
+        raise VkumdTypeError(f"div: {out.dtype.name} true division would need a float result; "
+                             "cast to "
                              "float32 first, or set rounding='floor' or 'trunc'")
     return [out]
 
@@ -237,7 +241,84 @@ def _div_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
 
 
 define("div", ("a", "b"), {"rounding": None}, rule=_div_rule, reference=_div_reference,
-       inplace=True, lower=_div_lower, refuse=kernel_dtypes, eager=div,
+       inplace=True, lower=_div_lower, refuse=binary_dtypes, eager=div,
        elementwise=Elementwise(2, "({a} / {b})", params=("rounding",),
                                glsl_params={"floor": "floor({a} / {b})",
                                             "trunc": "trunc({a} / {b})"}))
+
+
+def remainder(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
+    """The floored remainder ``a - floor(a / b) b``, with ``b``'s sign (Python's ``%``,
+    numpy's ``mod``, ``torch.remainder``, ONNX's Mod with ``fmod=0``), with numpy
+    broadcasting; either operand may be a real number.
+
+    int32 is exact, and a zero divisor gives 0. Floats are computed in float32 and rounded
+    once: NaN for an infinite ``a`` or a zero ``b``; a finite ``a`` against an infinite ``b``
+    is ``a`` where their signs agree, else ``b`` (numpy's); exact while ``|a / b| < 2**24``.
+
+    Raises:
+        VkumdTypeError: operands of different dtypes, or of a dtype the kernels do not take.
+        VkumdValueError: shapes that do not broadcast; tensors of different contexts.
+    """
+    return run_binary("remainder", a, b, out, "remainder")
+
+
+def fmod(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
+    """The truncated remainder ``a - trunc(a / b) b``, with ``a``'s sign (C's ``fmod``,
+    ``torch.fmod``, ONNX's Mod with ``fmod=1``); as :func:`remainder` otherwise (an infinite
+    ``b`` leaves a finite ``a`` as it is)."""
+    return run_binary("fmod", a, b, out, "fmod")
+
+
+def _remainder_reference(floored: bool) -> Any:
+    def reference(args: list[Any], attrs: dict[str, Any], shapes: Any) -> list[np.ndarray]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return [np.mod(args[0], args[1]) if floored else np.fmod(args[0], args[1])]
+    return reference
+
+
+def _remainder_rule(op: str) -> Any:
+    def rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
+        return [binary_type(op, ins, dims)]
+    return rule
+
+
+# int32 by a zero divisor: the kernels give 0 (as div's rounded quotients), the reference NaN.
+for _op, _eager, _glsl in (("remainder", remainder, "vkumd_mod({a}, {b})"),
+                           ("fmod", fmod, "vkumd_fmod({a}, {b})")):
+    define(_op, ("a", "b"), rule=_remainder_rule(_op),
+           reference=_remainder_reference(_op == "remainder"), inplace=True,
+           elementwise=Elementwise(2, _glsl), lower=binary(_eager), refuse=binary_dtypes,
+           eager=_eager)
+
+
+def pow(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:  # noqa: A001
+    """``a ** b`` elementwise with numpy broadcasting (numpy's ``power``, ONNX's Pow); both
+    operands of one dtype, or one a real number.
+
+    Floats are computed in float32 and rounded once: 1 for ``b == 0`` and for ``a == 1``; NaN
+    for a negative ``a`` and a non-integer ``b``; an integer ``|b| <= 64`` multiplies by
+    squaring, other exponents are ``exp2(b log2 |a|)`` (a relative error of about
+    ``|b log2 a|`` float32 ulps). int32 multiplies exactly, wrapping on overflow; a negative
+    exponent gives ``1 / a**-b`` truncated (0 unless ``a`` is 1 or -1; 0 for ``a == 0``,
+    where numpy raises).
+
+    Raises:
+        VkumdTypeError: operands of different dtypes, or of a dtype the kernels do not take.
+        VkumdValueError: shapes that do not broadcast; tensors of different contexts.
+    """
+    return run_binary("pow", a, b, out, "pow")
+
+
+def _pow_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
+    return [binary_type("pow", ins, dims)]
+
+
+def _pow_reference(args: list[Any], attrs: dict[str, Any], shapes: Any) -> list[np.ndarray]:
+    with np.errstate(all="ignore"):
+        return [np.power(args[0], args[1])]
+
+
+define("pow", ("a", "b"), rule=_pow_rule, reference=_pow_reference, inplace=True,
+       elementwise=Elementwise(2, "vkumd_pow({a}, {b})"), lower=binary(pow),
+       refuse=binary_dtypes, eager=pow)

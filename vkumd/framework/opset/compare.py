@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from vkumd.compiler.kernels.elementwise import (
-    ELEMENTWISE_CODES,
+    BINARY_CODES,
     MASK_CODE,
 )
 from vkumd.compiler.kernels.elementwise_plan import binary_plan
@@ -33,7 +33,7 @@ from vkumd.framework.ops.checks import (
 )
 from vkumd.framework.opset.arith import Operand, binary_type, run_binary
 from vkumd.framework.opset.common import binary, host_tensor, one_step
-from vkumd.framework.opset.unary import broadcast_shape, kernel_dtypes
+from vkumd.framework.opset.unary import binary_dtypes, broadcast_shape
 from vkumd.framework.tensor import Tensor
 
 INTEGER_CONDITIONS = ("uint8", "int8", "int32")
@@ -51,13 +51,13 @@ def _compare_mask(op: str, a: Any, b: Any, out: Tensor) -> Tensor:
     if a.dtype is not b.dtype:
         raise VkumdTypeError(f"{op}: dtypes differ ({a.dtype.name} and {b.dtype.name}); "
                              "cast one first")
-    check_dtype(op, a, "the first operand", ELEMENTWISE_CODES)
+    check_dtype(op, a, "the first operand", BINARY_CODES)
     check_storage(op, dtypes.uint8, context)
     out_shape = broadcast_shape(op, a.shape, b.shape)
     out = output(op, context, out, out_shape, dtypes.uint8)
     if out.size == 0:
         return out
-    plan = binary_plan(context.caps, op, ELEMENTWISE_CODES[a.dtype.name], a.shape, b.shape,
+    plan = binary_plan(context.caps, op, BINARY_CODES[a.dtype.name], a.shape, b.shape,
                        out_shape, out=MASK_CODE)
     context.run(plan, (a, b, out))
     return out
@@ -137,7 +137,7 @@ def _comparison(op: str) -> None:
     # The lowering stores the uint8 mask straight from the elementwise kernel, which compares
     # every type it takes exactly (int32 too, where a float32 comparison would not be).
     define(op, ("a", "b"), rule=rule, reference=reference, lower=binary(eager),
-           refuse=kernel_dtypes, host=host, eager=eager,
+           refuse=binary_dtypes, host=host, eager=eager,
            elementwise=Elementwise(2, f"({{a}} {symbol} {{b}} ? 1.0 : 0.0)"))
 
 

@@ -1,6 +1,6 @@
-"""The elementwise maximum and minimum of two float tensors: ``maximum`` and ``minimum``
-(numpy's, torch's and ONNX's Max/Min: NaN propagates), which run as generated elementwise
-kernels and so fuse with their neighbours.
+"""The elementwise maximum and minimum of two tensors: ``maximum`` and ``minimum`` (numpy's,
+torch's and ONNX's Max/Min: NaN propagates). Floats run as generated elementwise kernels and
+so fuse with their neighbours; integers (int32, int8, uint8) in the binary kernel, exactly.
 
 NaN is found from the bits, not with ``isnan()`` or ``max()``: without the
 SignedZeroInfNanPreserve execution mode a driver may assume floats are never NaN, and GLSL's
@@ -21,10 +21,13 @@ from vkumd.framework.graph.registry import OPS, Elementwise, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_pair, check_storage, output
 from vkumd.framework.ops.contract import Verdicts, concrete_rule, recall, remember
-from vkumd.framework.opset.common import one_step
+from vkumd.framework.opset.arith import run_binary
+from vkumd.framework.opset.common import binary
+from vkumd.framework.opset.unary import binary_dtypes
 from vkumd.framework.tensor import Tensor
 
 _VERDICTS: Verdicts = {}
+INTEGERS = ("int32", "int8", "uint8")
 _NAN = "((floatBitsToUint({x}) & 0x7FFFFFFFu) > 0x7F800000u)"
 
 
@@ -34,6 +37,8 @@ def _glsl(fn: str) -> str:
 
 
 def _run(op: str, a: Tensor, b: Tensor, out: Tensor | None) -> Tensor:
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype.name in INTEGERS:
+        return run_binary(op, a, b, out, op[:3])
     context = check_pair(op, a, b)
     key = (op, a.shape, a.dtype.name, b.shape, b.dtype.name)
     result = recall(_VERDICTS, key)
@@ -55,7 +60,7 @@ def maximum(a: Tensor, b: Tensor, *, out: Tensor | None = None) -> Tensor:
     is NaN (numpy's ``maximum``, ONNX's Max).
 
     Args:
-        a: float32, float16 or bfloat16 tensor.
+        a: float32, float16, bfloat16, int32, int8 or uint8 tensor.
         b: a tensor of a's dtype and context, broadcastable with a.
         out: optional output of the broadcast shape and the operands' dtype.
 
@@ -63,8 +68,8 @@ def maximum(a: Tensor, b: Tensor, *, out: Tensor | None = None) -> Tensor:
         The result.
 
     Raises:
-        VkumdTypeError: a non-float operand, operands of different dtypes, out of another
-            dtype.
+        VkumdTypeError: an operand of another type, operands of different dtypes, out of
+            another dtype.
         VkumdValueError: shapes that do not broadcast, operands of different contexts, out
             of another shape.
     """
@@ -80,8 +85,8 @@ def _rule(op: str) -> Callable[[Types, dict[str, Any], DimTable], list[TensorTyp
     def rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
         a, b = ins
         assert a is not None and b is not None  # required inputs, checked by the registry
-        need_float(op, a, "a")
-        need_float(op, b, "b")
+        if a.dtype.name not in INTEGERS:
+            need_float(op, a, "a")
         dtype = same_dtype(op, ("a", a), ("b", b))
         try:
             shape = dims.broadcast(a.shape, b.shape)
@@ -95,5 +100,5 @@ def _rule(op: str) -> Callable[[Types, dict[str, Any], DimTable], list[TensorTyp
 for _op, _eager, _fn in (("maximum", maximum, np.maximum), ("minimum", minimum, np.minimum)):
     define(_op, ("a", "b"), rule=_rule(_op),
            reference=(lambda f: lambda a, attrs, s: [f(a[0], a[1])])(_fn),
-           inplace=True, elementwise=Elementwise(2, _glsl(_op[:3])), lower=one_step,
-           eager=_eager)
+           inplace=True, elementwise=Elementwise(2, _glsl(_op[:3])), lower=binary(_eager),
+           refuse=binary_dtypes, eager=_eager)

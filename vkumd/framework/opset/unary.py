@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from vkumd.compiler.kernels.elementwise import (
+    BINARY_CODES,
     ELEMENTWISE_CODES,
     ELEMENTWISE_MAX_DIMS,
 )
@@ -220,6 +221,15 @@ def kernel_dtypes(node: Node) -> str | None:
     if rank > ELEMENTWISE_MAX_DIMS:
         return (f"{node.op} of more dimensions than the elementwise kernels index "
                 f"({rank}; at most {ELEMENTWISE_MAX_DIMS}: reshape to merge some)")
+    return None
+
+
+def binary_dtypes(node: Node) -> str | None:
+    """Why the binary kernel cannot run ``node`` (an operand type it does not take)."""
+    first = node.inputs[0]
+    if first is not None and first.dtype.name not in BINARY_CODES:
+        return (f"{node.op} has no device kernel for {first.dtype.name} (its kernel takes "
+                f"{', '.join(BINARY_CODES)})")
     return None
 
 

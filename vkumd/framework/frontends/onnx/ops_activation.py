@@ -17,6 +17,7 @@ from vkumd.framework.frontends.onnx.errors import Unsupported
 from vkumd.framework.frontends.onnx.state import Bound, State, converter
 
 _FLOATS = ("float32", "float16", "bfloat16")
+_INTEGERS = ("int32", "int8", "uint8")
 _MATH = {"Abs": "abs", "Ceil": "ceil", "Floor": "floor", "Round": "round", "Sign": "sign",
          "Log": "log", "Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin",
          "Acos": "acos", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh",
@@ -30,6 +31,8 @@ _PARAMETRIC: dict[str, tuple[str, dict[str, float]]] = {
     "Selu": ("selu", {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}),
     "Celu": ("celu", {"alpha": 1.0}),
     "ThresholdedRelu": ("thresholded_relu", {"alpha": 1.0}),
+    "Swish": ("swish", {"alpha": 1.0}),
+    "Shrink": ("shrink", {"lambd": 0.5, "bias": 0.0}),
 }
 
 
@@ -47,9 +50,10 @@ def math_unary(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[B
     return [st.b.op(_MATH[node.op_type], _float_input(st, node))]
 
 
-@converter(*_PARAMETRIC, attrs=("alpha", "beta", "gamma"))
+@converter(*_PARAMETRIC, attrs=("alpha", "beta", "gamma", "lambd", "bias"))
 def parametric(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """HardSigmoid, LeakyRelu, Elu, Selu, Celu, ThresholdedRelu with their attributes."""
+    """HardSigmoid, LeakyRelu, Elu, Selu, Celu, ThresholdedRelu, Swish, Shrink with their
+    attributes."""
     op, defaults = _PARAMETRIC[node.op_type]
     unknown = set(attrs) - set(defaults)
     if unknown:
@@ -82,6 +86,8 @@ def clip(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     """Clip: ``min``/``max`` as attributes (opset 6) or optional inputs (11+). Constant
     bounds are the ``clip`` op's attributes; a run-time bound is a compare and a select
     (``where(x < min, min, x)``), which fuse with it into one kernel."""
+    if st.dtype(node.input[0]) in _INTEGERS:
+        return [_integer_clip(st, node)]
     x = _float_input(st, node)
     lo = _bound(st, node, attrs, 1, "min", -math.inf)
     hi = _bound(st, node, attrs, 2, "max", math.inf)
@@ -95,6 +101,25 @@ def clip(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     if isinstance(hi, float):
         return [y if hi == math.inf else st.b.op("clip", y, max=hi)]
     return [st.b.where(st.b.op("gt", y, hi), hi, y)]
+
+
+def _integer_clip(st: State, node: onnx.NodeProto) -> Bound:
+    """Clip of an integer tensor (opset 12+, bounds as inputs): ``minimum(maximum(x, min),
+    max)``, exact in the binary kernel; a constant bound becomes a constant of x's type."""
+    out = x = st.value(node.input[0])
+    for index, name, op in ((1, "min", "maximum"), (2, "max", "minimum")):
+        if not st.present(node, index):
+            continue
+        known = st.known(node.input[index])
+        if known is not None and known.dtype != object and known.size == 1:
+            bound = st.constant(np.asarray(known).reshape(()), x.dtype.name)
+        else:
+            bound = st.value(node.input[index])
+            if tuple(bound.shape) not in ((), (1,)):
+                raise Unsupported(f"Clip's {name} has shape {list(bound.shape)}; it must hold "
+                                  "a single number")
+        out = st.b.op(op, out, bound)
+    return out
 
 
 @converter("PRelu")

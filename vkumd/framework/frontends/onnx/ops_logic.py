@@ -60,12 +60,14 @@ def is_nan(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
 
 @converter("Max", "Min")
 def extremum(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """The elementwise maximum (minimum) of one or more float inputs with numpy
-    broadcasting: a chain of ``maximum`` (``minimum``), one fused kernel; NaN propagates."""
+    """The elementwise maximum (minimum) of one or more inputs with numpy broadcasting: a
+    chain of ``maximum`` (``minimum``), one fused kernel for floats (NaN propagates), the
+    binary kernel for int32, int8 and uint8."""
     names = [n for n in node.input if n]
     values = [st.value(n) for n in names]
-    if any(v.dtype.name not in _FLOATS for v in values):
-        raise Unsupported("Max/Min of integer tensors (only float ones run on the device)")
+    if any(v.dtype.name not in (*_FLOATS, "int32", "int8", "uint8") for v in values):
+        raise Unsupported("Max/Min of types other than float32/16, bfloat16, int32, int8 "
+                          "and uint8")
     op = "maximum" if node.op_type == "Max" else "minimum"
     out = values[0]
     for v in values[1:]:
@@ -138,3 +140,44 @@ def _gather_as_reshape(st: State, node: onnx.NodeProto, bound: np.ndarray | Deri
             raise Unsupported("indices other than every element of data, in order, spread "
                               "over axes of size one")
     return st.b.reshape(data, out_shape)
+
+
+_BITWISE = {"BitwiseAnd": ("bitwise_and", np.bitwise_and),
+            "BitwiseOr": ("bitwise_or", np.bitwise_or),
+            "BitwiseXor": ("bitwise_xor", np.bitwise_xor)}
+
+
+@converter(*_BITWISE)
+def bitwise(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """BitwiseAnd, BitwiseOr, BitwiseXor of integer tensors, numpy broadcasting (folded when
+    both are known)."""
+    op, fold = _BITWISE[node.op_type]
+    a, b = st.known(node.input[0]), st.known(node.input[1])
+    if a is not None and b is not None and a.dtype != object and b.dtype != object:
+        return [np.asarray(fold(a, b))]
+    return [st.b.op(op, st.value(node.input[0]), st.value(node.input[1]))]
+
+
+@converter("BitwiseNot")
+def bitwise_not(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """``~x`` as ``bitwise_xor`` with all ones (folded when known)."""
+    known = st.known(node.input[0])
+    if known is not None and known.dtype != object:
+        return [np.asarray(np.invert(known))]
+    x = st.value(node.input[0])
+    ones = np.array(-1, np.int64).astype(x.dtype.name)  # 0xFF for uint8: numpy wraps
+    return [st.b.op("bitwise_xor", x, st.constant(ones, x.dtype.name))]
+
+
+@converter("BitShift", attrs=("direction",))
+def bit_shift(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """``x << y`` or ``x >> y`` (``direction``) of unsigned tensors (uint8 stored)."""
+    direction = attrs.get("direction")
+    if direction not in ("LEFT", "RIGHT"):
+        raise Unsupported(f"direction={direction!r}; ONNX takes 'LEFT' or 'RIGHT'")
+    a, b = st.known(node.input[0]), st.known(node.input[1])
+    if a is not None and b is not None and a.dtype != object and b.dtype != object:
+        fold = np.left_shift if direction == "LEFT" else np.right_shift
+        return [np.asarray(fold(a, b))]
+    op = "bitwise_left_shift" if direction == "LEFT" else "bitwise_right_shift"
+    return [st.b.op(op, st.value(node.input[0]), st.value(node.input[1]))]

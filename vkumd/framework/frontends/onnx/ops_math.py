@@ -13,6 +13,7 @@ import onnx
 
 from vkumd.framework.frontends.onnx.errors import Unsupported
 from vkumd.framework.frontends.onnx.state import Bound, State, converter, ir_dtype, tidy
+from vkumd.framework.graph import Value
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Equal": "eq",
            "Less": "lt", "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge"}
@@ -81,24 +82,58 @@ def neg(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | 
     """``-x`` as ``scale(x, -1)`` (folded for known shapes)."""
     known = st.known(node.input[0])
     if known is not None:
-        return [tidy(-known)]
+        # A 0-d float array negates to a numpy scalar, which tidy would box as an object.
+        return [tidy(-known) if known.dtype == object else np.asarray(-known)]
     return [st.b.scale(st.value(node.input[0]), -1.0)]
 
 
 @converter("Pow")
 def power(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """``x ** y`` for a constant y of 1, 2 or 0.5 (``x``, ``x * x``, ``sqrt(x)``)."""
-    exponent = st.scalar(node.input[1])
-    if exponent is None:
-        raise Unsupported("the exponent must be a single constant (1, 2 or 0.5)")
+    """``x ** y`` with numpy broadcasting: ``x``, ``x * x``, ``sqrt(x)`` for a constant float
+    exponent of 1, 2 or 0.5, else ``pow`` (an integer exponent of a float base cast to the
+    base's type; folded when both are known)."""
+    base, exponent = st.known(node.input[0]), st.known(node.input[1])
+    if base is not None and exponent is not None and base.dtype != object \
+            and exponent.dtype != object:
+        with np.errstate(all="ignore"):
+            return [np.asarray(np.power(base, exponent)).astype(base.dtype)]
     x = st.value(node.input[0])
-    if exponent == 1.0:
+    floats = x.dtype.name in ("float32", "float16", "bfloat16")
+    scalar = st.scalar(node.input[1])
+    if floats and scalar == 1.0:
         return [x]
-    if exponent == 2.0:
+    if floats and scalar == 2.0:
         return [st.b.mul(x, x)]
-    if exponent == 0.5:
+    if floats and scalar == 0.5:
         return [st.b.sqrt(x)]
-    raise Unsupported(f"exponent {exponent} is not supported (only 1, 2 and 0.5)")
+    if exponent is not None:
+        if exponent.dtype == object:
+            raise Unsupported("an exponent of symbolic sizes")
+        if not floats and not np.all(np.mod(exponent, 1) == 0):
+            raise Unsupported(f"an integer base ({x.dtype.name}) with a non-integer exponent")
+        return [st.b.pow(x, st.constant(exponent, x.dtype.name))]
+    y = st.value(node.input[1])
+    if y.dtype.name != x.dtype.name:
+        if not floats or y.dtype.name not in ("int32", "int8", "uint8"):
+            raise Unsupported(f"the base is {x.dtype.name} and the exponent {y.dtype.name}: "
+                              "vkumd takes one type, or a float base with an integer exponent")
+        y = st.b.cast(y, x.dtype.name)
+    return [st.b.pow(x, y)]
+
+
+@converter("Mod", attrs=("fmod",))
+def mod(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """The remainder with the divisor's sign (``fmod=0``, integers or floats), or with the
+    dividend's (``fmod=1``, C's fmod), with numpy broadcasting."""
+    truncated = attrs.get("fmod", 0)
+    if truncated not in (0, 1):
+        raise Unsupported(f"fmod={truncated} (ONNX takes 0 or 1)")
+    a, b = st.known(node.input[0]), st.known(node.input[1])
+    if a is not None and b is not None and a.dtype != object and b.dtype != object:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return [np.asarray((np.fmod if truncated else np.mod)(a, b))]
+    return [st.b.op("fmod" if truncated else "remainder", st.value(node.input[0]),
+                    st.value(node.input[1]))]
 
 
 @converter("Gelu", attrs=("approximate",))
@@ -124,26 +159,69 @@ def where(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound 
 @converter("Cast", attrs=("to", "saturate", "round_mode"))
 def cast(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """Cast to a stored type; to bool as ``x != 0`` (uint8)."""
-    target = attrs["to"]
+    return [_cast_to(st, node.input[0], attrs["to"], attrs)]
+
+
+# The ONNX element type of a graph value, from its IR dtype: int32 stores INT32 and INT64
+# alike (the same values), uint8 stores UINT8 and BOOL (told apart in like_type).
+_ONNX_OF_IR = {"float32": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FLOAT16,
+               "bfloat16": onnx.TensorProto.BFLOAT16, "int32": onnx.TensorProto.INT32,
+               "int8": onnx.TensorProto.INT8}
+
+
+def like_type(st: State, name: str, source: str) -> int | None:
+    """The ONNX element type CastLike converts the tensor named ``source`` to: that of
+    ``name``; None when ``name`` is a run-time uint8 tensor and ``source`` is a uint8 one too
+    (UINT8 or BOOL: either way the identity).
+
+    Raises:
+        Unsupported: ``name`` is a run-time uint8 tensor (a UINT8 or a BOOL: which is not
+            kept) and ``source`` is not uint8.
+    """
+    known = st.known(name)
+    if known is not None and known.dtype != object:
+        return onnx.helper.np_dtype_to_tensor_dtype(known.dtype)
+    if known is not None:  # a shape with symbolic dimensions: ONNX's int64
+        return onnx.TensorProto.INT64
+    dtype = st.dtype(name)
+    if dtype in _ONNX_OF_IR:
+        return _ONNX_OF_IR[dtype]
+    if isinstance(st.env[source], Value) and st.dtype(source) == "uint8":
+        return None
+    raise Unsupported("CastLike to a uint8 tensor computed at run time: vkumd stores UINT8 "
+                      "and BOOL alike, so the target type is not known; use Cast")
+
+
+@converter("CastLike", attrs=("saturate", "round_mode"))
+def cast_like(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """Cast to the element type of the second input (``target_type``), as Cast does."""
+    target = like_type(st, node.input[1], node.input[0])
+    if target is None:
+        return [st.env[node.input[0]]]
+    return [_cast_to(st, node.input[0], target, attrs)]
+
+
+def _cast_to(st: State, name: str, target: int, attrs: dict[str, Any]) -> Bound:
+    """``name`` converted to ONNX element type ``target`` (Cast's and CastLike's body)."""
     if attrs.get("round_mode", "up") != "up":
         raise Unsupported(f"round_mode={attrs['round_mode']!r} is not supported")
-    known = st.known(node.input[0])
+    known = st.known(name)
     if known is not None and known.dtype == object:
         if target not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
             raise Unsupported("a shape with symbolic dimensions cast to a non-integer type")
-        return [known]
+        return known
     want = ir_dtype(target)
     if known is not None:
         np_type = onnx.helper.tensor_dtype_to_np_dtype(target)
         if np_type == np.float64:
             raise Unsupported("float64 tensors are not supported; use float32")
-        return [known.astype(np_type)]
-    x = st.value(node.input[0])
+        return known.astype(np_type)
+    x = st.value(name)
     if target == onnx.TensorProto.BOOL:
-        return [st.b.ne(x, st.constant(np.zeros((), np.float32), x.dtype.name))]
+        return st.b.ne(x, st.constant(np.zeros((), np.float32), x.dtype.name))
     if x.dtype.name == want:
-        return [x]
-    return [st.b.cast(x, want)]
+        return x
+    return st.b.cast(x, want)
 
 
 @converter("Sum", "Mean")

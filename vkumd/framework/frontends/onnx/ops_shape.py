@@ -16,7 +16,7 @@ from onnx import numpy_helper
 from vkumd.framework.frontends.onnx.derived import Derived
 from vkumd.framework.frontends.onnx.errors import OnHost, Unsupported
 from vkumd.framework.frontends.onnx.fold import check_fold
-from vkumd.framework.frontends.onnx.state import Bound, State, converter, tidy
+from vkumd.framework.frontends.onnx.state import Bound, State, converter, is_symbolic, tidy
 from vkumd.framework.graph import Dim, Value, product
 
 _INT64_MAX = np.iinfo(np.int64).max
@@ -79,6 +79,14 @@ def shape(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound 
     vector = np.empty(len(picked), dtype=object)  # filled in place: numpy would unpack Dims
     vector[:] = picked
     return [tidy(vector)]
+
+
+@converter("Size", derived=True)
+def size(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """The input's element count as a known int64 scalar (symbolic when a dimension is)."""
+    count = np.empty((), dtype=object)  # filled in place, as Shape's vector is
+    count[()] = product(list(st.shape(node.input[0])))
+    return [tidy(count)]
 
 
 @converter("Reshape", attrs=("allowzero",))
@@ -298,6 +306,55 @@ def constant_of_shape(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
                           "non-negative dims and one value)")
     check_fold(tuple(dims), fill.dtype)
     return [np.full(dims, fill[0], dtype=fill.dtype)]
+
+
+@converter("Range")
+def range_(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """``start + i * delta`` for ``i < max(ceil((limit - start) / delta), 0)``, folded at
+    import: the output's length is the inputs' values, so they must be known then."""
+    known = [st.known(n) for n in node.input[:3]]
+    if len(node.input) != 3 or any(k is None for k in known):
+        raise Unsupported("start, limit and delta must be known at import time (constants, "
+                          "or computed from static shapes): the length of the output depends "
+                          "on their values, and vkumd sizes every tensor before running")
+    start, limit, delta = (tidy(k) for k in known)
+    if any(is_symbolic(v) for v in (start, limit, delta)):
+        # Computed from each call's sizes on the host (a derived input), where it can be.
+        raise OnHost("a range over a symbolic size")
+    if any(v.size != 1 for v in (start, limit, delta)):
+        raise Unsupported("start, limit and delta must be scalars")
+    first, last, step = (v.reshape(()) for v in (start, limit, delta))
+    if step == 0:
+        raise Unsupported("delta is 0 (an endless sequence)")
+    count = max(int(np.ceil((float(last) - float(first)) / float(step))), 0)
+    check_fold((count,), start.dtype)
+    if start.dtype.kind in "iu":
+        return [(int(first) + np.arange(count, dtype=np.int64) * int(step)).astype(start.dtype)]
+    return [(float(first) + np.arange(count) * float(step)).astype(start.dtype)]
+
+
+# A graph value's numpy type, from its IR dtype (int64 and bool inputs are stored as int32
+# and uint8, whose 0/1 and integers an identity matrix of them holds the same).
+_NUMPY_OF_IR = {"float32": np.float32, "float16": np.float16, "int32": np.int32,
+                "int8": np.int8, "uint8": np.uint8,
+                "bfloat16": onnx.helper.tensor_dtype_to_np_dtype(onnx.TensorProto.BFLOAT16)}
+
+
+@converter("EyeLike", attrs=("dtype", "k"))
+def eye_like(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """A known 2-D array of the input's static shape: ones on diagonal ``k``, else zeros, of
+    type ``dtype`` (default the input's)."""
+    shape = st.shape(node.input[0])
+    if len(shape) != 2 or any(isinstance(d, Dim) for d in shape):
+        raise Unsupported(f"EyeLike of shape {list(shape)}: it takes a 2-D input of static "
+                          "shape (the result is a constant)")
+    if "dtype" in attrs:
+        np_type = onnx.helper.tensor_dtype_to_np_dtype(attrs["dtype"])
+    else:
+        known = st.known(node.input[0])
+        np_type = known.dtype if known is not None else _NUMPY_OF_IR[st.dtype(node.input[0])]
+    check_fold(tuple(shape), np.dtype(np_type))
+    return [np.eye(shape[0], shape[1], k=int(attrs.get("k", 0)), dtype=np_type)]
 
 
 @converter("Expand")

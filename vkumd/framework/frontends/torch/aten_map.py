@@ -15,6 +15,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import fx
 
@@ -138,6 +139,26 @@ on(aten.sub.Tensor, aten.sub.Scalar)(_binary("sub"))
 on(aten.mul.Tensor, aten.mul.Scalar)(_binary("mul"))
 on(aten.maximum.default, check=_float_meta)(_binary("maximum"))
 on(aten.minimum.default, check=_float_meta)(_binary("minimum"))
+
+
+def _with_constant(method: str) -> Handler:
+    """A binary op whose IR op takes two values: a number becomes a 0-d constant of the
+    other side's dtype (the builder's add, sub and mul take numbers themselves)."""
+    def handle(cv: Any, node: fx.Node, a: Any, b: Any) -> Value:
+        a, b = cv.promote(node, a), cv.promote(node, b)
+        like = a if isinstance(a, Value) else b
+        a, b = (v if isinstance(v, Value) else cv.b.constant(np.asarray(v), like.dtype.name)
+                for v in (a, b))
+        return getattr(cv.b, method)(a, b)
+    return handle
+
+
+on(aten.remainder.Tensor, aten.remainder.Scalar)(_with_constant("remainder"))
+on(aten.fmod.Tensor, aten.fmod.Scalar)(_with_constant("fmod"))
+on(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar)(_with_constant("pow"))
+on(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)(_with_constant("bitwise_and"))
+on(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)(_with_constant("bitwise_or"))
+on(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)(_with_constant("bitwise_xor"))
 
 
 def _plain_div(node: fx.Node) -> str | None:
