@@ -17,6 +17,7 @@ from vkumd.framework.graph.cse import eliminate_common_subexpressions
 from vkumd.framework.graph.dce import eliminate_dead_code
 from vkumd.framework.graph.fusion_attention import fuse_attention
 from vkumd.framework.graph.fusion_conv_bn import fold_batch_norm_into_conv
+from vkumd.framework.graph.fusion_conv_epilogue import fuse_conv_epilogue
 from vkumd.framework.graph.fusion_elementwise import fuse_elementwise
 from vkumd.framework.graph.fusion_epilogue import fuse_epilogue
 from vkumd.framework.graph.fusion_norm import fuse_add_layer_norm
@@ -40,6 +41,7 @@ PASSES: dict[str, Pass] = {
     "attention_fusion": fuse_attention,
     "attention_layout": fold_attention_layouts,
     "epilogue_fusion": fuse_epilogue,
+    "conv_epilogue_fusion": fuse_conv_epilogue,
     "add_norm_fusion": fuse_add_layer_norm,
     "rope_fusion": fuse_rope_into_cache_write,
     "elementwise_fusion": fuse_elementwise,
@@ -56,9 +58,11 @@ CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "conv_bn_folding", "cse",
 # heads/sequence permutes folded into its layouts, then the GEMM epilogues (a residual stored
 # with the product beats re-reading it in the norm), then residual + norm, elementwise last,
 # so it takes only what the pattern fusions left (rope into the cache write before it, though
-# neither touches the other's nodes).
+# neither touches the other's nodes). Convolutions take their bias, activation and residual
+# beside the matmul epilogues (after batch norms folded into them in the cleanup).
 FUSION: tuple[str, ...] = ("attention_fusion", "attention_layout", "epilogue_fusion",
-                           "add_norm_fusion", "rope_fusion", "elementwise_fusion")
+                           "conv_epilogue_fusion", "add_norm_fusion", "rope_fusion",
+                           "elementwise_fusion")
 PIPELINE: tuple[str, ...] = (*CLEANUP, *FUSION, "dce")
 
 
