@@ -23,6 +23,7 @@ from vkumd.framework.graph.fusion_epilogue import fuse_epilogue
 from vkumd.framework.graph.fusion_norm import fuse_add_layer_norm
 from vkumd.framework.graph.fusion_rope import fuse_rope_into_cache_write
 from vkumd.framework.graph.ir import Graph
+from vkumd.framework.graph.pad_folding import fold_pads
 from vkumd.framework.graph.transpose_folding import fold_transposes
 from vkumd.settings import register_reader
 from vkumd.settings import text as setting
@@ -36,6 +37,7 @@ PASSES: dict[str, Pass] = {
     "dce": eliminate_dead_code,
     "constant_folding": fold_constants,
     "conv_bn_folding": fold_batch_norm_into_conv,
+    "pad_folding": fold_pads,
     "cse": eliminate_common_subexpressions,
     "transpose_folding": fold_transposes,
     "attention_fusion": fuse_attention,
@@ -51,8 +53,8 @@ PASSES: dict[str, Pass] = {
 # what fusion and folding orphaned. Transposes fold into matmul flags before fusion, so
 # attention fusion sees ``q @ k.transpose(-2, -1)`` in the form it matches.
 # Batch norms fold into their convolutions after constant folding, which may have computed
-# their statistics.
-CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "conv_bn_folding", "cse",
+# their statistics; explicit pads fold into the convolutions and poolings reading them.
+CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "conv_bn_folding", "pad_folding", "cse",
                             "transpose_folding")
 # Fusion: attention first (epilogue fusion would take its mask add as a residual), then its
 # heads/sequence permutes folded into its layouts, then the GEMM epilogues (a residual stored
