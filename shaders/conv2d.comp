@@ -1,5 +1,6 @@
 #version 450
-// Direct 2-D convolution, NCHW: out[n, oc, oy, ox] = bias[oc] + sum over the group's input
+// Direct 2-D convolution, NCHW, with the epilogue of conv_epilogue.glsl (activation,
+// residual) applied to out[n, oc, oy, ox] = bias[oc] + sum over the group's input
 // channels ic and the kernel taps (ky, kx) of x[n, ic, oy*sy - pt + ky*dy, ox*sx - pl + kx*dx]
 // * w[oc, ic - group start, ky, kx]; taps outside the input read zero (padding, any of the
 // four sides). Float32 accumulation. The correct-for-every-case kernel (groups, depthwise,
@@ -37,6 +38,7 @@ layout(std430, binding = 0) readonly buffer X { ELEM x[]; };
 layout(std430, binding = 1) readonly buffer W { ELEM w[]; };
 layout(std430, binding = 2) readonly buffer B { ELEM bias[]; };  // w when has_bias is 0
 layout(std430, binding = 3) writeonly buffer Out { ELEM result[]; };
+layout(std430, binding = 4) readonly buffer R { ELEM residual[]; };  // x when residual_mode is 0
 
 layout(push_constant) uniform Conv {
     uint rows_total;  // n * (c_out / OC_BLOCK)
@@ -56,8 +58,14 @@ layout(push_constant) uniform Conv {
     int pl;
     uint groups;
     uint has_bias;
+    uint act;         // the epilogue's activation (activation.glsl) and its parameters
+    float act_p0;
+    float act_p1;
+    uint residual_mode;  // 0 none, 1 added after the activation, 2 before it
     uint rows_per;    // rows per invocation (the grid's y covers rows_total)
 } pc;
+
+#include "conv_epilogue.glsl"
 
 #ifndef OC_BLOCK
 #define OC_BLOCK 1
@@ -117,7 +125,7 @@ void main() {
             }
             uint at = (n * pc.c_out + oc) * pc.pixels + p;
             for (uint b = 0u; b < OC_BLOCK; ++b) {
-                result[at + b * pc.pixels] = FROM_F(acc[b]);
+                result[at + b * pc.pixels] = FROM_F(conv_finish(acc[b], at + b * pc.pixels));
             }
             oc += OC_BLOCK;
             in_group += OC_BLOCK;

@@ -3,7 +3,8 @@
 // KERNEL x KERNEL filter known when compiling, dilation 1 and horizontal stride 1 (any
 // vertical stride): MobileNet's and PP-OCR's 3x3 and 5x5 layers. out[n, c, oy, ox] =
 // bias[c] + sum over (ky, kx) of x[n, c, oy*sy - pt + ky, ox - pl + kx] * w[c, 0, ky, kx],
-// zero outside the input; float32 accumulation.
+// zero outside the input; float32 accumulation; then conv_epilogue.glsl's activation and
+// residual.
 //
 // An invocation owns a strip of STRIP outputs along a row and loads each input row segment
 // the strip needs once (STRIP + KERNEL - 1 values) instead of once per output and tap: for
@@ -42,6 +43,7 @@ layout(std430, binding = 0) readonly buffer X { ELEM x[]; };
 layout(std430, binding = 1) readonly buffer W { ELEM w[]; };
 layout(std430, binding = 2) readonly buffer B { ELEM bias[]; };  // w when has_bias is 0
 layout(std430, binding = 3) writeonly buffer Out { ELEM result[]; };
+layout(std430, binding = 4) readonly buffer R { ELEM residual[]; };  // x when residual_mode is 0
 
 layout(push_constant) uniform Depthwise {
     uint rows_total;  // n * c planes
@@ -56,8 +58,14 @@ layout(push_constant) uniform Depthwise {
     int pt;
     int pl;
     uint has_bias;
+    uint act;         // the epilogue's activation (activation.glsl) and its parameters
+    float act_p0;
+    float act_p1;
+    uint residual_mode;  // 0 none, 1 added after the activation, 2 before it
     uint rows_per;    // planes per invocation (the grid's y covers rows_total)
 } pc;
+
+#include "conv_epilogue.glsl"
 
 void main() {
     uint first = gl_WorkGroupID.y * pc.rows_per;
@@ -114,7 +122,7 @@ void main() {
             }
             for (uint j = 0u; j < STRIP; ++j) {
                 if (ox0 + j < pc.ow) {
-                    result[out_at + j] = FROM_F(acc[j]);
+                    result[out_at + j] = FROM_F(conv_finish(acc[j], out_at + j));
                 }
             }
             base += in_plane;

@@ -2,6 +2,7 @@
 // GEMM with a fused epilogue, one template for the whole family:
 //
 //     out = act(alpha * op(A) @ op(B) + bias) + residual + beta * out_before
+// (bias per column, or per row for a convolution; the residual before act on request)
 //
 // op(X) is X or its transpose: the host passes element strides (sam, sak) for op(A)[m, k]
 // and (sbk, sbn) for op(B)[k, n], so transposes cost nothing in the element-wise loads.
@@ -135,11 +136,18 @@ layout(push_constant) uniform Params {
     uint flags;         // bit 0: bias, bit 1: residual, bit 2: beta * out_before
     uint b_panel;       // lanes path: elements between packed B panels; 0: B is not packed
     uint b_cols;        // lanes path: columns B's loads may touch (N, or whole panels)
+    float act_p0;       // the activation's parameters (clip's bounds, leaky_relu's slope)
+    float act_p1;
+    uint bias_batch;    // row bias: elements between batch entries' biases (0: shared)
 } pc;
 
 #define FLAG_BIAS 1u
 #define FLAG_RESIDUAL 2u
 #define FLAG_BETA 4u
+// A bias per row (a convolution's per output channel) instead of per column.
+#define FLAG_BIAS_ROW 8u
+// The residual is added before the activation (ResNet's act(conv + bias + residual)).
+#define FLAG_RESIDUAL_FIRST 16u
 
 uint64_t elem_offset(uint64_t base, uint index) {
     return base + uint64_t(index) * uint64_t(ELEM_BYTES);
@@ -179,9 +187,17 @@ void finish_biased(uint64_t c, uint64_t residual, uint row, uint col, int acc, i
 // bias_v: the bias of column col (0 without one), loaded once per column by the caller.
 void finish_biased(uint64_t c, uint64_t residual, uint row, uint col, float acc,
                    float bias_v) {
-    float v = vkumd_activate(pc.act, pc.alpha * acc + bias_v);
+    float v = pc.alpha * acc + bias_v;
+    if ((pc.flags & FLAG_BIAS_ROW) != 0u) {
+        v += load_at(pc.bias, gl_WorkGroupID.z * pc.bias_batch + row);
+    }
     uint index = row * pc.N + col;
-    if ((pc.flags & FLAG_RESIDUAL) != 0u) {
+    bool residual_first = (pc.flags & FLAG_RESIDUAL_FIRST) != 0u;
+    if ((pc.flags & FLAG_RESIDUAL) != 0u && residual_first) {
+        v += load_at(residual, index);
+    }
+    v = vkumd_activate_params(pc.act, v, pc.act_p0, pc.act_p1);
+    if ((pc.flags & FLAG_RESIDUAL) != 0u && !residual_first) {
         v += load_at(residual, index);
     }
     if ((pc.flags & FLAG_BETA) != 0u) {

@@ -285,6 +285,15 @@ RESAMPLE = [
     C("conv_transpose2d_output_padding",
       lambda e: ops.conv_transpose2d(e.t((1, 2, 4, 4)), e.t((2, 2, 3, 3)), stride=(2, 2),
                                      output_padding=(2, 0)), VE, "output_padding"),
+    C("conv2d_residual_shape",
+      lambda e: ops.conv2d(e.t((1, 2, 4, 4)), e.t((3, 2, 3, 3)), None, e.t((1, 3, 4, 4))),
+      VE, "residual has shape"),
+    C("conv2d_unknown_activation",
+      lambda e: ops.conv2d(e.t((1, 2, 4, 4)), e.t((3, 2, 3, 3)), activation="tanh"), VE,
+      "activation='tanh'"),
+    C("conv2d_activation_params",
+      lambda e: ops.conv2d(e.t((1, 2, 4, 4)), e.t((3, 2, 3, 3)), activation="clip",
+                           activation_params=(0.0,)), VE, "takes 2 parameters"),
 ]
 
 SCALARS = [

@@ -87,6 +87,8 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_conv.py::test_matches_float64": "direct convolution",
     "tests/framework/test_conv.py::test_depthwise_runs_of_planes_cross_images":
         "depthwise convolution",
+    "tests/framework/test_conv_epilogue.py::test_every_path_applies_the_epilogue":
+        "convolution epilogue, every path",
     "tests/framework/test_pool.py::test_matches_float64": "max and average pooling",
     "tests/framework/test_batch_norm.py::test_matches_float64": "inference batch norm",
     "tests/framework/test_lrn.py::test_matches_float64": "local response normalisation",

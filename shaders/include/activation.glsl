@@ -7,6 +7,13 @@
 #define VKUMD_ACT_GELU 2u
 #define VKUMD_ACT_GELU_TANH 3u
 #define VKUMD_ACT_SILU 4u
+// The convolution epilogue's further activations (vkumd.compiler.kernels.epilogue), with up
+// to two float parameters: clip (min, max), leaky_relu (alpha), hard_sigmoid (alpha, beta).
+#define VKUMD_ACT_SIGMOID 5u
+#define VKUMD_ACT_HARDSWISH 6u
+#define VKUMD_ACT_CLIP 7u
+#define VKUMD_ACT_LEAKY_RELU 8u
+#define VKUMD_ACT_HARD_SIGMOID 9u
 
 // exp(hi + lo) for a large |hi| that float32 holds exactly, |lo| small. The driver's exp(y)
 // multiplies y by log2(e) first, an error of about |y| * 6e-8 relative to the result (4e-6 at
@@ -388,5 +395,17 @@ float vkumd_activate(uint code, float x) {
     if (code == VKUMD_ACT_GELU) return vkumd_gelu(x);
     if (code == VKUMD_ACT_GELU_TANH) return vkumd_gelu_tanh(x);
     if (code == VKUMD_ACT_SILU) return vkumd_silu(x);
+    return x;
+}
+
+// vkumd_activate and the parametric activations: the same expressions as the elementwise
+// ops' (opset/activation.py, activation_params.py), so a fused epilogue gives their bits.
+float vkumd_activate_params(uint code, float x, float p0, float p1) {
+    if (code < VKUMD_ACT_SIGMOID) return vkumd_activate(code, x);
+    if (code == VKUMD_ACT_SIGMOID) return vkumd_sigmoid(x);
+    if (code == VKUMD_ACT_HARDSWISH) return x * clamp(x / 6.0 + 0.5, 0.0, 1.0);
+    if (code == VKUMD_ACT_CLIP) return vkumd_clip(x, p0, p1);
+    if (code == VKUMD_ACT_LEAKY_RELU) return x >= 0.0 ? x : x * p0;
+    if (code == VKUMD_ACT_HARD_SIGMOID) return vkumd_clip(x * p0 + p1, 0.0, 1.0);
     return x;
 }

@@ -173,7 +173,7 @@ def test_bad_inputs(ctx) -> None:
 def test_one_group_convolutions_run_as_gemms(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
     """A 1x1, stride-1, unpadded convolution is one GEMM, another one-group convolution is
     im2col + GEMM: neither reaches the direct kernel; a grouped one does."""
-    def refuse(*args: object) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the direct kernel was planned for a pointwise convolution")
 
     monkeypatch.setattr(conv_op, "conv2d_plan", refuse)
@@ -238,7 +238,7 @@ def test_direct_runs_of_rows_cross_groups_and_images(ctx, rows_per: int, block: 
     plan = conv_kernels.conv2d_plan(ctx.caps, "F32", x.shape, w.shape, want.shape[2:], stride,
                                     dilation, pads[:2], 2, True, oc_block=block,
                                     rows_per=rows_per)
-    ctx.run(plan, (ctx.tensor(x), ctx.tensor(w), ctx.tensor(bias), out))
+    ctx.run(plan, (ctx.tensor(x), ctx.tensor(w), ctx.tensor(bias), out, None))
     assert_close(out.numpy().astype(np.float64), want, "float32", f"rows_per {rows_per}")
 
 
@@ -277,5 +277,5 @@ def test_depthwise_runs_of_planes_cross_images(ctx, rows_per: int) -> None:
     out = poisoned(ctx, want.shape, "float32")
     plan = conv_kernels.depthwise_plan(ctx.caps, "F32", x.shape, 3, want.shape[2:], 2, (1, 1),
                                        True, rows_per=rows_per)
-    ctx.run(plan, (ctx.tensor(x), ctx.tensor(w), ctx.tensor(bias), out))
+    ctx.run(plan, (ctx.tensor(x), ctx.tensor(w), ctx.tensor(bias), out, None))
     assert_close(out.numpy().astype(np.float64), want, "float32", f"rows_per {rows_per}")

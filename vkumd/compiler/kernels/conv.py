@@ -30,8 +30,12 @@ from vkumd.vk.caps import DeviceCaps
 CONV_CODES = type_codes(CONV_DTYPES)
 CONV_PUSH = PushLayout("rows_total:u32", "pixels:u32", "c_in:u32", "h:u32", "w:u32",
                        "c_out:u32", "ow:u32", "kh:u32", "kw:u32", "sy:u32", "sx:u32", "dy:u32",
-                       "dx:u32", "pt:i32", "pl:i32", "groups:u32", "has_bias:u32",
-                       "rows_per:u32")
+                       "dx:u32", "pt:i32", "pl:i32", "groups:u32", "has_bias:u32", "act:u32",
+                       "act_p0:f32", "act_p1:f32", "residual_mode:u32", "rows_per:u32")
+# A convolution's epilogue as its kernels take it: (activation code, its two parameters, how
+# the residual joins), codes of limits.EPILOGUE_ACTIVATIONS and limits.RESIDUAL_*.
+Epilogue = tuple[int, float, float, int]
+NO_EPILOGUE: Epilogue = (0, 0.0, 0.0, 0)
 # The kernel indexes with 32-bit unsigned integers.
 _MAX_ELEMENTS = (1 << 32) - 1
 
@@ -64,7 +68,7 @@ OC_BLOCKS = (1, 4)
 CONV2D = register(Kernel(
     name="conv2d",
     source="conv2d.comp",
-    buffers=4,
+    buffers=5,
     push=CONV_PUSH,
     defines={"DTYPE": tuple(CONV_CODES.values()), "OC_BLOCK": OC_BLOCKS},
     spec_constants={WORKGROUP: 0},
@@ -108,11 +112,12 @@ def conv2d_is_gemm(kernel: tuple[int, int], stride: tuple[int, int],
 def conv2d_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
                 w_shape: tuple[int, int, int, int], out_hw: tuple[int, int],
                 stride: tuple[int, int], dilation: tuple[int, int], pads: tuple[int, int],
-                groups: int, has_bias: bool, oc_block: int = 0, rows_per: int = 0
-                ) -> FixedLaunch:
+                groups: int, has_bias: bool, oc_block: int = 0, rows_per: int = 0,
+                epilogue: Epilogue = NO_EPILOGUE) -> FixedLaunch:
     """Convolve ``x[n, c_in, h, w]`` with ``w[c_out, c_in / groups, kh, kw]``; ``pads`` is
-    (top, left) (the bottom and right pads only shape ``out_hw``).
-    Operands: x, w, bias (w again when there is none), out ``[n, c_out, *out_hw]``.
+    (top, left) (the bottom and right pads only shape ``out_hw``), then apply ``epilogue``.
+    Operands: x, w, bias (x when there is none), out ``[n, c_out, *out_hw]``, residual
+    (of out's shape; x when there is none).
     ``oc_block`` forces the output channels per row and ``rows_per`` the rows per invocation
     (0: the planner's choice, :func:`row_runs`).
 
@@ -131,7 +136,7 @@ def conv2d_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
     rows_total, pixels = n * c_out // block, out_hw[0] * out_hw[1]
     rows_per, grid = row_runs(caps, rows_total, pixels, rows_per)
     push = CONV_PUSH.pack(rows_total, pixels, c_in, h, w, c_out, out_hw[1], kh, kw, *stride,
-                          *dilation, *pads, groups, int(has_bias), rows_per)
+                          *dilation, *pads, groups, int(has_bias), *epilogue, rows_per)
     return FixedLaunch(program, push, grid, (3,))
 
 
@@ -153,14 +158,15 @@ def row_runs(caps: DeviceCaps, rows_total: int, pixels: int, rows_per: int = 0
 
 DEPTHWISE_PUSH = PushLayout("rows_total:u32", "strips:u32", "strips_per_row:u32",
                             "channels:u32", "h:u32", "w:u32", "oh:u32", "ow:u32", "sy:u32",
-                            "pt:i32", "pl:i32", "has_bias:u32", "rows_per:u32")
+                            "pt:i32", "pl:i32", "has_bias:u32", "act:u32", "act_p0:f32",
+                            "act_p1:f32", "residual_mode:u32", "rows_per:u32")
 # Square filter sizes the depthwise kernel is compiled for; outputs per invocation along a row.
 DEPTHWISE_KERNELS = (3, 5)
 DEPTHWISE_STRIP = 4
 CONV2D_DEPTHWISE = register(Kernel(
     name="conv2d_depthwise",
     source="conv2d_depthwise.comp",
-    buffers=4,
+    buffers=5,
     push=DEPTHWISE_PUSH,
     defines={"DTYPE": tuple(CONV_CODES.values()), "KERNEL": DEPTHWISE_KERNELS},
     spec_constants={WORKGROUP: 0},
@@ -186,9 +192,11 @@ def depthwise_fits(c_in: int, w_shape: tuple[int, int, int, int], stride: tuple[
 @functools.lru_cache(maxsize=4096)
 def depthwise_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
                    kernel: int, out_hw: tuple[int, int], stride_y: int, pads: tuple[int, int],
-                   has_bias: bool, rows_per: int = 0) -> FixedLaunch:
-    """A depthwise convolution :func:`depthwise_fits` takes; ``pads`` is (top, left).
-    Operands: x, w, bias (w again when there is none), out ``[n, c, *out_hw]``.
+                   has_bias: bool, rows_per: int = 0, epilogue: Epilogue = NO_EPILOGUE
+                   ) -> FixedLaunch:
+    """A depthwise convolution :func:`depthwise_fits` takes; ``pads`` is (top, left); then
+    ``epilogue``. Operands: x, w, bias (x when there is none), out ``[n, c, *out_hw]``,
+    residual (of out's shape; x when there is none).
 
     Raises:
         VkumdValueError: a tensor past the kernel's 32-bit indexing.
@@ -200,7 +208,7 @@ def depthwise_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, in
     program = CONV2D_DEPTHWISE.specialize({"DTYPE": code, "KERNEL": kernel,
                                            WORKGROUP: ELEMENTWISE_WORKGROUP})
     push = DEPTHWISE_PUSH.pack(n * c, out_hw[0] * per_row, per_row, c, h, w, *out_hw, stride_y,
-                               *pads, int(has_bias), rows_per)
+                               *pads, int(has_bias), *epilogue, rows_per)
     return FixedLaunch(program, push, grid, (3,))
 
 

@@ -46,7 +46,8 @@ GEMM_TYPES = tuple(GEMM_CODES.values())
 GEMM_PUSH = PushLayout("a:u64", "b:u64", "c:u64", "bias:u64", "residual:u64", "M:u32", "N:u32",
                        "K:u32", "sam:u32", "sak:u32", "sbk:u32", "sbn:u32", "a_batch:u32",
                        "b_batch:u32", "r_batch:u32", "alpha:f32", "beta:f32", "act:u32",
-                       "flags:u32", "b_panel:u32", "b_cols:u32")
+                       "flags:u32", "b_panel:u32", "b_cols:u32", "act_p0:f32",
+                       "act_p1:f32", "bias_batch:u32")
 PACK_WORKGROUP = 64
 
 # The lanes path: TM rows x (NJ * VC * subgroup) columns per workgroup (VC = elements per

@@ -46,7 +46,7 @@ SPLIT_K_MIN_SLICE = 1024
 SPLIT_K_MAX = 32
 SPLIT_K_GPU_WORKGROUPS = 128
 
-_FLAG_BIAS, _FLAG_RESIDUAL, _FLAG_BETA = 1, 2, 4
+_FLAG_BIAS, _FLAG_RESIDUAL, _FLAG_BETA, _FLAG_BIAS_ROW, _FLAG_RESIDUAL_FIRST = 1, 2, 4, 8, 16
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,12 @@ class GemmProblem:
         r_repeats: whether one ``(M, N)`` residual serves every batch entry.
         bias, residual: whether those operands are given.
         alpha, beta: the product's and the prior output's scales.
-        act: activation code (``ACTIVATIONS``).
+        act: activation code (``ACTIVATIONS``, or ``EPILOGUE_ACTIVATIONS`` for a
+            convolution's).
+        act_params: the activation's two float parameters (clip's bounds; 0 when unused).
+        row_bias: the bias is per row of the output (a convolution's output channel), and
+            goes with A: shared by the batch when A is, else one ``[M]`` block per entry.
+        residual_first: the residual is added before the activation.
     """
 
     shape: GemmShape
@@ -75,6 +80,9 @@ class GemmProblem:
     alpha: float = 1.0
     beta: float = 0.0
     act: int = 0
+    act_params: tuple[float, float] = (0.0, 0.0)
+    row_bias: bool = False
+    residual_first: bool = False
 
 
 @dataclass
@@ -104,17 +112,21 @@ class _Job:
     esize: int
     c_batch_bytes: int
     b_panel: int = 0
+    act_p0: float = 0.0
+    act_p1: float = 0.0
+    bias_batch: int = 0
 
     def push(self, first: int) -> bytes:
         """The push constants for batch entries from ``first`` on."""
         e = self.esize
         return GEMM_PUSH.pack(
             self.a + first * self.a_batch * e, self.b + first * self.b_batch * e,
-            self.c + first * self.c_batch_bytes, self.bias,
+            self.c + first * self.c_batch_bytes,
+            self.bias + first * self.bias_batch * e if self.bias else 0,
             self.residual + first * self.r_batch * e if self.residual else 0,
             self.m, self.n, self.k, self.sam, self.sak, self.sbk, self.sbn, self.a_batch,
             self.b_batch, self.r_batch, self.alpha, self.beta, self.act, self.flags,
-            self.b_panel, self.b_cols)
+            self.b_panel, self.b_cols, self.act_p0, self.act_p1, self.bias_batch)
 
 
 def split_k(caps: DeviceCaps, plan: GemmPlan, m: int, n: int, k: int, count: int,
@@ -225,8 +237,9 @@ class GemmLaunchPlan:
         assert c is not None and c.binding is not None  # a non-empty output has memory
         p, s = self.problem, self.problem.shape
         m, n, k = s.m, s.n, s.k
-        flags = ((_FLAG_BIAS if p.bias else 0) | (_FLAG_RESIDUAL if p.residual else 0)
-                 | (_FLAG_BETA if p.beta != 0.0 else 0))
+        flags = ((0 if not p.bias else _FLAG_BIAS_ROW if p.row_bias else _FLAG_BIAS)
+                 | (_FLAG_RESIDUAL if p.residual else 0) | (_FLAG_BETA if p.beta != 0.0 else 0)
+                 | (_FLAG_RESIDUAL_FIRST if p.residual_first else 0))
         # op(A)[m, k] = A[m * sam + k * sak]; op(B)[k, n] = B[k * sbk + n * sbn].
         sam, sak = (1, m) if s.trans_a else (k, 1)
         sbk, sbn = (1, k) if s.trans_b else (n, 1)
@@ -236,7 +249,9 @@ class GemmLaunchPlan:
                    a_batch=0 if p.a_repeats else m * k, b_batch=0 if p.b_repeats else k * n,
                    r_batch=0 if p.r_repeats else m * n, alpha=p.alpha, beta=p.beta,
                    act=p.act, flags=flags, b_cols=n, esize=self.itemsize,
-                   c_batch_bytes=m * n * p.out_itemsize)
+                   c_batch_bytes=m * n * p.out_itemsize, act_p0=p.act_params[0],
+                   act_p1=p.act_params[1],
+                   bias_batch=m if p.row_bias and not p.a_repeats else 0)
         if self.splits > 1:
             return self._split_k(job, operands, scratch)
         tensors: list[Operand | None] = [a, b, c, bias, residual]
@@ -285,7 +300,7 @@ class GemmLaunchPlan:
         first = dataclasses.replace(job, c=partial.address, bias=0, residual=0, alpha=1.0,
                                     beta=0.0, act=0, flags=0, k=slice_k,
                                     a_batch=slice_k * job.sak, b_batch=slice_k * job.sbk,
-                                    r_batch=0, c_batch_bytes=m * n * 4)
+                                    r_batch=0, c_batch_bytes=m * n * 4, bias_batch=0)
         tensors = [a, b, partial, None, None]
         launches = []
         if splits > 1:
@@ -301,7 +316,9 @@ class GemmLaunchPlan:
         finish = dataclasses.replace(job, a=ones.address, b=partial.address, m=1, k=splits,
                                      sam=splits, sak=1, sbk=m * n, sbn=1, a_batch=0,
                                      b_batch=n, r_batch=n,
-                                     c_batch_bytes=n * self.problem.out_itemsize)
+                                     c_batch_bytes=n * self.problem.out_itemsize,
+                                     # each finishing entry is one output row: its row bias
+                                     bias_batch=1 if self.problem.row_bias else 0)
         launches += self._gemm_launches(self.finish, GEMM.specialize(self.finish.variant),
                                         finish, [ones, partial, c, bias, residual], m)
         return launches
@@ -321,7 +338,7 @@ class GemmLaunchPlan:
             push = GEMM_PUSH.pack(0, b.address + first * job.b_batch * esize,
                                   packed.address + first * elements * esize, 0, 0, 0,
                                   job.n, job.k, 0, 0, job.sbk, job.sbn, 0, job.b_batch, 0, 1.0,
-                                  0.0, 0, 0, job.b_panel, 0)
+                                  0.0, 0, 0, job.b_panel, 0, 0.0, 0.0, 0)
             launches.append(Launch(self.pack, buffers, push, (groups[0], groups[1], chunk),
                                    (1,)))
         return launches

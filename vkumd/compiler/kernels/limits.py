@@ -15,6 +15,19 @@ FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 # (tests/compiler/test_activation_codes.py compares the two). None is the identity.
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 
+# The convolution epilogue's activations (the GEMM's and the direct and depthwise convolution
+# kernels' store, ``vkumd_activate_params``): ACTIVATIONS and more, each op name with its code
+# and the names of the op's attributes that are its float parameters, in order.
+EPILOGUE_ACTIVATIONS: dict[str | None, tuple[int, tuple[str, ...]]] = {
+    **{name: (code, ()) for name, code in ACTIVATIONS.items()},
+    "sigmoid": (5, ()), "hardswish": (6, ()), "clip": (7, ("min", "max")),
+    "leaky_relu": (8, ("alpha",)), "hard_sigmoid": (9, ("alpha", "beta")),
+}
+# How a convolution's residual joins: none, added after the activation (``act(conv + bias) +
+# residual``: MobileNet's inverted residuals) or before it (``act(conv + bias + residual)``:
+# ResNet's blocks).
+RESIDUAL_NONE, RESIDUAL_AFTER, RESIDUAL_BEFORE = 0, 1, 2
+
 # elementwise_binary, elementwise_unary and elementwise_fill (elementwise.py): operand
 # types, and dimensions after merging contiguous ones.
 ELEMENTWISE_DTYPES = (*FLOAT_DTYPES, "int32")

@@ -44,6 +44,9 @@ def fold_batch_norm_into_conv(graph: Graph) -> Graph:
         conv = norm.inputs[0].producer
         if conv is None or conv.op != "conv2d" or sole_user(g, conv.outputs[0]) is not norm:
             continue
+        # An epilogue (activation, residual) comes after the affine map: not foldable.
+        if conv.attrs.get("activation") is not None or conv.inputs[3] is not None:
+            continue
         w, bias = _constant(conv.inputs[1]), conv.inputs[2]
         params = [_constant(v) for v in norm.inputs[1:]]
         if w is None or any(p is None for p in params):

@@ -17,11 +17,13 @@ from vkumd.framework.graph.cse import eliminate_common_subexpressions
 from vkumd.framework.graph.dce import eliminate_dead_code
 from vkumd.framework.graph.fusion_attention import fuse_attention
 from vkumd.framework.graph.fusion_conv_bn import fold_batch_norm_into_conv
+from vkumd.framework.graph.fusion_conv_epilogue import fuse_conv_epilogue
 from vkumd.framework.graph.fusion_elementwise import fuse_elementwise
 from vkumd.framework.graph.fusion_epilogue import fuse_epilogue
 from vkumd.framework.graph.fusion_norm import fuse_add_layer_norm
 from vkumd.framework.graph.fusion_rope import fuse_rope_into_cache_write
 from vkumd.framework.graph.ir import Graph
+from vkumd.framework.graph.pad_folding import fold_pads
 from vkumd.framework.graph.transpose_folding import fold_transposes
 from vkumd.settings import register_reader
 from vkumd.settings import text as setting
@@ -35,11 +37,13 @@ PASSES: dict[str, Pass] = {
     "dce": eliminate_dead_code,
     "constant_folding": fold_constants,
     "conv_bn_folding": fold_batch_norm_into_conv,
+    "pad_folding": fold_pads,
     "cse": eliminate_common_subexpressions,
     "transpose_folding": fold_transposes,
     "attention_fusion": fuse_attention,
     "attention_layout": fold_attention_layouts,
     "epilogue_fusion": fuse_epilogue,
+    "conv_epilogue_fusion": fuse_conv_epilogue,
     "add_norm_fusion": fuse_add_layer_norm,
     "rope_fusion": fuse_rope_into_cache_write,
     "elementwise_fusion": fuse_elementwise,
@@ -49,16 +53,18 @@ PASSES: dict[str, Pass] = {
 # what fusion and folding orphaned. Transposes fold into matmul flags before fusion, so
 # attention fusion sees ``q @ k.transpose(-2, -1)`` in the form it matches.
 # Batch norms fold into their convolutions after constant folding, which may have computed
-# their statistics.
-CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "conv_bn_folding", "cse",
+# their statistics; explicit pads fold into the convolutions and poolings reading them.
+CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "conv_bn_folding", "pad_folding", "cse",
                             "transpose_folding")
 # Fusion: attention first (epilogue fusion would take its mask add as a residual), then its
 # heads/sequence permutes folded into its layouts, then the GEMM epilogues (a residual stored
 # with the product beats re-reading it in the norm), then residual + norm, elementwise last,
 # so it takes only what the pattern fusions left (rope into the cache write before it, though
-# neither touches the other's nodes).
+# neither touches the other's nodes). Convolutions take their bias, activation and residual
+# beside the matmul epilogues (after batch norms folded into them in the cleanup).
 FUSION: tuple[str, ...] = ("attention_fusion", "attention_layout", "epilogue_fusion",
-                           "add_norm_fusion", "rope_fusion", "elementwise_fusion")
+                           "conv_epilogue_fusion", "add_norm_fusion", "rope_fusion",
+                           "elementwise_fusion")
 PIPELINE: tuple[str, ...] = (*CLEANUP, *FUSION, "dce")
 
 

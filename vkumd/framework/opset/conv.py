@@ -5,7 +5,8 @@ the eager function and every frontend share. The planner (:mod:`vkumd.compiler.k
 picks the path: the GEMM for a pointwise convolution, im2col + GEMM for other one-group ones
 and groups of at least 8 output channels, the depthwise kernel
 ``shaders/conv2d_depthwise.comp`` for 3x3 and 5x5 depthwise ones at horizontal stride 1, the
-direct kernel ``shaders/conv2d.comp`` for the rest.
+direct kernel ``shaders/conv2d.comp`` for the rest. Each path applies the epilogue
+(:mod:`vkumd.framework.opset.conv_epilogue`: bias, activation, residual) in its store.
 """
 
 from __future__ import annotations
@@ -34,8 +35,17 @@ from vkumd.framework.graph.registry import TensorType, define
 from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_context, check_storage, check_tensor, output
 from vkumd.framework.ops.contract import Verdicts, concrete_rule, recall, remember
-from vkumd.framework.opset.arith import add
 from vkumd.framework.opset.common import attrs_of
+from vkumd.framework.opset.conv_epilogue import (
+    activation_params as checked_params,
+)
+from vkumd.framework.opset.conv_epilogue import (
+    apply_epilogue,
+    conv_gemm,
+    epilogue_codes,
+    epilogue_reference,
+    residual_order,
+)
 from vkumd.framework.opset.layout import reshape
 from vkumd.framework.opset.matmul import matmul
 from vkumd.framework.opset.windows import concat
@@ -141,9 +151,11 @@ def _symbolic_windows(op: str, size: Dim, span: int, stride: int, before: int, a
 
 
 def _conv_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-    x, w, bias = ins
+    x, w, bias, residual = ins
     assert x is not None and w is not None  # required inputs
-    dt = same_dtype("conv2d", ("x", x), ("w", w), ("bias", bias))
+    dt = same_dtype("conv2d", ("x", x), ("w", w), ("bias", bias), ("residual", residual))
+    checked_params("conv2d", attrs["activation"], attrs["activation_params"])
+    residual_order("conv2d", attrs["residual_first"])
     if dt.name not in CONV_DTYPES:
         raise VkumdTypeError(f"conv2d: x is {dt.name}; conv2d takes {', '.join(CONV_DTYPES)} "
                              "(cast() converts)")
@@ -174,28 +186,45 @@ def _conv_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tensor
                      pads[2], "height")
     ow = window_size("conv2d", dims.resolve(x.shape[3]), kw, stride[1], dilation[1], pads[1],
                      pads[3], "width")
-    return [TensorType((x.shape[0], c_out, oh, ow), dt)]
+    shape = (x.shape[0], c_out, oh, ow)
+    if residual is not None and not dims.same_shape(residual.shape, shape):
+        raise VkumdValueError(f"conv2d: residual has shape {format_shape(residual.shape)}; "
+                              f"it must be the output's {format_shape(shape)}")
+    return [TensorType(shape, dt)]
 
 
-def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, *,
+def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None,
+           residual: Tensor | None = None, *,
            stride: tuple[int, int] = (1, 1), dilation: tuple[int, int] = (1, 1),
            pads: tuple[int, int, int, int] = (0, 0, 0, 0), groups: int = 1,
-           out: Tensor | None = None) -> Tensor:
+           activation: str | None = None, activation_params: Sequence[float] = (),
+           residual_first: bool = False, out: Tensor | None = None) -> Tensor:
     """2-D convolution (cross-correlation, as ONNX and torch define it) of NCHW ``x``.
 
     ``out[n, o, i, j] = bias[o] + sum x[n, g*C/groups + c, i*sy - top + ky*dy,
     j*sx - left + kx*dx] * w[o, c, ky, kx]`` over the group ``g`` of output channel ``o``,
-    with zeros outside the input. Accumulated in float32.
+    with zeros outside the input, accumulated in float32; then the epilogue, applied as
+    the result is stored: ``act(sum) + residual`` (``act(sum + residual)`` with
+    ``residual_first``).
 
     Args:
         x: ``[N, C, H, W]`` float32 or float16.
         w: ``[C_out, C / groups, kH, kW]`` of x's dtype.
         bias: optional ``[C_out]`` of x's dtype.
+        residual: optional tensor of the output's shape and x's dtype, added to the result.
         stride: (height, width) steps, each >= 1.
         dilation: (height, width) spacing of the kernel taps, each >= 1.
         pads: zero padding (top, left, bottom, right), each >= 0 (ONNX's order is
             (top, left, bottom, right) too).
         groups: channel groups (C for depthwise); must divide C and C_out.
+        activation: None or an activation the epilogue applies (``relu``, ``gelu``,
+            ``gelu_tanh``, ``silu``, ``sigmoid``, ``hardswish``, ``clip``, ``leaky_relu``,
+            ``hard_sigmoid``).
+        activation_params: the activation's parameters, in its op's order (clip's
+            ``(min, max)``, leaky_relu's ``(alpha,)``, hard_sigmoid's ``(alpha, beta)``);
+            empty for the op's defaults.
+        residual_first: add the residual before the activation (ResNet's blocks) rather
+            than after it (MobileNet's).
         out: optional ``[N, C_out, H_out, W_out]`` output of x's dtype.
 
     Returns:
@@ -205,8 +234,9 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, *,
         VkumdTypeError: mixed or unsupported dtypes; attributes of the wrong type.
         VkumdValueError: wrong ranks; a channel count that does not match w's; groups that do
             not divide the channels; negative pads; strides or dilation below 1; a kernel
-            larger than the padded input; a bias not ``[C_out]``; out of another shape;
-            tensors of other contexts.
+            larger than the padded input; a bias not ``[C_out]``; a residual not of the
+            output's shape; an activation the epilogue does not apply, or the wrong number
+            of parameters; out of another shape; tensors of other contexts.
     """
     x = check_tensor("conv2d", x, "x")
     w = check_tensor("conv2d", w, "w")
@@ -214,16 +244,26 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, *,
     if bias is not None:
         bias = check_tensor("conv2d", bias, "bias")
         check_context("conv2d", x, bias, "bias")
-    attrs = {"stride": stride, "dilation": dilation, "pads": pads, "groups": groups}
+    if residual is not None:
+        residual = check_tensor("conv2d", residual, "residual")
+        check_context("conv2d", x, residual, "residual")
+    params = checked_params("conv2d", activation, activation_params)
+    attrs = {"stride": stride, "dilation": dilation, "pads": pads, "groups": groups,
+             "activation": activation, "activation_params": params,
+             "residual_first": residual_order("conv2d", residual_first)}
     key = (x.shape, w.shape, None if bias is None else bias.shape, x.dtype.name, w.dtype.name,
-           None if bias is None else bias.dtype.name, stride, dilation, pads, groups)
+           None if bias is None else bias.dtype.name,
+           None if residual is None else (residual.shape, residual.dtype.name), stride,
+           dilation, pads, groups)
     out_type = recall(_VERDICTS, key)
     if out_type is None:
-        out_type = remember(_VERDICTS, key, concrete_rule("conv2d", (x, w, bias), attrs)[0])
+        out_type = remember(_VERDICTS, key,
+                            concrete_rule("conv2d", (x, w, bias, residual), attrs)[0])
+    epilogue = epilogue_codes(activation, params, residual is not None, bool(residual_first))
     if x.dtype.itemsize < 4:
         check_storage("conv2d", x.dtype, x.context)
     shape = tuple(int(d) for d in out_type.shape)
-    out = output("conv2d", x.context, out, shape, x.dtype, (x, w, bias))
+    out = output("conv2d", x.context, out, shape, x.dtype, (x, w, bias, residual))
     if out.size == 0:
         return out
     if x.size == 0 or w.size == 0:
@@ -233,31 +273,41 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None, *,
                               "one input element and one kernel tap")
     if conv2d_is_gemm(w.shape[2:], tuple(stride), tuple(pads), int(groups), w.shape[0]):
         _group_gemm(w, reshape(x, (x.shape[0], x.shape[1], x.shape[2] * x.shape[3])), bias,
-                    out, int(groups))
+                    residual, out, int(groups), epilogue)
         return out
     blocks = im2col_blocks(x.shape, w.shape, shape[2:], int(groups), x.dtype.itemsize)
     if blocks is not None:
-        _im2col_gemm(x, w, bias, out, blocks, tuple(stride), tuple(dilation),
-                     (pads[0], pads[1]), int(groups))
+        # Blocks accumulate, so their epilogue comes after the last; an activation then
+        # reads the sums from a scratch tensor (the ops do not overwrite their input).
+        sums = out if len(blocks) == 1 or activation is None else x.context.empty(
+            out.shape, out.dtype)
+        _im2col_gemm(x, w, bias, residual, sums, blocks, tuple(stride), tuple(dilation),
+                     (pads[0], pads[1]), int(groups), epilogue)
+        if len(blocks) > 1:
+            apply_epilogue(sums, out, bias, residual, activation, params,
+                           bool(residual_first))
         return out
     if depthwise_fits(x.shape[1], w.shape, tuple(stride), tuple(dilation), int(groups)):
         plan = depthwise_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape[2],
-                              shape[2:], stride[0], (pads[0], pads[1]), bias is not None)
-        x.context.run(plan, (x, w, bias, out))
+                              shape[2:], stride[0], (pads[0], pads[1]), bias is not None,
+                              epilogue=epilogue)
+        x.context.run(plan, (x, w, bias, out, residual))
         return out
     plan = conv2d_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape,
                        shape[2:], tuple(stride), tuple(dilation), (pads[0], pads[1]),
-                       int(groups), bias is not None)
-    x.context.run(plan, (x, w, bias, out))
+                       int(groups), bias is not None, epilogue=epilogue)
+    x.context.run(plan, (x, w, bias, out, residual))
     return out
 
 
-def _im2col_gemm(x: Tensor, w: Tensor, bias: Tensor | None, out: Tensor,
-                 blocks: list[tuple[int, int]], stride: tuple[int, int],
-                 dilation: tuple[int, int], pads: tuple[int, int], groups: int) -> None:
-    """The convolution as columns then GEMMs: all columns at once, or (one image, one
-    group) a block of input channels' rows at a time, each block's GEMM with its slice of
-    the weights accumulating into the output."""
+def _im2col_gemm(x: Tensor, w: Tensor, bias: Tensor | None, residual: Tensor | None,
+                 out: Tensor, blocks: list[tuple[int, int]], stride: tuple[int, int],
+                 dilation: tuple[int, int], pads: tuple[int, int], groups: int,
+                 epilogue: tuple[int, float, float, int]) -> None:
+    """The convolution as columns then GEMMs: all columns at once (the GEMM applies the
+    epilogue), or (one image, one group) a block of input channels' rows at a time, each
+    block's GEMM with its slice of the weights accumulating into the output (the caller
+    applies the epilogue after the last)."""
     n, c_out = out.shape[:2]
     pixels = out.shape[2] * out.shape[3]
     code = CONV_CODES[x.dtype.name]
@@ -265,7 +315,7 @@ def _im2col_gemm(x: Tensor, w: Tensor, bias: Tensor | None, out: Tensor,
         cols = x.context.empty((n, blocks[0][1] // n, pixels), x.dtype)
         x.context.run(im2col_plan(x.context.caps, code, x.shape, w.shape, out.shape[2:],
                                   stride, dilation, pads), (x, cols))
-        _group_gemm(w, cols, bias, out, groups)
+        _group_gemm(w, cols, bias, residual, out, groups, epilogue)
         return
     weights = reshape(w, (c_out, w.shape[1] * w.shape[2] * w.shape[3]))
     result = reshape(out, (c_out, pixels))
@@ -275,37 +325,35 @@ def _im2col_gemm(x: Tensor, w: Tensor, bias: Tensor | None, out: Tensor,
                                   stride, dilation, pads, rows=(start, stop)), (x, cols))
         matmul(slice_(weights, (start,), (stop,), (1,)), cols, out=result,
                beta=0.0 if i == 0 else 1.0)
-    if bias is not None:
-        add(result, reshape(bias, (c_out, 1)), out=result)
 
 
-def _group_gemm(w: Tensor, cols: Tensor, bias: Tensor | None, out: Tensor,
-                groups: int) -> None:
+def _group_gemm(w: Tensor, cols: Tensor, bias: Tensor | None, residual: Tensor | None,
+                out: Tensor, groups: int, epilogue: tuple[int, float, float, int]) -> None:
     """The convolution as GEMMs over its columns ``cols[n, C*kh*kw, pixels]`` (the input
     itself for a pointwise one): group ``g``'s outputs are ``w_g[C_out/groups, K] @`` the
     ``g``-th block of ``K`` column rows, one batched GEMM over the groups (and the images:
-    the weights are repeated per image, as matmul shares only a 2-D operand), bias added
-    after."""
+    the weights, and the bias with them, are repeated per image, as the GEMM shares only
+    one operand for the whole batch), the epilogue applied in its store (a bias per row)."""
     n, c_out = out.shape[:2]
     pixels = cols.shape[2]
     k = cols.shape[1] // groups
-    result = reshape(out, (n, c_out, pixels))
     if groups == 1:
-        matmul(reshape(w, (c_out, k)), cols, out=result)
-    else:
-        per_group = reshape(w, (1, groups, c_out // groups, k))
-        if n > 1:
-            per_group = concat([per_group] * n, axis=0)
-        matmul(per_group, reshape(cols, (n, groups, k, pixels)),
-               out=reshape(out, (n, groups, c_out // groups, pixels)))
-    if bias is not None:
-        add(result, reshape(bias, (c_out, 1)), out=result)
+        conv_gemm(reshape(w, (c_out, k)), cols, out, bias, residual, epilogue, True)
+        return
+    per_group = reshape(w, (1, groups, c_out // groups, k))
+    if n > 1:
+        per_group = concat([per_group] * n, axis=0)
+        bias = None if bias is None else concat([bias] * n, axis=0)
+    conv_gemm(per_group, reshape(cols, (n, groups, k, pixels)), out, bias, residual,
+              epilogue, False)
 
 
 def conv2d_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
                      stride: Sequence[int], dilation: Sequence[int], pads: Sequence[int],
-                     groups: int) -> np.ndarray:
-    """The float64 convolution, one kernel tap at a time."""
+                     groups: int, residual: np.ndarray | None = None,
+                     activation: str | None = None, activation_params: Sequence[float] = (),
+                     residual_first: bool = False) -> np.ndarray:
+    """The float64 convolution, one kernel tap at a time, then its epilogue."""
     x = np.asarray(x, np.float64)
     w = np.asarray(w, np.float64)
     n, c, h, wd = x.shape
@@ -327,18 +375,28 @@ def conv2d_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
                 out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, ws[:, :, ky, kx])
     if bias is not None:
         out += np.asarray(bias, np.float64)[None, :, None, None]
-    return out
+    params = activation_params_of(activation, activation_params)
+    return epilogue_reference(out, residual, activation, params, residual_first)
+
+
+def activation_params_of(activation: str | None, params: Sequence[float]) -> tuple[float, ...]:
+    """The activation's parameters, its op's defaults when ``params`` is empty."""
+    return checked_params("conv2d", activation, tuple(params))
 
 
 def _conv_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     at = attrs_of(node)
-    conv2d(ins[0], ins[1], ins[2], stride=tuple(at["stride"]), dilation=tuple(at["dilation"]),
-           pads=tuple(at["pads"]), groups=at["groups"], out=outs[0])
+    conv2d(ins[0], ins[1], ins[2], ins[3], stride=tuple(at["stride"]),
+           dilation=tuple(at["dilation"]), pads=tuple(at["pads"]), groups=at["groups"],
+           activation=at["activation"], activation_params=tuple(at["activation_params"]),
+           residual_first=at["residual_first"], out=outs[0])
 
 
-define("conv2d", ("x", "w", "bias?"),
-       {"stride": (1, 1), "dilation": (1, 1), "pads": (0, 0, 0, 0), "groups": 1},
+define("conv2d", ("x", "w", "bias?", "residual?"),
+       {"stride": (1, 1), "dilation": (1, 1), "pads": (0, 0, 0, 0), "groups": 1,
+        "activation": None, "activation_params": (), "residual_first": False},
        rule=_conv_rule,
-       reference=lambda a, at, s: [conv2d_reference(a[0], a[1], a[2], at["stride"],
-                                                    at["dilation"], at["pads"], at["groups"])],
+       reference=lambda a, at, s: [conv2d_reference(
+           a[0], a[1], a[2], at["stride"], at["dilation"], at["pads"], at["groups"], a[3],
+           at["activation"], at["activation_params"], at["residual_first"])],
        lower=_conv_lower, eager=conv2d)
