@@ -238,11 +238,12 @@ SHAPES = [
 
 RESAMPLE = [
     C("resize2d_3d", lambda e: ops.resize2d(e.t((2, 3, 4)), size=(2, 2)), VE, "[N, C, H, W]"),
-    C("resize2d_cubic", lambda e: ops.resize2d(e.t((1, 1, 4, 4)), size=(2, 2), mode="cubic"),
-      VE, "mode='cubic'"),
-    C("resize2d_size_and_scale",
-      lambda e: ops.resize2d(e.t((1, 1, 4, 4)), size=(2, 2), scale=(0.5, 0.5)), VE,
-      "exactly one"),
+    C("resize2d_bicubic",
+      lambda e: ops.resize2d(e.t((1, 1, 4, 4)), size=(2, 2), mode="bicubic"), VE,
+      "mode='bicubic'"),
+    C("resize2d_roi_without_crop",
+      lambda e: ops.resize2d(e.t((1, 1, 4, 4)), size=(2, 2), roi=(0, 0, 1, 1)), VE,
+      "tf_crop_and_resize"),
     C("resize2d_int32", lambda e: ops.resize2d(e.t((1, 1, 4, 4), dtype="int32"),
                                                size=(2, 2)), TE, "takes float32"),
     C("pad_reflect_past_size", lambda e: ops.pad(e.t((2, 3)), (0, 3, 0, 0), mode="reflect"),
