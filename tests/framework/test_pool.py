@@ -1,4 +1,5 @@
-"""``ops.max_pool2d``, ``ops.avg_pool2d`` and ``ops.global_avg_pool`` against float64 numpy
+"""``ops.max_pool2d``, ``ops.avg_pool2d``, ``ops.global_avg_pool`` and ``ops.global_max_pool``
+against float64 numpy
 references written here (one window at a time), on odd shapes, strides, dilation, asymmetric
 pads, ceil mode and both average divisors, with poisoned outputs, in float16, NaN inputs,
 inside a compiled graph, and bad inputs refused."""
@@ -95,14 +96,26 @@ def test_stride_defaults_to_kernel(ctx) -> None:
                  "float32")
 
 
+@pytest.mark.parametrize("op", ["global_avg_pool", "global_max_pool"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_global_avg_pool(ctx, dtype: str) -> None:
+def test_global_pools(ctx, op: str, dtype: str) -> None:
     rng = np.random.default_rng()
-    x = sample(rng, dtype, (2, 5, 11, 13))
-    out = poisoned(ctx, (2, 5, 1, 1), dtype)
-    got = ops.global_avg_pool(tensor(ctx, x, dtype), out=out)
-    assert got is out
-    assert_close(got.numpy().astype(np.float64), x.mean(axis=(2, 3), keepdims=True), dtype)
+    reduce = np.mean if op == "global_avg_pool" else np.max
+    for shape in ((2, 5, 11, 13), (1, 3, 1, 1), (3, 2, 37, 29)):
+        x = sample(rng, dtype, shape)
+        out = poisoned(ctx, (*shape[:2], 1, 1), dtype)
+        got = getattr(ops, op)(tensor(ctx, x, dtype), out=out)
+        assert got is out
+        assert_close(got.numpy().astype(np.float64),
+                     reduce(x.astype(np.float64), axis=(2, 3), keepdims=True), dtype,
+                     f"{op} {shape}")
+
+
+def test_global_max_pool_of_negative_planes(ctx) -> None:
+    # Every value below zero: a maximum that started from 0 (or read padding) would show.
+    x = -1.0 - np.random.default_rng().random((2, 3, 5, 7)).astype(np.float32)
+    got = ops.global_max_pool(ctx.tensor(x)).numpy()
+    np.testing.assert_array_equal(got, x.max(axis=(2, 3), keepdims=True))
 
 
 def test_compiled_graph(ctx) -> None:
@@ -147,3 +160,10 @@ def test_bad_inputs(ctx) -> None:
         (VkumdTypeError, lambda: ops.global_avg_pool(ctx.tensor(np.ones((1, 1, 2, 2),
                                                                         np.int32)))),
     ], "global_avg_pool")
+    assert_each_raises(ctx, [
+        (VkumdValueError, lambda: ops.global_max_pool(ctx.tensor(np.ones((2, 3), np.float32)))),
+        (VkumdValueError, lambda: ops.global_max_pool(ctx.empty((2, 3, 4, 0)))),
+        (VkumdTypeError, lambda: ops.global_max_pool(ctx.tensor(np.ones((1, 1, 2, 2),
+                                                                        np.int32)))),
+        (VkumdValueError, lambda: ops.global_max_pool(x, out=ctx.empty((2, 3, 1, 2)))),
+    ], "global_max_pool")

@@ -1,5 +1,6 @@
-"""Pooling over NCHW tensors: ``max_pool2d``, ``avg_pool2d`` (``shaders/pool2d.comp``) and
-``global_avg_pool`` (a mean over each plane, on the row-reduction kernel).
+"""Pooling over NCHW tensors: ``max_pool2d``, ``avg_pool2d`` (``shaders/pool2d.comp``),
+``global_avg_pool`` and ``global_max_pool`` (a mean or maximum over each plane, on the
+row-reduction kernel).
 
 The window geometry is the convolution's (:func:`~vkumd.framework.opset.conv.window_size`):
 strides, dilation, four pads and ceil mode, where a last window must start inside the input
@@ -25,6 +26,7 @@ from vkumd.framework.ops.contract import Verdicts, concrete_rule, recall, rememb
 from vkumd.framework.opset.common import attrs_of
 from vkumd.framework.opset.conv import int_tuple, window_size
 from vkumd.framework.opset.layout import reshape
+from vkumd.framework.opset.reductions import max as row_max
 from vkumd.framework.opset.reductions import mean
 from vkumd.framework.tensor import Tensor
 
@@ -203,6 +205,20 @@ define("avg_pool2d", ("x",), {**_WINDOW, "count_include_pad": False},
        lower=_lower("avg_pool2d"), eager=avg_pool2d)
 
 
+def _global(op: str, x: Tensor, out: Tensor | None) -> Tensor:
+    x = check_tensor(op, x, "x")
+    key = (op, x.shape, x.dtype.name)
+    if recall(_VERDICTS, key) is None:
+        remember(_VERDICTS, key, concrete_rule(op, (x,), {})[0])
+    n, c, h, w = x.shape
+    out = output(op, x.context, out, (n, c, 1, 1), x.dtype, (x,))
+    if out.size == 0:
+        return out
+    reduce = mean if op == "global_avg_pool" else row_max
+    reduce(reshape(x, (n, c, h * w)), keepdims=True, out=reshape(out, (n, c, 1)))
+    return out
+
+
 def global_avg_pool(x: Tensor, *, out: Tensor | None = None) -> Tensor:
     """The mean of each ``[H, W]`` plane of NCHW ``x``, kept as ``[N, C, 1, 1]``: the row
     mean over a view of ``x`` as ``[N, C, H * W]``.
@@ -218,32 +234,47 @@ def global_avg_pool(x: Tensor, *, out: Tensor | None = None) -> Tensor:
         VkumdTypeError: an unsupported dtype.
         VkumdValueError: x not 4-D or with empty planes; out of another shape.
     """
-    x = check_tensor("global_avg_pool", x, "x")
-    key = ("global_avg_pool", x.shape, x.dtype.name)
-    out_type = recall(_VERDICTS, key)
-    if out_type is None:
-        out_type = remember(_VERDICTS, key, concrete_rule("global_avg_pool", (x,), {})[0])
-    n, c, h, w = x.shape
-    out = output("global_avg_pool", x.context, out, (n, c, 1, 1), x.dtype, (x,))
-    if out.size == 0:
-        return out
-    mean(reshape(x, (n, c, h * w)), keepdims=True, out=reshape(out, (n, c, 1)))
-    return out
+    return _global("global_avg_pool", x, out)
 
 
-def _global_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-    x = ins[0]
-    assert x is not None  # required input
-    _need_nchw("global_avg_pool", x)
-    for d in x.shape[2:]:
-        if dims.resolve(d) == 0:
-            raise VkumdValueError(f"global_avg_pool: x has shape {format_shape(x.shape)}; "
-                                  "the mean of an empty plane is undefined")
-    return [TensorType((x.shape[0], x.shape[1], 1, 1), x.dtype)]
+def global_max_pool(x: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """The maximum of each ``[H, W]`` plane of NCHW ``x``, kept as ``[N, C, 1, 1]``: the row
+    maximum over a view of ``x`` as ``[N, C, H * W]`` (ONNX GlobalMaxPool).
+
+    Args:
+        x: ``[N, C, H, W]`` float32 or float16 with ``H * W >= 1``.
+        out: optional ``[N, C, 1, 1]`` output of x's dtype.
+
+    Returns:
+        The plane maxima ``[N, C, 1, 1]``.
+
+    Raises:
+        VkumdTypeError: an unsupported dtype.
+        VkumdValueError: x not 4-D or with empty planes; out of another shape.
+    """
+    return _global("global_max_pool", x, out)
 
 
-define("global_avg_pool", ("x",), rule=_global_rule,
+def _global_rule(op: str) -> Any:
+    def rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
+        x = ins[0]
+        assert x is not None  # required input
+        _need_nchw(op, x)
+        for d in x.shape[2:]:
+            if dims.resolve(d) == 0:
+                raise VkumdValueError(f"{op}: x has shape {format_shape(x.shape)}; an empty "
+                                      "plane has no mean or maximum")
+        return [TensorType((x.shape[0], x.shape[1], 1, 1), x.dtype)]
+    return rule
+
+
+define("global_avg_pool", ("x",), rule=_global_rule("global_avg_pool"),
        reference=lambda a, at, s: [np.asarray(a[0], np.float64).mean(axis=(2, 3),
                                                                        keepdims=True)],
        lower=lambda node, ins, outs: global_avg_pool(ins[0], out=outs[0]),
        eager=global_avg_pool)
+define("global_max_pool", ("x",), rule=_global_rule("global_max_pool"),
+       reference=lambda a, at, s: [np.asarray(a[0], np.float64).max(axis=(2, 3),
+                                                                      keepdims=True)],
+       lower=lambda node, ins, outs: global_max_pool(ins[0], out=outs[0]),
+       eager=global_max_pool)

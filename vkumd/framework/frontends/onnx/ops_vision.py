@@ -148,13 +148,13 @@ def pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     return [y]
 
 
-@converter("GlobalAveragePool")
-def global_average_pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
-                        ) -> list[Bound | None]:
-    """The mean of every channel's plane, kept with size-1 spatial dimensions."""
+@converter("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """The mean or maximum of every channel's plane, kept with size-1 spatial dimensions."""
     x = st.value(node.input[0])
-    n = _spatial("GlobalAveragePool", x)
-    y = st.b.global_avg_pool(_as_2d(st, x, n == 1))
+    n = _spatial(node.op_type, x)
+    pool = st.b.global_avg_pool if node.op_type == "GlobalAveragePool" else st.b.global_max_pool
+    y = pool(_as_2d(st, x, n == 1))
     return [st.b.reshape(y, (y.shape[0], y.shape[1], 1)) if n == 1 else y]
 
 
