@@ -86,6 +86,8 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_resample.py::test_conv_transpose_matches_float64":
         "transposed convolution",
     "tests/framework/test_recurrent.py::test_matches_float64": "LSTM and GRU cell, its GEMMs",
+    "tests/framework/test_rnn.py::test_each_step_path": "RNN cell, both step projections",
+    "tests/framework/test_resize_modes.py::test_cubic_float16": "resize, bicubic",
 }
 
 # Device-free modules, or ones that take a second or two, for the fast tier.
