@@ -1,5 +1,5 @@
-"""``ops.max_pool2d``, ``ops.avg_pool2d``, ``ops.global_avg_pool`` and ``ops.global_max_pool``
-against float64 numpy
+"""``ops.max_pool2d``, ``ops.avg_pool2d``, ``ops.lp_pool2d``, ``ops.global_avg_pool`` and
+``ops.global_max_pool`` against float64 numpy
 references written here (one window at a time), on odd shapes, strides, dilation, asymmetric
 pads, ceil mode and both average divisors, with poisoned outputs, in float16, NaN inputs,
 inside a compiled graph, and bad inputs refused."""
@@ -24,7 +24,7 @@ def out_size(size: int, k: int, s: int, d: int, before: int, after: int, ceil: b
 
 
 def windows(x: np.ndarray, kernel, stride, dilation, pads, ceil: bool, mode: str,
-            include_pad: bool = False) -> np.ndarray:
+            include_pad: bool = False, p: float = 2.0) -> np.ndarray:
     """Pooling by its definition: every window's taps listed, padding as +-inf / excluded."""
     n, c, h, w = x.shape
     oh = out_size(h, kernel[0], stride[0], dilation[0], pads[0], pads[2], ceil)
@@ -45,6 +45,8 @@ def windows(x: np.ndarray, kernel, stride, dilation, pads, ceil: bool, mode: str
             stack = np.stack(taps)
             if mode == "max":
                 out[:, :, i, j] = stack.max(axis=0)
+            elif mode == "lp":
+                out[:, :, i, j] = (np.abs(stack) ** p).sum(axis=0) ** (1 / p)
             else:
                 out[:, :, i, j] = stack.sum(axis=0) / (padded if include_pad else len(taps))
     return out
@@ -63,17 +65,21 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("mode", ["max", "avg", "avg_pads"])
+@pytest.mark.parametrize("mode", ["max", "avg", "avg_pads", "lp2", "lp1", "lp3"])
 def test_matches_float64(ctx, mode: str, dtype: str, case) -> None:
     shape, kernel, stride, dilation, pads, ceil = case
     rng = np.random.default_rng()
     x = sample(rng, dtype, shape)
     include = mode == "avg_pads"
-    want = windows(x, kernel, stride, dilation, pads, ceil, mode[:3], include)
+    p = float(mode[2:]) if mode.startswith("lp") else 2.0
+    want = windows(x, kernel, stride, dilation, pads, ceil,
+                   "lp" if mode.startswith("lp") else mode[:3], include, p)
     out = poisoned(ctx, want.shape, dtype)
     kw = {"stride": stride, "dilation": dilation, "pads": pads, "ceil_mode": ceil, "out": out}
     if mode == "max":
         got = ops.max_pool2d(tensor(ctx, x, dtype), kernel, **kw)
+    elif mode.startswith("lp"):
+        got = ops.lp_pool2d(tensor(ctx, x, dtype), kernel, p=p, **kw)
     else:
         got = ops.avg_pool2d(tensor(ctx, x, dtype), kernel, count_include_pad=include, **kw)
     assert got is out
@@ -167,3 +173,9 @@ def test_bad_inputs(ctx) -> None:
                                                                         np.int32)))),
         (VkumdValueError, lambda: ops.global_max_pool(x, out=ctx.empty((2, 3, 1, 2)))),
     ], "global_max_pool")
+    assert_each_raises(ctx, [
+        (VkumdValueError, lambda: ops.lp_pool2d(x, (2, 2), p=0.0)),
+        (VkumdValueError, lambda: ops.lp_pool2d(x, (2, 2), p=-1)),
+        (VkumdTypeError, lambda: ops.lp_pool2d(x, (2, 2), p="2")),
+        (VkumdValueError, lambda: ops.lp_pool2d(x, (7, 2))),
+    ], "lp_pool2d")

@@ -98,6 +98,21 @@ POOLS = [
     ("AveragePool", (2, 3, 11, 13), {"kernel_shape": [3, 3], "strides": [2, 2],
                                      "pads": [1, 1, 1, 1], "ceil_mode": 1}),
     ("AveragePool", (3, 4, 17), {"kernel_shape": [4], "strides": [3], "auto_pad": "SAME_UPPER"}),
+    ("LpPool", (2, 3, 11, 13), {"kernel_shape": [3, 2], "strides": [2, 1], "p": 3,
+                                "pads": [1, 0, 2, 1]}),
+    ("LpPool", (3, 4, 17), {"kernel_shape": [4], "strides": [3], "auto_pad": "SAME_UPPER"}),
+    ("LpPool", (2, 2, 5, 7, 6), {"kernel_shape": [2, 3, 2], "p": 1}),
+    ("MaxPool", (2, 2, 7, 9, 6), {"kernel_shape": [3, 2, 3], "strides": [2, 2, 1],
+                                  "pads": [1, 0, 1, 1, 1, 0], "dilations": [1, 2, 1]}),
+    ("AveragePool", (1, 3, 6, 7, 9), {"kernel_shape": [3, 3, 2], "strides": [2, 1, 2],
+                                      "pads": [1, 1, 0, 1, 0, 1], "count_include_pad": 1}),
+    ("AveragePool", (1, 3, 6, 7, 9), {"kernel_shape": [2, 3, 2], "strides": [2, 2, 2],
+                                      "pads": [0, 1, 1, 1, 0, 1]}),
+    ("MaxPool", (1, 2, 7, 8, 9), {"kernel_shape": [2, 3, 2], "strides": [2, 2, 2],
+                                  "ceil_mode": 1}),
+    ("AveragePool", (1, 2, 7, 8, 9), {"kernel_shape": [3, 3, 2], "strides": [2, 2, 2],
+                                      "pads": [1, 0, 1, 1, 1, 0], "ceil_mode": 1,
+                                      "count_include_pad": 1}),
     ("GlobalAveragePool", (2, 5, 11, 13), {}),
     ("GlobalAveragePool", (2, 5, 9), {}),
     ("GlobalMaxPool", (2, 5, 11, 13), {}),
@@ -123,6 +138,8 @@ def test_pool_matches_reference(ctx, case) -> None:
     ("MaxPool", {"kernel_shape": [2, 2], "count_include_pad": 1}),
     ("AveragePool", {"kernel_shape": [2, 2], "pads": [2, 0, 0, 0]}),  # pad >= kernel
     ("AveragePool", {"kernel_shape": [9, 2]}),                     # larger than the input
+    ("MaxPool", {"kernel_shape": [2, 2], "p": 2}),                   # LpPool's attribute
+    ("LpPool", {"kernel_shape": [2, 2], "count_include_pad": 1}),
 ])
 def test_pool_bad_attributes_name_the_node(ctx, op: str, attrs: dict) -> None:
     with pytest.raises(VkumdError) as info:

@@ -1,4 +1,4 @@
-"""The pooling kernel, ``shaders/pool2d.comp`` (max and average), the channel-window LRN
+"""The pooling kernel, ``shaders/pool2d.comp`` (max, average and Lp), the channel-window LRN
 kernel ``shaders/lrn.comp``, and their planners.
 
 One invocation per output element over NCHW planes; the window geometry (kernel, strides,
@@ -20,7 +20,9 @@ from vkumd.vk.caps import DeviceCaps
 POOL_CODES = type_codes(POOL_DTYPES)
 POOL_PUSH = PushLayout("total:u32", "h:u32", "w:u32", "oh:u32", "ow:u32", "kh:u32", "kw:u32",
                        "sy:u32", "sx:u32", "dy:u32", "dx:u32", "pt:i32", "pl:i32", "pb:i32",
-                       "pr:i32", "is_max:u32", "count_pads:u32")
+                       "pr:i32", "kind:u32", "count_pads:u32", "p:f32")
+# The shader's kinds of pooling, by index.
+POOL_KINDS = ("avg", "max", "lp")
 _MAX_ELEMENTS = (1 << 32) - 1
 
 
@@ -43,10 +45,10 @@ POOL2D = register(Kernel(
 @functools.lru_cache(maxsize=4096)
 def pool2d_plan(caps: DeviceCaps, code: str, planes: int, hw: tuple[int, int],
                 out_hw: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
-                dilation: tuple[int, int], pads: tuple[int, int, int, int], is_max: bool,
-                count_include_pad: bool) -> FixedLaunch:
+                dilation: tuple[int, int], pads: tuple[int, int, int, int], kind: str,
+                count_include_pad: bool, p: float = 2.0) -> FixedLaunch:
     """Pool ``planes`` (N * C) planes of ``hw`` to ``out_hw``; pads (top, left, bottom,
-    right). Operands: x, out.
+    right); ``kind`` one of :data:`POOL_KINDS` (``p``: Lp's exponent). Operands: x, out.
 
     Raises:
         VkumdValueError: a tensor past the kernel's 32-bit indexing.
@@ -58,7 +60,7 @@ def pool2d_plan(caps: DeviceCaps, code: str, planes: int, hw: tuple[int, int],
                                   f"most {_MAX_ELEMENTS} (split the batch)")
     program = POOL2D.specialize({"DTYPE": code, WORKGROUP: ELEMENTWISE_WORKGROUP})
     push = POOL_PUSH.pack(total, *hw, *out_hw, *kernel, *stride, *dilation, *pads,
-                          int(is_max), int(count_include_pad))
+                          POOL_KINDS.index(kind), int(count_include_pad), p)
     return FixedLaunch(program, push, looped_grid(caps, -(-total // ELEMENTWISE_WORKGROUP)),
                        (1,))
 

@@ -1,4 +1,5 @@
-"""Pooling over NCHW tensors: ``max_pool2d``, ``avg_pool2d`` (``shaders/pool2d.comp``),
+"""Pooling over NCHW tensors: ``max_pool2d``, ``avg_pool2d``, ``lp_pool2d``
+(``shaders/pool2d.comp``),
 ``global_avg_pool`` and ``global_max_pool`` (a mean or maximum over each plane, on the
 row-reduction kernel).
 
@@ -18,7 +19,7 @@ from vkumd.compiler.kernels.pool import POOL_CODES, pool2d_plan
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.graph.dims import format_shape
 from vkumd.framework.graph.ir import Node
-from vkumd.framework.graph.operands import Types, flag
+from vkumd.framework.graph.operands import Types, flag, real
 from vkumd.framework.graph.registry import REQUIRED, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_storage, check_tensor, output
@@ -66,6 +67,8 @@ def _pool_rule(op: str) -> Any:
         kernel, stride, dilation, pads = _geometry(op, attrs)
         if op == "avg_pool2d":
             flag(op, attrs["count_include_pad"], "count_include_pad")
+        if op == "lp_pool2d" and real(op, attrs["p"], "p") <= 0:
+            raise VkumdValueError(f"{op}: p={attrs['p']!r}; the exponent must be > 0")
         ceil = bool(attrs["ceil_mode"])
         oh = window_size(op, dims.resolve(x.shape[2]), kernel[0], stride[0], dilation[0],
                          pads[0], pads[2], "height", ceil)
@@ -91,7 +94,8 @@ def _pool(op: str, x: Tensor, attrs: dict[str, Any], out: Tensor | None) -> Tens
     kernel, stride, dilation, pads = _geometry(op, attrs)
     plan = pool2d_plan(x.context.caps, POOL_CODES[x.dtype.name], x.shape[0] * x.shape[1],
                        x.shape[2:], shape[2:], kernel, stride, dilation, pads,
-                       op == "max_pool2d", bool(attrs.get("count_include_pad", False)))
+                       op.removesuffix("_pool2d"), bool(attrs.get("count_include_pad", False)),
+                       float(attrs.get("p", 2.0)))
     x.context.run(plan, (x, out))
     return out
 
@@ -154,9 +158,38 @@ def avg_pool2d(x: Tensor, kernel: tuple[int, int], *, stride: tuple[int, int] | 
                                    "count_include_pad": count_include_pad}, out)
 
 
+def lp_pool2d(x: Tensor, kernel: tuple[int, int], *, p: float = 2.0,
+              stride: tuple[int, int] | None = None, dilation: tuple[int, int] = (1, 1),
+              pads: tuple[int, int, int, int] = (0, 0, 0, 0), ceil_mode: bool = False,
+              out: Tensor | None = None) -> Tensor:
+    """The Lp norm ``(sum |x|^p)^(1/p)`` of each window of NCHW ``x`` (ONNX LpPool; padding
+    adds zeros).
+
+    Args:
+        x: ``[N, C, H, W]`` float32 or float16.
+        kernel: window (height, width), each >= 1.
+        p: the exponent, > 0 (ONNX's default 2).
+        stride: (height, width) steps; None: the kernel (torch's default).
+        dilation: spacing of the window's taps.
+        pads: (top, left, bottom, right), each >= 0 and below the kernel's span.
+        ceil_mode: round the output size up (a last partial window is kept).
+        out: optional output of the pooled shape and x's dtype.
+
+    Returns:
+        The pooled tensor ``[N, C, H_out, W_out]``.
+
+    Raises:
+        VkumdTypeError: an unsupported dtype; attributes of the wrong type.
+        VkumdValueError: as :func:`max_pool2d`; p <= 0.
+    """
+    return _pool("lp_pool2d", x, {"kernel": kernel, "p": p, "stride": stride,
+                                  "dilation": dilation, "pads": pads,
+                                  "ceil_mode": ceil_mode}, out)
+
+
 def pool2d_reference(x: np.ndarray, op: str, kernel: Any, stride: Any, dilation: Any,
-                     pads: Any, ceil_mode: bool, count_include_pad: bool = False
-                     ) -> np.ndarray:
+                     pads: Any, ceil_mode: bool, count_include_pad: bool = False,
+                     p: float = 2.0) -> np.ndarray:
     """The float64 pooling, one output element's window at a time."""
     x = np.asarray(x, np.float64)
     stride = kernel if stride is None else stride
@@ -176,6 +209,8 @@ def pool2d_reference(x: np.ndarray, op: str, kernel: Any, stride: Any, dilation:
             window = x[:, :, yi][:, :, :, xi].reshape(n, c, -1)
             if op == "max_pool2d":
                 out[:, :, i, j] = window.max(axis=2)
+            elif op == "lp_pool2d":
+                out[:, :, i, j] = (np.abs(window) ** p).sum(axis=2) ** (1.0 / p)
             else:
                 count = len(ys) * len(xs) if count_include_pad else window.shape[2]
                 out[:, :, i, j] = window.sum(axis=2) / count
@@ -203,6 +238,12 @@ define("avg_pool2d", ("x",), {**_WINDOW, "count_include_pad": False},
                                                     at["ceil_mode"],
                                                     at["count_include_pad"])],
        lower=_lower("avg_pool2d"), eager=avg_pool2d)
+define("lp_pool2d", ("x",), {**_WINDOW, "p": 2.0},
+       rule=_pool_rule("lp_pool2d"),
+       reference=lambda a, at, s: [pool2d_reference(a[0], "lp_pool2d", at["kernel"],
+                                                    at["stride"], at["dilation"], at["pads"],
+                                                    at["ceil_mode"], p=at["p"])],
+       lower=_lower("lp_pool2d"), eager=lp_pool2d)
 
 
 def _global(op: str, x: Tensor, out: Tensor | None) -> Tensor:
