@@ -79,6 +79,7 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "max_pool2d": lambda e, x: ops.max_pool2d(x, (2, 2)),
     "avg_pool2d": lambda e, x: ops.avg_pool2d(x, (2, 2)),
     "lp_pool2d": lambda e, x: ops.lp_pool2d(x, (2, 2)),
+    "max_pool2d_indices": lambda e, x: ops.max_pool2d_indices(x, (2, 2)),
     "global_avg_pool": lambda e, x: ops.global_avg_pool(x),
     "global_max_pool": lambda e, x: ops.global_max_pool(x),
     "batch_norm": lambda e, x: ops.batch_norm(x, e.t((3,)), e.t((3,)), e.t((3,)), e.t((3,))),

@@ -1,5 +1,5 @@
-"""``ops.max_pool2d``, ``ops.avg_pool2d``, ``ops.lp_pool2d``, ``ops.global_avg_pool`` and
-``ops.global_max_pool`` against float64 numpy
+"""``ops.max_pool2d`` (and ``ops.max_pool2d_indices``), ``ops.avg_pool2d``, ``ops.lp_pool2d``,
+``ops.global_avg_pool`` and ``ops.global_max_pool`` against float64 numpy
 references written here (one window at a time), on odd shapes, strides, dilation, asymmetric
 pads, ceil mode and both average divisors, with poisoned outputs, in float16, NaN inputs,
 inside a compiled graph, and bad inputs refused."""
@@ -84,6 +84,50 @@ def test_matches_float64(ctx, mode: str, dtype: str, case) -> None:
         got = ops.avg_pool2d(tensor(ctx, x, dtype), kernel, count_include_pad=include, **kw)
     assert got is out
     assert_close(got.numpy().astype(np.float64), want, dtype, f"{mode} {case}")
+
+
+def first_maxima(x: np.ndarray, kernel, stride, dilation, pads, ceil: bool, order: int
+                 ) -> np.ndarray:
+    """Each window's first maximum's flat index (taps row by row, a later tap wins only when
+    strictly greater), row-major or column-major planes."""
+    n, c, h, w = x.shape
+    oh = out_size(h, kernel[0], stride[0], dilation[0], pads[0], pads[2], ceil)
+    ow = out_size(w, kernel[1], stride[1], dilation[1], pads[1], pads[3], ceil)
+    out = np.zeros((n, c, oh, ow), np.int64)
+    for b, ch, i, j in np.ndindex(n, c, oh, ow):
+        best, where = -np.inf, None
+        for ky in range(kernel[0]):
+            y = i * stride[0] - pads[0] + ky * dilation[0]
+            for kx in range(kernel[1]):
+                xx = j * stride[1] - pads[1] + kx * dilation[1]
+                if 0 <= y < h and 0 <= xx < w and (where is None or x[b, ch, y, xx] > best):
+                    best, where = x[b, ch, y, xx], (y, xx)
+        assert where is not None
+        y, xx = where
+        out[b, ch, i, j] = (b * c + ch) * h * w + (xx * h + y if order else y * w + xx)
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_max_indices(ctx, dtype: str, case) -> None:
+    shape, kernel, stride, dilation, pads, ceil = case
+    rng = np.random.default_rng()
+    # Few distinct values: windows hold ties, which the first tap must win.
+    x = rng.integers(-3, 4, shape).astype(dtype)
+    for order in (0, 1):
+        want = first_maxima(x, kernel, stride, dilation, pads, ceil, order)
+        out = poisoned(ctx, want.shape, "int32")
+        got = ops.max_pool2d_indices(tensor(ctx, x, dtype), kernel, stride=stride,
+                                     dilation=dilation, pads=pads, ceil_mode=ceil,
+                                     storage_order=order, out=out)
+        assert got is out and got.dtype.name == "int32"
+        np.testing.assert_array_equal(got.numpy(), want, err_msg=f"order {order} {case}")
+        # The indices point at the maxima max_pool2d computes.
+        values = ops.max_pool2d(tensor(ctx, x, dtype), kernel, stride=stride,
+                                dilation=dilation, pads=pads, ceil_mode=ceil).numpy()
+        flat = x.transpose(0, 1, 3, 2).reshape(-1) if order else x.reshape(-1)
+        np.testing.assert_array_equal(flat[want], values)
 
 
 def test_max_propagates_nan_and_ignores_padding(ctx) -> None:
@@ -179,3 +223,11 @@ def test_bad_inputs(ctx) -> None:
         (VkumdTypeError, lambda: ops.lp_pool2d(x, (2, 2), p="2")),
         (VkumdValueError, lambda: ops.lp_pool2d(x, (7, 2))),
     ], "lp_pool2d")
+    assert_each_raises(ctx, [
+        (VkumdValueError, lambda: ops.max_pool2d_indices(x, (2, 2), storage_order=2)),
+        (VkumdTypeError, lambda: ops.max_pool2d_indices(x, (2, 2),
+                                                        out=ctx.empty((2, 3, 3, 3)))),
+        (VkumdValueError, lambda: ops.max_pool2d_indices(
+            x, (2, 2), out=ctx.tensor(np.zeros((2, 3, 3, 2), np.int32)))),
+        (VkumdTypeError, lambda: ops.max_pool2d_indices(x, (2, 2), ceil_mode=1)),
+    ], "max_pool2d_indices")

@@ -165,3 +165,41 @@ def test_batch_normalization_training_is_refused(ctx) -> None:
     model = single_node("BatchNormalization", (1, 3, 4, 4), weights, training_mode=1)
     with pytest.raises(VkumdError, match="the_node.*training_mode"):
         vkumd.onnx.load(model, ctx=ctx)
+
+
+@pytest.mark.parametrize("x_shape,attrs", [
+    ((2, 3, 11, 13), {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1]}),
+    ((2, 3, 11, 13), {"kernel_shape": [3, 3], "strides": [2, 1], "ceil_mode": 1,
+                      "storage_order": 1}),
+    ((3, 2, 17), {"kernel_shape": [4], "strides": [3], "dilations": [2]}),
+], ids=str)
+def test_max_pool_indices_match_onnxruntime(ctx, x_shape, attrs: dict) -> None:
+    ort = pytest.importorskip("onnxruntime", reason="MaxPool's Indices are checked against "
+                              "onnxruntime, which is not installed")
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], name="the_node", **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", T.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info("y", T.FLOAT, None),
+         helper.make_tensor_value_info("i", T.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    # Few distinct values, so windows hold ties that the first maximum must win.
+    x = np.random.default_rng().integers(-3, 4, x_shape).astype(np.float32)
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    want_y, want_i = session.run(None, {"x": x})
+    got = vkumd.onnx.load(model, ctx=ctx)(x=x)
+    np.testing.assert_array_equal(got["y"], want_y)
+    np.testing.assert_array_equal(np.asarray(got["i"], np.int64), want_i)
+
+
+def test_max_pool_indices_of_3d_pooling_are_refused(ctx) -> None:
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], name="the_node",
+                            kernel_shape=[2, 2, 2])
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", T.FLOAT, [1, 2, 4, 4, 4])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None),
+         helper.make_tensor_value_info("i", T.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(VkumdError) as info:
+        vkumd.onnx.load(model, ctx=ctx)
+    assert "the_node" in str(info.value) and "Indices" in str(info.value)

@@ -125,8 +125,7 @@ def pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     kernel). 3-D pooling is two 2-D poolings, over (H, W) then over D: each of these
     reductions is separable (a window is a product of per-axis tap sets, so its maximum,
     its counts and its sum of ``|x|^p`` factor), and the 2-D kernel serves both."""
-    if len(node.output) > 1 and node.output[1]:
-        raise Unsupported("MaxPool's Indices output is not supported")
+    indices = len(node.output) > 1 and bool(node.output[1])
     if node.op_type != "AveragePool" and "count_include_pad" in attrs:
         raise Unsupported("count_include_pad is an AveragePool attribute")
     if node.op_type != "LpPool" and "p" in attrs:
@@ -148,6 +147,8 @@ def pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     elif node.op_type == "LpPool":
         extra["p"] = float(attrs.get("p", 2))
     if n == 3:
+        if indices:
+            raise Unsupported("MaxPool's Indices output of a 3-D pooling is not supported")
         return [_pool3d(st, x, _POOL_OPS[node.op_type], kernel, strides, dilations, pads,
                         bool(attrs.get("ceil_mode", 0)), extra)]
     one_d = n == 1
@@ -158,9 +159,16 @@ def pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     kernel2 = (1, kernel[0]) if one_d else tuple(kernel)
     x2 = _as_2d(st, x, one_d)
     y = st.b.op(_POOL_OPS[node.op_type], x2, kernel=kernel2, **kw, **extra)
+    outs = [y]
+    if indices:
+        order = int(attrs.get("storage_order", 0))
+        if order not in (0, 1):
+            raise Unsupported(f"storage_order={order}; ONNX defines 0 and 1")
+        # A 1-D input's indices are those of its [N, C, 1, L] view in either order.
+        outs.append(st.b.max_pool2d_indices(x2, kernel=kernel2, storage_order=order, **kw))
     if one_d:
-        y = st.b.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
-    return [y]
+        outs = [st.b.reshape(v, (v.shape[0], v.shape[1], v.shape[3])) for v in outs]
+    return outs
 
 
 def _pool3d(st: State, x: Value, op: str, kernel: list[int], strides: list[int],
