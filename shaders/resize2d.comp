@@ -7,7 +7,10 @@
 // onnxruntime and torch do. Cubic reads 4 x 4 taps with ONNX's Keys weights (coefficient
 // cubic_a; exclude_outside zeroes the taps outside the input and renormalises). A crop
 // (tf_crop_and_resize) writes `extrapolation` where either source coordinate falls outside
-// [0, size - 1]. One invocation per output element, float32 arithmetic.
+// [0, size - 1]. Antialiasing (aa_y, aa_x > 0: downsampling) stretches the linear or cubic
+// filter by 1 / aa along its axis: every tap t with |aa * (t - x)| inside the filter's
+// support weighs filter(aa * (t - x)), the weights normalised (ONNX's antialias). One
+// invocation per output element, float32 arithmetic.
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 #extension GL_EXT_shader_16bit_storage : require
 #include "common.glsl"
@@ -51,6 +54,8 @@ layout(push_constant) uniform Resize {
     uint exclude;      // cubic: drop the taps outside the input
     uint extrapolate;  // tf_crop_and_resize: outside coordinates read `extrapolation`
     float extrapolation;
+    float aa_y;        // antialias: the filter's scale along each axis, min(scale, 1); 0 off
+    float aa_x;
 } pc;
 
 // floor((o * a + b) / d) and the remainder in [0, d), d > 0 (the planner keeps |o*a + b|
@@ -101,6 +106,34 @@ vec4 cubic(int q, float t, uint size) {
     return w;
 }
 
+// The linear (mode 1) or cubic filter at distance v, in filter units.
+float filter_at(float v) {
+    v = abs(v);
+    if (pc.mode == 1u) {
+        return max(1.0 - v, 0.0);
+    }
+    float a = pc.cubic_a;
+    if (v <= 1.0) {
+        return ((a + 2.0) * v - (a + 3.0)) * v * v + 1.0;
+    }
+    return v < 2.0 ? ((a * v - 5.0 * a) * v + 8.0 * a) * v - 4.0 * a : 0.0;
+}
+
+// An antialiased axis's taps around q + r / d: (first, count).
+ivec2 taps(ivec2 qr, int d, float s) {
+    float c = float(qr.x) + float(qr.y) / float(d);
+    float reach = (pc.mode == 1u ? 1.0 : 2.0) / s;
+    int lo = int(ceil(c - reach));
+    return ivec2(lo, int(floor(c + reach)) - lo + 1);
+}
+
+float tap_weight(int t, ivec2 qr, int d, float s, uint size) {
+    if (pc.exclude != 0u && (t < 0 || t >= int(size))) {
+        return 0.0;
+    }
+    return filter_at(s * (float(t - qr.x) - float(qr.y) / float(d)));
+}
+
 float at(uint plane, int iy, int ix) {
     iy = clamp(iy, 0, int(pc.h) - 1);
     ix = clamp(ix, 0, int(pc.w) - 1);
@@ -118,6 +151,28 @@ void main() {
         float value;
         if (pc.extrapolate != 0u && (outside(ry, pc.h) || outside(rx, pc.w))) {
             value = pc.extrapolation;
+        } else if (pc.aa_y > 0.0) {
+            ivec2 ty = taps(ry, pc.dy, pc.aa_y);
+            ivec2 tx = taps(rx, pc.dx, pc.aa_x);
+            float sum_y = 0.0;
+            float sum_x = 0.0;
+            for (int i = 0; i < ty.y; ++i) {
+                sum_y += tap_weight(ty.x + i, ry, pc.dy, pc.aa_y, pc.h);
+            }
+            for (int j = 0; j < tx.y; ++j) {
+                sum_x += tap_weight(tx.x + j, rx, pc.dx, pc.aa_x, pc.w);
+            }
+            value = 0.0;
+            for (int i = 0; i < ty.y; ++i) {
+                float wy = tap_weight(ty.x + i, ry, pc.dy, pc.aa_y, pc.h);
+                float row = 0.0;
+                for (int j = 0; j < tx.y; ++j) {
+                    row += tap_weight(tx.x + j, rx, pc.dx, pc.aa_x, pc.w)
+                           * at(plane, ty.x + i, tx.x + j);
+                }
+                value += wy * row;
+            }
+            value /= sum_y * sum_x;
         } else if (pc.mode == 0u) {
             value = at(plane, nearest(ry, pc.dy), nearest(rx, pc.dx));
         } else if (pc.mode == 2u) {

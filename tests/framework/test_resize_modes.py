@@ -1,7 +1,7 @@
-"""``ops.resize2d``'s cubic mode, tf_crop_and_resize crops and size-with-scale calls (ONNX's
-keep_aspect_ratio_policy) against a float64 reference written here from ONNX's definitions
-(one output pixel's taps at a time), on odd shapes, with poisoned outputs, in float16, inside
-a compiled graph, and bad inputs refused."""
+"""``ops.resize2d``'s cubic mode, antialiasing, tf_crop_and_resize crops and size-with-scale
+calls (ONNX's keep_aspect_ratio_policy) against a float64 reference written here from ONNX's
+definitions (one output pixel's taps at a time), on odd shapes, with poisoned outputs, in
+float16, inside a compiled graph, and bad inputs refused."""
 
 from __future__ import annotations
 
@@ -140,6 +140,45 @@ def test_crop_and_resize(ctx, mode: str, roi) -> None:
         assert_close(out.numpy().astype(np.float64), want, "float32", f"{mode} {size}")
 
 
+def antialiased(x: np.ndarray, out_hw, mode: str, coordinate: str, a: float,
+                exclude: bool) -> np.ndarray:
+    """ONNX's antialias from its definition: along an axis downsampled by ``s`` every tap
+    ``t`` weighs the filter at ``s * (t - c)``, the weights of an output normalised."""
+    y = x.astype(np.float64)
+    for axis, out in ((2, out_hw[0]), (3, out_hw[1])):
+        n = y.shape[axis]
+        s = out / n
+        f = min(s, 1.0)
+        reach = (1.0 if mode == "linear" else 2.0) / f
+        rows = []
+        for o in range(out):
+            c = source(coordinate, o, n, out, s)
+            pairs = []
+            for t in range(math.ceil(c - reach), math.floor(c + reach) + 1):
+                if exclude and not 0 <= t < n:
+                    continue
+                d = f * (t - c)
+                pairs.append((min(max(t, 0), n - 1),
+                              max(1 - abs(d), 0.0) if mode == "linear" else keys(d, a)))
+            total = sum(w for _, w in pairs)
+            rows.append(sum(w / total * np.take(y, i, axis=axis) for i, w in pairs))
+        y = np.stack(rows, axis=axis)
+    return y
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("coordinate", ["half_pixel", "align_corners", "asymmetric"])
+def test_antialias_matches_float64(ctx, mode: str, coordinate: str) -> None:
+    rng = np.random.default_rng()
+    x = sample(rng, "float32", (2, 3, 13, 11))
+    for size, exclude in (((5, 4), False), ((3, 17), True), ((13, 2), False)):
+        want = antialiased(x, size, mode, coordinate, -0.5, exclude)
+        out = poisoned(ctx, want.shape, "float32")
+        ops.resize2d(tensor(ctx, x, "float32"), size=size, mode=mode, coordinate=coordinate,
+                     cubic_a=-0.5, exclude_outside=exclude, antialias=True, out=out)
+        assert_close(out.numpy().astype(np.float64), want, "float32", f"{mode} {size}")
+
+
 def test_size_with_the_scale_the_coordinates_read(ctx) -> None:
     # ONNX's keep_aspect_ratio_policy: sizes round(in * s) and the coordinates read s.
     rng = np.random.default_rng()
@@ -194,4 +233,6 @@ def test_bad_inputs(ctx) -> None:
         (VkumdTypeError, lambda: ops.resize2d(x, size=(2, 2), mode="cubic", cubic_a="x")),
         (VkumdValueError, lambda: ops.resize2d(x, size=(2, 2), scale=(0.0, 1.0))),
         (VkumdTypeError, lambda: ops.resize2d(x, size=(2, 2), scale=(None, 1.0))),
+        (VkumdValueError, lambda: ops.resize2d(x, size=(2, 2), antialias=True)),  # nearest
+        (VkumdTypeError, lambda: ops.resize2d(x, size=(2, 2), mode="linear", antialias=1)),
     ], "resize2d")

@@ -117,11 +117,12 @@ def resize2d_plan(caps: DeviceCaps, code: str, planes: int, hw: tuple[int, int],
                   scales: tuple[float, float] | None, cubic_a: float = -0.75,
                   exclude_outside: bool = False,
                   roi: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0),
-                  extrapolation: float = 0.0) -> FixedLaunch:
+                  extrapolation: float = 0.0, antialias: bool = False) -> FixedLaunch:
     """Resize ``planes`` (N * C) planes of ``hw`` to ``out_hw`` in ``mode`` (nearest,
     linear, cubic). ``scales`` (height, width) are what the coordinate formulas read; None:
     the sizes' ratios. ``roi`` (start_h, start_w, end_h, end_w) and ``extrapolation`` are
-    tf_crop_and_resize's crop and outside value. Operands: x, out.
+    tf_crop_and_resize's crop and outside value; ``antialias`` stretches a downsampling
+    linear or cubic filter by the inverse scale. Operands: x, out.
 
     Raises:
         VkumdValueError: a tensor past the kernel's 32-bit indexing; an unmappable scale.
@@ -137,9 +138,18 @@ def resize2d_plan(caps: DeviceCaps, code: str, planes: int, hw: tuple[int, int],
     push = RESIZE_PUSH.pack(total, *hw, *out_hw, RESIZE_MODES.index(mode),
                             RESIZE_ROUNDINGS.index(rounding), *maps[0], *maps[1], cubic_a,
                             int(exclude_outside), int(coordinate == "tf_crop_and_resize"),
-                            extrapolation)
+                            extrapolation, *(_antialias(antialias, hw[i], out_hw[i],
+                                                        None if scales is None else scales[i])
+                                             for i in (0, 1)))
     return FixedLaunch(program, push, looped_grid(caps, -(-total // ELEMENTWISE_WORKGROUP)),
                        (1,))
+
+
+def _antialias(on: bool, size: int, out: int, scale: float | None) -> float:
+    """The filter's scale along an axis: min(scale, 1) when antialiasing, else 0 (off)."""
+    if not on:
+        return 0.0
+    return min(out / size if scale is None else scale, 1.0)
 
 
 def merge_padded(shape: tuple[int, ...], pads: tuple[int, ...]

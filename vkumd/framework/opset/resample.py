@@ -26,7 +26,7 @@ from vkumd.compiler.kernels.resample_plan import pad_plan, resize2d_plan
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.graph.dims import Dim, format_shape
 from vkumd.framework.graph.ir import Node
-from vkumd.framework.graph.operands import Types, real
+from vkumd.framework.graph.operands import Types, flag, real
 from vkumd.framework.graph.registry import REQUIRED, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_storage, check_tensor, output
@@ -120,6 +120,9 @@ def _resize_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tens
     real("resize2d", attrs["cubic_a"], "cubic_a")
     real("resize2d", attrs["extrapolation"], "extrapolation", finite=False)
     _check_roi(attrs)
+    if flag("resize2d", attrs["antialias"], "antialias") and attrs["mode"] == "nearest":
+        raise VkumdValueError("resize2d: antialias=True filters linear and cubic resizes; "
+                              "nearest takes none")
     hw = (dims.resolve(x.shape[2]), dims.resolve(x.shape[3]))
     if any(not isinstance(n, Dim) and n < 1 for n in hw):
         raise VkumdValueError(f"resize2d: x has shape {format_shape(x.shape)}; an empty "
@@ -133,7 +136,7 @@ def resize2d(x: Tensor, *, size: tuple[int, int] | None = None,
              coordinate: str = "half_pixel", rounding: str = "round_prefer_floor",
              cubic_a: float = -0.75, exclude_outside: bool = False,
              roi: tuple[float, float, float, float] | None = None, extrapolation: float = 0.0,
-             out: Tensor | None = None) -> Tensor:
+             antialias: bool = False, out: Tensor | None = None) -> Tensor:
     """Resize the ``[H, W]`` planes of NCHW ``x`` (ONNX Resize, torch's ``interpolate``).
 
     Along each axis output index ``o`` reads the source coordinate ONNX's
@@ -158,6 +161,8 @@ def resize2d(x: Tensor, *, size: tuple[int, int] | None = None,
         roi: tf_crop_and_resize's crop (start_h, start_w, end_h, end_w), fractions of
             ``size - 1``; None: the whole plane.
         extrapolation: tf_crop_and_resize's value where a coordinate falls outside the input.
+        antialias: linear and cubic downsampling: stretch the filter by ``1 / scale`` along
+            each downsampled axis, its weights normalised (ONNX's antialias, PIL's resize).
         out: optional output of the resized shape and x's dtype.
 
     Returns:
@@ -167,12 +172,13 @@ def resize2d(x: Tensor, *, size: tuple[int, int] | None = None,
         VkumdTypeError: an unsupported dtype; a scale, roi or coefficient not a number.
         VkumdValueError: x not 4-D or empty planes; neither size nor scale; a size or scale
             out of range; an unknown mode, coordinate or rounding; a roi without
-            tf_crop_and_resize or not of 4 values; out of another shape.
+            tf_crop_and_resize or not of 4 values; antialias with nearest; out of another
+            shape.
     """
     x = check_tensor("resize2d", x, "x")
     attrs = {"size": size, "scale": scale, "mode": mode, "coordinate": coordinate,
              "rounding": rounding, "cubic_a": cubic_a, "exclude_outside": exclude_outside,
-             "roi": roi, "extrapolation": extrapolation}
+             "roi": roi, "extrapolation": extrapolation, "antialias": antialias}
     key = (x.shape, x.dtype.name, *(tuple(v) if isinstance(v, list) else v
                                     for v in attrs.values()))
     out_type = recall(_VERDICTS, key)
@@ -189,7 +195,7 @@ def resize2d(x: Tensor, *, size: tuple[int, int] | None = None,
     plan = resize2d_plan(x.context.caps, RESAMPLE_CODES[x.dtype.name],
                          x.shape[0] * x.shape[1], x.shape[2:], shape[2:], mode, coordinate,
                          rounding, scales, float(cubic_a), bool(exclude_outside), crop,
-                         float(extrapolation))
+                         float(extrapolation), bool(antialias))
     x.context.run(plan, (x, out))
     return out
 
@@ -234,9 +240,31 @@ def _cubic_weights(t: np.ndarray, a: float) -> np.ndarray:
     return np.concatenate([outer[:, :1], inner[:, 1:3], outer[:, 3:]], axis=1)
 
 
+def _antialiased(c: np.ndarray, n: int, s: float, mode: str, a: float, exclude: bool
+                 ) -> np.ndarray:
+    """The ``[out, n]`` weights of an antialiased axis: every tap ``t`` weighs the filter at
+    ``s * (t - c)`` (edge taps clamped, or dropped with ``exclude``), each row normalised."""
+    reach = (1.0 if mode == "linear" else 2.0) / s
+    weights = np.zeros((len(c), n))
+    for o, x in enumerate(c):
+        for t in range(math.ceil(x - reach), math.floor(x + reach) + 1):
+            if exclude and not 0 <= t < n:
+                continue
+            d = abs(s * (t - x))
+            if mode == "linear":
+                w = max(1.0 - d, 0.0)
+            else:
+                w = (((a + 2) * d - (a + 3)) * d * d + 1 if d <= 1 else
+                     ((a * d - 5 * a) * d + 8 * a) * d - 4 * a if d < 2 else 0.0)
+            weights[o, min(max(t, 0), n - 1)] += w
+        weights[o] /= weights[o].sum()
+    return weights
+
+
 def resize2d_reference(x: np.ndarray, size: Any, scale: Any, mode: str, coordinate: str,
                        rounding: str, cubic_a: float = -0.75, exclude_outside: bool = False,
-                       roi: Any = None, extrapolation: float = 0.0) -> np.ndarray:
+                       roi: Any = None, extrapolation: float = 0.0,
+                       antialias: bool = False) -> np.ndarray:
     """The float64 resize, one axis at a time (a crop's outside pixels replaced last)."""
     y = np.asarray(x, np.float64)
     crop = (0.0, 0.0, 1.0, 1.0) if roi is None else tuple(float(v) for v in roi)
@@ -253,6 +281,11 @@ def resize2d_reference(x: np.ndarray, size: Any, scale: Any, mode: str, coordina
         outside.append((c < 0) | (c > n - 1))
         if mode == "nearest":
             y = np.take(y, np.clip(_nearest(c, rounding), 0, n - 1), axis=axis)
+            continue
+        if antialias:
+            y = np.moveaxis(np.tensordot(_antialiased(c, n, min(s, 1.0), mode, float(cubic_a),
+                                                      exclude_outside), y, ([1], [axis])),
+                            0, axis)
             continue
         low = np.floor(c).astype(np.int64)
         frac = c - low
@@ -280,7 +313,7 @@ def _resize_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
 define("resize2d", ("x",),
        {"size": None, "scale": None, "mode": "nearest", "coordinate": "half_pixel",
         "rounding": "round_prefer_floor", "cubic_a": -0.75, "exclude_outside": False,
-        "roi": None, "extrapolation": 0.0},
+        "roi": None, "extrapolation": 0.0, "antialias": False},
        rule=_resize_rule,
        reference=lambda a, at, s: [resize2d_reference(a[0], **at)],
        lower=_resize_lower, eager=resize2d)

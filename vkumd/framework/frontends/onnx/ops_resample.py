@@ -63,8 +63,10 @@ def resize(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
     mode = attrs.get("mode", "nearest")
     if mode not in ("nearest", "linear", "bilinear", "cubic"):
         raise Unsupported(f"mode={mode!r}: ONNX defines nearest, linear and cubic")
-    if int(attrs.get("antialias", 0)):
-        raise Unsupported("antialias=1 is not supported")
+    antialias = bool(int(attrs.get("antialias", 0)))
+    if antialias and mode == "nearest":
+        raise Unsupported("antialias=1 with mode='nearest' (ONNX antialiases linear and "
+                          "cubic only)")
     policy = attrs.get("keep_aspect_ratio_policy", "stretch")
     if policy not in ("stretch", "not_larger", "not_smaller"):
         raise Unsupported(f"keep_aspect_ratio_policy={policy!r}; ONNX defines stretch, "
@@ -105,6 +107,8 @@ def resize(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
     if coordinate == "tf_crop_and_resize":
         kw["roi"] = _roi(roi, axes, rank)
         kw["extrapolation"] = float(attrs.get("extrapolation_value", 0.0))
+    if antialias:
+        kw["antialias"] = True
     if mode == "cubic":
         kw["cubic_a"] = float(attrs.get("cubic_coeff_a", -0.75))
         kw["exclude_outside"] = bool(int(attrs.get("exclude_outside", 0)))
