@@ -1,5 +1,5 @@
 #version 450
-// One time step of an LSTM or GRU layer, every direction at once: the gates from this step's
+// One time step of an LSTM, GRU or simple RNN layer, every direction at once: the gates from this step's
 // rows of the input projection xw (one GEMM over every step, run before), the recurrent
 // projection hr (this step's GEMM), the biases and the peepholes, then the cell update.
 // One invocation per (direction, batch row, hidden unit), grid-stride.
@@ -12,8 +12,10 @@
 // reset gate scales h.Rh^T + Rbh, so one GEMM of h against all of R serves the step);
 // MODE 3 and 4 GRU without it, whose candidate needs (r * h).Rh^T: MODE 3 writes r * h_prev
 // (into the y_c slot), the planner's GEMM multiplies it by Rh, and MODE 4 finishes the step
-// with that product in hr2. Activations are ONNX's defaults (sigmoid, tanh, tanh); `clip`
-// bounds every activation's input, as onnxruntime does.
+// with that product in hr2. MODE 5 is ONNX's RNN (one gate: h = f(x.Wi^T + h.Ri^T + Wbi +
+// Rbi)), whose activation f per direction (tanh, relu or sigmoid) is in the flags' bits 8-11.
+// LSTM's and GRU's activations are ONNX's defaults (sigmoid, tanh, tanh); `clip` bounds
+// every activation's input, as onnxruntime does.
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 #extension GL_EXT_shader_16bit_storage : require
 #include "common.glsl"
@@ -35,11 +37,14 @@
 #define GRU_LINEAR 2
 #define GRU_RESET 3
 #define GRU_CELL 4
+#define RNN 5
 #ifndef MODE
 #define MODE LSTM
 #endif
 #if MODE == LSTM
 #define GATES 4u
+#elif MODE == RNN
+#define GATES 1u
 #else
 #define GATES 3u
 #endif
@@ -53,6 +58,7 @@
 #define INPUT_FORGET 32u
 #define CLIP 64u
 #define HAS_LENS 128u   // lens holds each batch row's sequence length
+#define ACTIVATION_SHIFT 8u  // RNN: 2 bits per direction, 0 tanh, 1 relu, 2 sigmoid
 
 layout(local_size_x_id = 0) in;
 
@@ -164,6 +170,13 @@ void main() {
         }
         float h = vkumd_sigmoid(bounded(po)) * vkumd_tanh(c);
         y_c[index] = ELEM(c);
+        y_h[index] = ELEM(h);
+        y[at] = ELEM(h);
+#elif MODE == RNN
+        // pre[0] holds both biases: the GRU path's "g < 2" adds Rb to gate 0.
+        uint act = (pc.flags >> (ACTIVATION_SHIFT + 2u * d)) & 3u;
+        float v = bounded(pre[0]);
+        float h = act == 0u ? vkumd_tanh(v) : (act == 1u ? max(v, 0.0) : vkumd_sigmoid(v));
         y_h[index] = ELEM(h);
         y[at] = ELEM(h);
 #elif MODE == GRU_RESET

@@ -1,4 +1,4 @@
-"""Bad calls of the recurrent layers (``ops.lstm``, ``ops.gru``), in
+"""Bad calls of the recurrent layers (``ops.lstm``, ``ops.gru``, ``ops.rnn``), in
 :mod:`bad_input_ops`'s ``Case(id, call, error, message fragment)`` form. The ONNX-only
 refusals (activations, layout) are tests/frontends/test_onnx_recurrent.py's."""
 
@@ -32,9 +32,16 @@ def _lstm(e: Env, **kw: Any) -> Any:
 RECURRENT_UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "lstm": lambda e, x: ops.lstm(x, e.t((1, 8, 3)), e.t((1, 8, 2))),
     "gru": lambda e, x: ops.gru(x, e.t((1, 6, 3)), e.t((1, 6, 2))),
+    "rnn": lambda e, x: ops.rnn(x, e.t((1, 2, 3)), e.t((1, 2, 2))),
 }
 
 RECURRENT = [
+    C("rnn_activation_unknown",
+      lambda e: ops.rnn(_x(e), e.t((1, 7, 5)), e.t((1, 7, 7)), activations=("gelu",)), VE,
+      "activations=('gelu',)"),
+    C("rnn_activations_per_direction_count",
+      lambda e: ops.rnn(_x(e), e.t((1, 7, 5)), e.t((1, 7, 7)), activations=("tanh", "relu")),
+      VE, "give 1 or 1"),
     C("lstm_w_wrong_shape", lambda e: _lstm(e, w=e.t((1, 28, 4))), VE, "w has shape"),
     C("lstm_hidden_size_mismatch", lambda e: _lstm(e, hidden_size=8), VE, "hidden_size=8"),
     C("lstm_hidden_size_zero", lambda e: _lstm(e, hidden_size=0), VE, "hidden_size=0"),

@@ -102,6 +102,8 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_gathers.py::test_trilu": "trilu",
     "tests/framework/test_scatters.py::test_scatter_elements": "scatter_elements, reductions",
     "tests/framework/test_scatters.py::test_scatter_nd": "scatter_nd, reductions",
+    "tests/framework/test_rnn.py::test_each_step_path": "RNN cell, both step projections",
+    "tests/framework/test_resize_modes.py::test_cubic_float16": "resize, bicubic",
 }
 
 # Device-free modules, or ones that take a second or two, for the fast tier.

@@ -1,4 +1,4 @@
-"""The ONNX LSTM and GRU converters on single-node models against onnxruntime (the peer):
+"""The ONNX LSTM, GRU and RNN converters on single-node models against onnxruntime (the peer):
 every direction, both layouts, initial states, peepholes, clip, input_forget, both
 linear_before_reset, any subset of outputs; bad nodes refused with the node and attribute
 named; and ddddocr's CNN + bidirectional LSTM captcha model against onnxruntime."""
@@ -20,7 +20,8 @@ import vkumd.onnx  # noqa: E402
 from vkumd.errors import VkumdError  # noqa: E402
 
 _INPUTS = {"LSTM": ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"),
-           "GRU": ("X", "W", "R", "B", "sequence_lens", "initial_h")}
+           "GRU": ("X", "W", "R", "B", "sequence_lens", "initial_h"),
+           "RNN": ("X", "W", "R", "B", "sequence_lens", "initial_h")}
 
 
 def recurrent_model(op: str, weights: dict[str, np.ndarray], x_shape: tuple[int, ...],
@@ -39,7 +40,7 @@ def recurrent_model(op: str, weights: dict[str, np.ndarray], x_shape: tuple[int,
 
 def _weights(rng, op: str, dirs: int, batch: int, inp: int, hid: int, full: bool
              ) -> dict[str, np.ndarray]:
-    g = 4 if op == "LSTM" else 3
+    g = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
     f = lambda *s: (rng.standard_normal(s) * 0.5).astype(np.float32)  # noqa: E731
     weights = {"W": f(dirs, g * hid, inp), "R": f(dirs, g * hid, hid)}
     if full:
@@ -60,6 +61,10 @@ CASES = [
     ("GRU", "reverse", True, 1, {}, ("Y",)),
     ("GRU", "bidirectional", False, 1, {"linear_before_reset": 1,
                                         "activations": ["Sigmoid", "Tanh"] * 2}, ("Y", "Y_h")),
+    ("RNN", "forward", True, 0, {"activations": ["Relu"]}, ("Y", "Y_h")),
+    ("RNN", "bidirectional", True, 1, {"activations": ["Sigmoid", "Tanh"], "clip": 1.2},
+     ("Y", "Y_h")),
+    ("RNN", "reverse", False, 0, {}, ("", "Y_h")),
 ]
 
 
@@ -111,6 +116,20 @@ def test_bad_nodes_name_the_node(ctx, change: dict, fragment: str) -> None:
     for k, v in change.items():
         (weights if isinstance(v, np.ndarray) else attrs)[k] = v
     model = recurrent_model("LSTM", weights, (4, 2, 4), ("Y",), **attrs)
+    with pytest.raises(VkumdError) as info:
+        vkumd.onnx.load(model, ctx=ctx)
+    assert "the_node" in str(info.value)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("change,fragment", [
+    ({"activations": ["Elu"]}, "activations=['elu']"),
+    ({"activations": ["Tanh", "Relu"]}, "per direction (1 here)"),
+    ({"activation_alpha": [0.5]}, "activation_alpha"),
+])
+def test_bad_rnn_nodes_name_the_node(ctx, change: dict, fragment: str) -> None:
+    weights = {"W": np.ones((1, 5, 4), np.float32), "R": np.ones((1, 5, 5), np.float32)}
+    model = recurrent_model("RNN", weights, (4, 2, 4), ("Y",), hidden_size=5, **change)
     with pytest.raises(VkumdError) as info:
         vkumd.onnx.load(model, ctx=ctx)
     assert "the_node" in str(info.value)

@@ -65,6 +65,25 @@ RESIZES = [
     ((1, 2, 6, 5), 18, [None, None, np.array([9, 3], np.int64)],
      {"mode": "nearest", "axes": [3, 2], "nearest_mode": "ceil"}),
     ((1, 2, 6, 5), 10, [np.array([1, 1, 2, 3], F)], {"mode": "nearest"}),
+    ((2, 3, 7, 9), 19, [None, np.array([1, 1, 0.6, 1.7], F)],
+     {"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1}),
+    ((1, 2, 5, 6), 19, [None, None, np.array([8, 3], np.int64)],
+     {"mode": "cubic", "axes": [2, 3], "coordinate_transformation_mode": "align_corners"}),
+    ((2, 3, 7, 9), 19, [np.array([0.1, -0.3, 0.9, 1.4], F), None,
+                        np.array([5, 4], np.int64)],
+     {"mode": "linear", "axes": [3, 2], "coordinate_transformation_mode": "tf_crop_and_resize",
+      "extrapolation_value": -2.0}),
+    ((1, 2, 5, 7), 19, [np.array([0, 0, 0.2, 0.1, 1, 1, 0.7, 0.95], F), None,
+                        np.array([1, 2, 6, 3], np.int64)],
+     {"mode": "cubic", "coordinate_transformation_mode": "tf_crop_and_resize"}),
+    ((1, 2, 5, 7), 19, [None, None, np.array([9, 11], np.int64)],
+     {"mode": "linear", "axes": [2, 3], "keep_aspect_ratio_policy": "not_larger"}),
+    ((2, 3, 13, 11), 19, [None, np.array([1, 1, 0.45, 0.3], F)],
+     {"mode": "cubic", "antialias": 1, "exclude_outside": 1}),
+    ((2, 3, 13, 11), 19, [None, None, np.array([2, 3, 4, 14], np.int64)],
+     {"mode": "linear", "antialias": 1, "coordinate_transformation_mode": "align_corners"}),
+    ((1, 2, 5, 7), 19, [None, None, np.array([3, 4], np.int64)],
+     {"mode": "nearest", "axes": [2, 3], "keep_aspect_ratio_policy": "not_smaller"}),
     ((1, 2, 6, 5), 9, [np.array([1, 1, 2, 3], F)], {"mode": "nearest"}),
 ]
 
@@ -130,7 +149,10 @@ def test_pad_matches_reference(ctx, case) -> None:
 
 SCALES = [NO_ROI, np.array([1, 1, 2, 2], F)]
 BAD = [
-    ("Resize", SCALES, {"mode": "cubic"}, "cubic"),
+    ("Resize", SCALES, {"mode": "bicubic"}, "bicubic"),
+    ("Resize", SCALES, {"keep_aspect_ratio_policy": "fit"}, "keep_aspect_ratio_policy"),
+    ("Resize", [np.array([0, 0.5, 0, 0, 1, 1, 1, 1], F), np.array([1, 1, 2, 2], F)],
+     {"coordinate_transformation_mode": "tf_crop_and_resize"}, "channel"),
     ("Resize", SCALES, {"antialias": 1}, "antialias"),
     ("Resize", SCALES, {"coordinate_transformation_mode": "tf_crop_and_resize"},
      "coordinate_transformation_mode"),

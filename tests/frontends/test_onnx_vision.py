@@ -98,8 +98,25 @@ POOLS = [
     ("AveragePool", (2, 3, 11, 13), {"kernel_shape": [3, 3], "strides": [2, 2],
                                      "pads": [1, 1, 1, 1], "ceil_mode": 1}),
     ("AveragePool", (3, 4, 17), {"kernel_shape": [4], "strides": [3], "auto_pad": "SAME_UPPER"}),
+    ("LpPool", (2, 3, 11, 13), {"kernel_shape": [3, 2], "strides": [2, 1], "p": 3,
+                                "pads": [1, 0, 2, 1]}),
+    ("LpPool", (3, 4, 17), {"kernel_shape": [4], "strides": [3], "auto_pad": "SAME_UPPER"}),
+    ("LpPool", (2, 2, 5, 7, 6), {"kernel_shape": [2, 3, 2], "p": 1}),
+    ("MaxPool", (2, 2, 7, 9, 6), {"kernel_shape": [3, 2, 3], "strides": [2, 2, 1],
+                                  "pads": [1, 0, 1, 1, 1, 0], "dilations": [1, 2, 1]}),
+    ("AveragePool", (1, 3, 6, 7, 9), {"kernel_shape": [3, 3, 2], "strides": [2, 1, 2],
+                                      "pads": [1, 1, 0, 1, 0, 1], "count_include_pad": 1}),
+    ("AveragePool", (1, 3, 6, 7, 9), {"kernel_shape": [2, 3, 2], "strides": [2, 2, 2],
+                                      "pads": [0, 1, 1, 1, 0, 1]}),
+    ("MaxPool", (1, 2, 7, 8, 9), {"kernel_shape": [2, 3, 2], "strides": [2, 2, 2],
+                                  "ceil_mode": 1}),
+    ("AveragePool", (1, 2, 7, 8, 9), {"kernel_shape": [3, 3, 2], "strides": [2, 2, 2],
+                                      "pads": [1, 0, 1, 1, 1, 0], "ceil_mode": 1,
+                                      "count_include_pad": 1}),
     ("GlobalAveragePool", (2, 5, 11, 13), {}),
     ("GlobalAveragePool", (2, 5, 9), {}),
+    ("GlobalMaxPool", (2, 5, 11, 13), {}),
+    ("GlobalMaxPool", (3, 4, 1, 7), {}),  # onnx 1.23's reference drops C of a 3-D input
 ]
 
 
@@ -121,6 +138,8 @@ def test_pool_matches_reference(ctx, case) -> None:
     ("MaxPool", {"kernel_shape": [2, 2], "count_include_pad": 1}),
     ("AveragePool", {"kernel_shape": [2, 2], "pads": [2, 0, 0, 0]}),  # pad >= kernel
     ("AveragePool", {"kernel_shape": [9, 2]}),                     # larger than the input
+    ("MaxPool", {"kernel_shape": [2, 2], "p": 2}),                   # LpPool's attribute
+    ("LpPool", {"kernel_shape": [2, 2], "count_include_pad": 1}),
 ])
 def test_pool_bad_attributes_name_the_node(ctx, op: str, attrs: dict) -> None:
     with pytest.raises(VkumdError) as info:
@@ -146,3 +165,41 @@ def test_batch_normalization_training_is_refused(ctx) -> None:
     model = single_node("BatchNormalization", (1, 3, 4, 4), weights, training_mode=1)
     with pytest.raises(VkumdError, match="the_node.*training_mode"):
         vkumd.onnx.load(model, ctx=ctx)
+
+
+@pytest.mark.parametrize("x_shape,attrs", [
+    ((2, 3, 11, 13), {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1]}),
+    ((2, 3, 11, 13), {"kernel_shape": [3, 3], "strides": [2, 1], "ceil_mode": 1,
+                      "storage_order": 1}),
+    ((3, 2, 17), {"kernel_shape": [4], "strides": [3], "dilations": [2]}),
+], ids=str)
+def test_max_pool_indices_match_onnxruntime(ctx, x_shape, attrs: dict) -> None:
+    ort = pytest.importorskip("onnxruntime", reason="MaxPool's Indices are checked against "
+                              "onnxruntime, which is not installed")
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], name="the_node", **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", T.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info("y", T.FLOAT, None),
+         helper.make_tensor_value_info("i", T.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    # Few distinct values, so windows hold ties that the first maximum must win.
+    x = np.random.default_rng().integers(-3, 4, x_shape).astype(np.float32)
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    want_y, want_i = session.run(None, {"x": x})
+    got = vkumd.onnx.load(model, ctx=ctx)(x=x)
+    np.testing.assert_array_equal(got["y"], want_y)
+    np.testing.assert_array_equal(np.asarray(got["i"], np.int64), want_i)
+
+
+def test_max_pool_indices_of_3d_pooling_are_refused(ctx) -> None:
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], name="the_node",
+                            kernel_shape=[2, 2, 2])
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", T.FLOAT, [1, 2, 4, 4, 4])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None),
+         helper.make_tensor_value_info("i", T.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(VkumdError) as info:
+        vkumd.onnx.load(model, ctx=ctx)
+    assert "the_node" in str(info.value) and "Indices" in str(info.value)

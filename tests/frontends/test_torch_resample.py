@@ -26,6 +26,8 @@ class Resample(torch.nn.Module):
                 F.interpolate(x, size=(9, 13), mode="nearest"),
                 F.interpolate(x, size=(4, 11), mode="bilinear", align_corners=False),
                 F.interpolate(x, scale_factor=1.5, mode="bilinear", align_corners=True),
+                F.interpolate(x, size=(11, 4), mode="bicubic", align_corners=False),
+                F.interpolate(x, scale_factor=1.7, mode="bicubic", align_corners=True),
                 F.pad(x, (1, 2, 0, 3), value=-1.5),
                 F.pad(x, (2, 1, 1, 2), mode="reflect"),
                 F.pad(x, (0, 3, 2, 0), mode="replicate"))

@@ -100,7 +100,8 @@ POOL_DTYPES = CONV_DTYPES
 RESAMPLE_DTYPES = CONV_DTYPES
 # Resize's coordinate transformations and nearest roundings (ONNX's names).
 RESIZE_COORDINATES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel",
-                      "tf_half_pixel_for_nn", "half_pixel_symmetric")
+                      "tf_half_pixel_for_nn", "half_pixel_symmetric", "tf_crop_and_resize")
+RESIZE_MODES = ("nearest", "linear", "cubic")
 RESIZE_ROUNDINGS = ("floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
 # Pad's modes and the most dimensions it takes once neighbouring unpadded ones are merged.
 PAD_MODES = ("constant", "reflect", "edge")

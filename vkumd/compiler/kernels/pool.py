@@ -1,4 +1,4 @@
-"""The pooling kernel, ``shaders/pool2d.comp`` (max and average), the channel-window LRN
+"""The pooling kernel, ``shaders/pool2d.comp`` (max, average and Lp), the channel-window LRN
 kernel ``shaders/lrn.comp``, and their planners.
 
 One invocation per output element over NCHW planes; the window geometry (kernel, strides,
@@ -20,7 +20,9 @@ from vkumd.vk.caps import DeviceCaps
 POOL_CODES = type_codes(POOL_DTYPES)
 POOL_PUSH = PushLayout("total:u32", "h:u32", "w:u32", "oh:u32", "ow:u32", "kh:u32", "kw:u32",
                        "sy:u32", "sx:u32", "dy:u32", "dx:u32", "pt:i32", "pl:i32", "pb:i32",
-                       "pr:i32", "is_max:u32", "count_pads:u32")
+                       "pr:i32", "kind:u32", "count_pads:u32", "p:f32", "order:u32")
+# The shader's kinds of pooling, by index.
+POOL_KINDS = ("avg", "max", "lp")
 _MAX_ELEMENTS = (1 << 32) - 1
 
 
@@ -29,24 +31,31 @@ def _pool_variants(caps: DeviceCaps) -> list[dict]:
     return [{"DTYPE": c, WORKGROUP: ELEMENTWISE_WORKGROUP} for c in codes]
 
 
+def _pool2d_variants(caps: DeviceCaps) -> list[dict]:
+    return [{**v, "INDICES": i} for v in _pool_variants(caps) for i in (0, 1)]
+
+
 POOL2D = register(Kernel(
     name="pool2d",
     source="pool2d.comp",
     buffers=2,
     push=POOL_PUSH,
-    defines={"DTYPE": tuple(POOL_CODES.values())},
+    defines={"DTYPE": tuple(POOL_CODES.values()), "INDICES": (0, 1)},
     spec_constants={WORKGROUP: 0},
-    variants=_pool_variants,
+    variants=_pool2d_variants,
 ))
 
 
 @functools.lru_cache(maxsize=4096)
 def pool2d_plan(caps: DeviceCaps, code: str, planes: int, hw: tuple[int, int],
                 out_hw: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
-                dilation: tuple[int, int], pads: tuple[int, int, int, int], is_max: bool,
-                count_include_pad: bool) -> FixedLaunch:
+                dilation: tuple[int, int], pads: tuple[int, int, int, int], kind: str,
+                count_include_pad: bool, p: float = 2.0, indices: int | None = None
+                ) -> FixedLaunch:
     """Pool ``planes`` (N * C) planes of ``hw`` to ``out_hw``; pads (top, left, bottom,
-    right). Operands: x, out.
+    right); ``kind`` one of :data:`POOL_KINDS` (``p``: Lp's exponent). ``indices`` (max
+    only): write int32 flat indices of the maxima instead, 0 row-major, 1 column-major
+    planes. Operands: x, out.
 
     Raises:
         VkumdValueError: a tensor past the kernel's 32-bit indexing.
@@ -56,9 +65,13 @@ def pool2d_plan(caps: DeviceCaps, code: str, planes: int, hw: tuple[int, int],
         if size > _MAX_ELEMENTS:
             raise VkumdValueError(f"pool2d: {what} has {size} elements; the kernel indexes at "
                                   f"most {_MAX_ELEMENTS} (split the batch)")
-    program = POOL2D.specialize({"DTYPE": code, WORKGROUP: ELEMENTWISE_WORKGROUP})
+    if indices is not None and planes * hw[0] * hw[1] > (1 << 31) - 1:
+        raise VkumdValueError(f"max_pool2d_indices: x has {planes * hw[0] * hw[1]} elements; "
+                              "int32 indices reach 2**31 - 1 (split the batch)")
+    program = POOL2D.specialize({"DTYPE": code, "INDICES": int(indices is not None),
+                                 WORKGROUP: ELEMENTWISE_WORKGROUP})
     push = POOL_PUSH.pack(total, *hw, *out_hw, *kernel, *stride, *dilation, *pads,
-                          int(is_max), int(count_include_pad))
+                          POOL_KINDS.index(kind), int(count_include_pad), p, indices or 0)
     return FixedLaunch(program, push, looped_grid(caps, -(-total // ELEMENTWISE_WORKGROUP)),
                        (1,))
 

@@ -1,5 +1,5 @@
-"""The recurrent cell kernel, ``shaders/recurrent.comp``: one time step of an LSTM or GRU
-layer's gates and state update, every direction at once.
+"""The recurrent cell kernel, ``shaders/recurrent.comp``: one time step of an LSTM, GRU or
+RNN layer's gates and state update, every direction at once.
 
 The GEMMs around it (the input projection of every step, each step's recurrent projection)
 are the GEMM family's; :mod:`~vkumd.compiler.kernels.recurrent_plan` strings them together.
@@ -19,10 +19,15 @@ RECURRENT_PUSH = PushLayout("seq:u32", "batch:u32", "hidden:u32", "dirs:u32", "s
                             "reverse:u32", "hr_cols:u32", "flags:u32", "clip:f32")
 # The shader's MODE values: an LSTM step; a GRU step with linear_before_reset; the two halves
 # of a GRU step without it (r * h_prev, then the rest once (r * h_prev) . Rh^T is known).
-MODES = {"lstm": 1, "gru_linear": 2, "gru_reset": 3, "gru_cell": 4}
+# ONNX's simple RNN (one gate).
+MODES = {"lstm": 1, "gru_linear": 2, "gru_reset": 3, "gru_cell": 4, "rnn": 5}
 # The shader's flag bits.
 HAS_BIAS, HAS_PEEPHOLES, HAS_H0, HAS_C0, HAS_HR, INPUT_FORGET, CLIP, HAS_LENS = (
     1 << i for i in range(8))
+# RNN's activation of direction d: flags bits ACTIVATION_SHIFT + 2d and the next, by its
+# index in RNN_ACTIVATIONS.
+ACTIVATION_SHIFT = 8
+RNN_ACTIVATIONS = ("tanh", "relu", "sigmoid")
 
 
 def _variants(caps: DeviceCaps) -> list[dict]:

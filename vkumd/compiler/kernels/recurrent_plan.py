@@ -1,4 +1,5 @@
-"""Planning an LSTM or GRU layer: GEMMs and the cell kernel, every time step in one plan.
+"""Planning an LSTM, GRU or RNN layer: GEMMs and the cell kernel, every time step in one
+plan.
 
 The layer runs as:
 
@@ -29,6 +30,7 @@ from vkumd.compiler.kernels.elementwise_plan import ELEMENTWISE_WORKGROUP, loope
 from vkumd.compiler.kernels.gemm_choice import GemmShape
 from vkumd.compiler.kernels.gemm_plan import GemmLaunchPlan, GemmProblem, gemm_plan
 from vkumd.compiler.kernels.recurrent import (
+    ACTIVATION_SHIFT,
     CLIP,
     HAS_BIAS,
     HAS_C0,
@@ -43,13 +45,14 @@ from vkumd.compiler.kernels.recurrent import (
     RECURRENT_MATVEC,
     RECURRENT_MATVEC_PUSH,
     RECURRENT_PUSH,
+    RNN_ACTIVATIONS,
 )
 from vkumd.compiler.launch import Launch, Operand
 from vkumd.compiler.registry import WORKGROUP
 from vkumd.errors import VkumdValueError
 from vkumd.vk.caps import DeviceCaps
 
-GATES = {"lstm": 4, "gru": 3}
+GATES = {"lstm": 4, "gru": 3, "rnn": 1}
 # On CPU drivers, batches of at most this many rows take the matvec kernel for the per-step
 # projection instead of the GEMM, whose tiles hold 32 or more rows (shaders/recurrent_matvec
 # .comp has the measurement). GPUs keep the GEMM: the matvec kernel is unmeasured there.
@@ -64,7 +67,7 @@ class RecurrentProblem:
     """One recurrent layer call, addresses aside.
 
     Attributes:
-        cell: ``"lstm"`` or ``"gru"``.
+        cell: ``"lstm"``, ``"gru"`` or ``"rnn"``.
         dtype: every operand's dtype name.
         seq, batch, input, hidden, dirs: the sizes.
         reverse: bit ``d`` set: direction ``d`` walks the sequence backwards.
@@ -74,6 +77,7 @@ class RecurrentProblem:
         clip: the bound of every activation's input (None: none).
         linear_before_reset: GRU's variant that resets after the recurrent GEMM.
         align: each of x, w, r, initial_h and y_h's address modulo 16 bytes.
+        activations: RNN's activation per direction (names in RNN_ACTIVATIONS).
     """
 
     cell: str
@@ -93,6 +97,7 @@ class RecurrentProblem:
     clip: float | None
     linear_before_reset: bool
     align: tuple[int, int, int, int, int]
+    activations: tuple[str, ...] = ()
 
 
 class _At:
@@ -148,7 +153,7 @@ def _matvec(caps: DeviceCaps, p: RecurrentProblem, cols: int, r_rows: int, row0:
 
 
 def recurrent_plan(caps: DeviceCaps, problem: RecurrentProblem) -> RecurrentPlan:
-    """The launches of one LSTM or GRU layer (see the module's docstring).
+    """The launches of one LSTM, GRU or RNN layer (see the module's docstring).
 
     Operands: x, w, r, b, sequence_lens (int32), initial_h, initial_c, p, y, y_h, y_c (None
     when absent; GRU has no initial_c, p or y_c).
@@ -187,7 +192,7 @@ def _recurrent_plan(caps: DeviceCaps, problem: RecurrentProblem, matvec: bool
     if not split:
         if not matvec:
             steps = (_gemm(caps, p.dtype, p.batch, gh, p.hidden, p.dirs, h_at, (r_at,)),)
-        mode = MODES[p.cell if p.cell == "lstm" else "gru_linear"]
+        mode = MODES[p.cell if p.cell in ("lstm", "rnn") else "gru_linear"]
         scratch = (xw * e, p.dirs * p.batch * gh * e)
     else:
         # Per direction: the state rows of one direction against R[d]'s z and r rows, then
@@ -214,6 +219,8 @@ def _recurrent_plan(caps: DeviceCaps, problem: RecurrentProblem, matvec: bool
              | (HAS_PEEPHOLES if p.peepholes else 0) | (HAS_H0 if p.initial_h else 0)
              | (HAS_C0 if p.initial_c else 0)
              | (INPUT_FORGET if p.input_forget else 0) | (CLIP if p.clip is not None else 0))
+    for d, name in enumerate(p.activations):
+        flags |= RNN_ACTIVATIONS.index(name) << (ACTIVATION_SHIFT + 2 * d)
     hr_cols = 2 * p.hidden if split else gh
     pushes = tuple(
         RECURRENT_PUSH.pack(p.seq, p.batch, p.hidden, p.dirs, s, p.reverse, hr_cols,

@@ -1,7 +1,7 @@
-"""The resampling kernels: ``shaders/resize2d.comp`` (nearest and bilinear resize of NCHW
-planes), ``shaders/pad.comp`` (constant, reflect and edge padding, negative pads cropping) and
-``shaders/conv_transpose2d.comp`` (transposed convolution as a gather). Their planners, which
-turn each problem into push constants, are in :mod:`.resample_plan`.
+"""The resampling kernels: ``shaders/resize2d.comp`` (nearest, bilinear and bicubic resize of
+NCHW planes), ``shaders/pad.comp`` (constant, reflect and edge padding, negative pads
+cropping) and ``shaders/conv_transpose2d.comp`` (transposed convolution as a gather). Their
+planners, which turn each problem into push constants, are in :mod:`.resample_plan`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from vkumd.compiler.registry import WORKGROUP, Kernel, register
 from vkumd.vk.caps import DeviceCaps
 
 RESAMPLE_CODES = type_codes(RESAMPLE_DTYPES)
-RESIZE_PUSH = PushLayout("total:u32", "h:u32", "w:u32", "oh:u32", "ow:u32", "linear:u32",
+RESIZE_PUSH = PushLayout("total:u32", "h:u32", "w:u32", "oh:u32", "ow:u32", "mode:u32",
                          "rounding:u32", "ay:i32", "by:i32", "dy:i32", "ax:i32", "bx:i32",
-                         "dx:i32")
+                         "dx:i32", "cubic_a:f32", "exclude:u32", "extrapolate:u32",
+                         "extrapolation:f32", "aa_y:f32", "aa_x:f32")
 PAD_PUSH = PushLayout("total:u32", "mode:u32", "value:f32", f"dims:u32[{PAD_MAX_RANK}]",
                       f"sizes:u32[{PAD_MAX_RANK}]", f"lead:u32[{PAD_MAX_RANK}]",
                       f"start:u32[{PAD_MAX_RANK}]", f"len:u32[{PAD_MAX_RANK}]")

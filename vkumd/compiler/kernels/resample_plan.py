@@ -16,7 +16,12 @@ import math
 from fractions import Fraction
 
 from vkumd.compiler.kernels.elementwise_plan import ELEMENTWISE_WORKGROUP, FixedLaunch, looped_grid
-from vkumd.compiler.kernels.limits import PAD_MAX_RANK, PAD_MODES, RESIZE_ROUNDINGS
+from vkumd.compiler.kernels.limits import (
+    PAD_MAX_RANK,
+    PAD_MODES,
+    RESIZE_MODES,
+    RESIZE_ROUNDINGS,
+)
 from vkumd.compiler.kernels.resample import (
     CONV_TRANSPOSE2D,
     CONV_TRANSPOSE_PUSH,
@@ -54,8 +59,26 @@ def _source_map(coordinate: str, size: int, out: int, scale: Fraction
     return 1 / scale, beta
 
 
-def resize_axis(coordinate: str, size: int, out: int, scale: float | None
-                ) -> tuple[int, int, int]:
+def _crop_map(size: int, out: int, start: Fraction, end: Fraction
+              ) -> tuple[Fraction, Fraction]:
+    """tf_crop_and_resize's ``(alpha, beta)``: the crop ``[start, end]`` (fractions of
+    ``size - 1``) spread over the output, a single output reading the crop's middle."""
+    if out == 1:
+        return Fraction(0), (end - start) * (size - 1) / 2 + start * (size - 1)
+    return (end - start) * (size - 1) / (out - 1), start * (size - 1)
+
+
+def _integers(alpha: Fraction, beta: Fraction, out: int) -> tuple[int, int, int] | None:
+    """``(a, b, d)`` with ``alpha = a / d``, ``beta = b / d``; None past int32."""
+    d = alpha.denominator * beta.denominator // math.gcd(alpha.denominator, beta.denominator)
+    a, b = int(alpha * d), int(beta * d)
+    if 2 * d <= _INT32 and abs(a) * max(out - 1, 0) + abs(b) <= _INT32:
+        return a, b, d
+    return None
+
+
+def resize_axis(coordinate: str, size: int, out: int, scale: float | None,
+                crop: tuple[float, float] = (0.0, 1.0)) -> tuple[int, int, int]:
     """The integers ``(a, b, d)`` of ``source(o) = (o * a + b) / d`` along one axis.
 
     Args:
@@ -63,31 +86,43 @@ def resize_axis(coordinate: str, size: int, out: int, scale: float | None
         size: the input length.
         out: the output length.
         scale: the scale the formula reads; None: ``out / size`` (ONNX's ``sizes`` input).
+        crop: tf_crop_and_resize's (start, end) of the axis, as fractions of ``size - 1``.
 
     Raises:
         VkumdValueError: no fraction near the scale keeps the map inside int32.
     """
     exact = Fraction(out, size) if scale is None else Fraction(scale)
     for limit in (None, 1 << 16, 1 << 12, 1 << 8):
-        s = exact if limit is None else exact.limit_denominator(limit)
-        if s <= 0:
-            break
-        alpha, beta = _source_map(coordinate, size, out, s)
-        d = alpha.denominator * beta.denominator // math.gcd(alpha.denominator,
-                                                             beta.denominator)
-        a, b = int(alpha * d), int(beta * d)
-        if 2 * d <= _INT32 and abs(a) * max(out - 1, 0) + abs(b) <= _INT32:
-            return a, b, d
+        if coordinate == "tf_crop_and_resize":
+            # The crop's float32 ends have 24-bit denominators: the map's own fractions are
+            # approximated (its coordinates move by less than out / 2**16 of a pixel).
+            alpha, beta = _crop_map(size, out, Fraction(crop[0]), Fraction(crop[1]))
+            if limit is not None:
+                alpha, beta = alpha.limit_denominator(limit), beta.limit_denominator(limit)
+        else:
+            s = exact if limit is None else exact.limit_denominator(limit)
+            if s <= 0:
+                break
+            alpha, beta = _source_map(coordinate, size, out, s)
+        found = _integers(alpha, beta, out)
+        if found is not None:
+            return found
     raise VkumdValueError(f"resize2d: the scale {float(exact)!r} over {size} -> {out} "
                           "cannot be mapped in 32-bit integers; resize in steps")
 
 
 @functools.lru_cache(maxsize=4096)
 def resize2d_plan(caps: DeviceCaps, code: str, planes: int, hw: tuple[int, int],
-                  out_hw: tuple[int, int], linear: bool, coordinate: str, rounding: str,
-                  scales: tuple[float, float] | None) -> FixedLaunch:
-    """Resize ``planes`` (N * C) planes of ``hw`` to ``out_hw``. ``scales`` (height, width)
-    are what the coordinate formulas read; None: the sizes' ratios. Operands: x, out.
+                  out_hw: tuple[int, int], mode: str, coordinate: str, rounding: str,
+                  scales: tuple[float, float] | None, cubic_a: float = -0.75,
+                  exclude_outside: bool = False,
+                  roi: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0),
+                  extrapolation: float = 0.0, antialias: bool = False) -> FixedLaunch:
+    """Resize ``planes`` (N * C) planes of ``hw`` to ``out_hw`` in ``mode`` (nearest,
+    linear, cubic). ``scales`` (height, width) are what the coordinate formulas read; None:
+    the sizes' ratios. ``roi`` (start_h, start_w, end_h, end_w) and ``extrapolation`` are
+    tf_crop_and_resize's crop and outside value; ``antialias`` stretches a downsampling
+    linear or cubic filter by the inverse scale. Operands: x, out.
 
     Raises:
         VkumdValueError: a tensor past the kernel's 32-bit indexing; an unmappable scale.
@@ -97,13 +132,24 @@ def resize2d_plan(caps: DeviceCaps, code: str, planes: int, hw: tuple[int, int],
         if size > _MAX_ELEMENTS:
             raise VkumdValueError(f"resize2d: {what} has {size} elements; the kernel indexes "
                                   f"at most {_MAX_ELEMENTS} (split the batch)")
-    maps = [resize_axis(coordinate, hw[i], out_hw[i], None if scales is None else scales[i])
-            for i in (0, 1)]
+    maps = [resize_axis(coordinate, hw[i], out_hw[i], None if scales is None else scales[i],
+                        (roi[i], roi[2 + i])) for i in (0, 1)]
     program = RESIZE2D.specialize({"DTYPE": code, WORKGROUP: ELEMENTWISE_WORKGROUP})
-    push = RESIZE_PUSH.pack(total, *hw, *out_hw, int(linear), RESIZE_ROUNDINGS.index(rounding),
-                            *maps[0], *maps[1])
+    push = RESIZE_PUSH.pack(total, *hw, *out_hw, RESIZE_MODES.index(mode),
+                            RESIZE_ROUNDINGS.index(rounding), *maps[0], *maps[1], cubic_a,
+                            int(exclude_outside), int(coordinate == "tf_crop_and_resize"),
+                            extrapolation, *(_antialias(antialias, hw[i], out_hw[i],
+                                                        None if scales is None else scales[i])
+                                             for i in (0, 1)))
     return FixedLaunch(program, push, looped_grid(caps, -(-total // ELEMENTWISE_WORKGROUP)),
                        (1,))
+
+
+def _antialias(on: bool, size: int, out: int, scale: float | None) -> float:
+    """The filter's scale along an axis: min(scale, 1) when antialiasing, else 0 (off)."""
+    if not on:
+        return 0.0
+    return min(out / size if scale is None else scale, 1.0)
 
 
 def merge_padded(shape: tuple[int, ...], pads: tuple[int, ...]

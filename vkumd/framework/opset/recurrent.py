@@ -1,13 +1,14 @@
-"""Recurrent layers as ONNX defines them: ``lstm`` and ``gru`` over ``x[seq, batch, input]``,
-forward, reverse or bidirectional, each returning every output (``Y``, ``Y_h`` and LSTM's
-``Y_c``).
+"""Recurrent layers as ONNX defines them: ``lstm``, ``gru`` and ``rnn`` over
+``x[seq, batch, input]``, forward, reverse or bidirectional, each returning every output
+(``Y``, ``Y_h`` and LSTM's ``Y_c``).
 
 They run as GEMMs and a small cell kernel per time step (the plan is
 :mod:`vkumd.compiler.kernels.recurrent_plan`'s). The activations are ONNX's defaults
 (sigmoid for the gates, tanh for the candidate and the cell output); ``clip`` bounds every
-activation's input. Weights follow ONNX's layouts: ``w[dirs, G * H, input]``,
-``r[dirs, G * H, H]``, ``b[dirs, 2 * G * H]`` (the input biases, then the recurrent ones) with
-gates ``i, o, f, c`` (LSTM, G = 4) and ``z, r, h`` (GRU, G = 3).
+activation's input; RNN's one activation per direction is tanh, relu or sigmoid. Weights
+follow ONNX's layouts: ``w[dirs, G * H, input]``, ``r[dirs, G * H, H]``, ``b[dirs, 2 * G *
+H]`` (the input biases, then the recurrent ones) with gates ``i, o, f, c`` (LSTM, G = 4),
+``z, r, h`` (GRU, G = 3) and ``i`` (RNN, G = 1).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numbers
 from typing import Any
 
 from vkumd.compiler.kernels.limits import RECURRENT_DTYPES
+from vkumd.compiler.kernels.recurrent import RNN_ACTIVATIONS
 from vkumd.compiler.kernels.recurrent_plan import GATES, RecurrentProblem, recurrent_plan
 from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 from vkumd.framework.graph.dims import format_shape
@@ -26,7 +28,12 @@ from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_storage, output
 from vkumd.framework.ops.contract import Verdicts, concrete_rule, live_inputs, recall, remember
 from vkumd.framework.opset.common import attrs_of
-from vkumd.framework.opset.recurrent_reference import DIRECTIONS, gru_reference, lstm_reference
+from vkumd.framework.opset.recurrent_reference import (
+    DIRECTIONS,
+    gru_reference,
+    lstm_reference,
+    rnn_reference,
+)
 from vkumd.framework.tensor import Tensor
 
 _VERDICTS: Verdicts = {}
@@ -96,12 +103,30 @@ def _rule(op: str, ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Te
         _expect(op, "p", ins[7], (dirs, 3 * hidden), "[directions, 3 * hidden]: the i, o "
                 "and f peepholes", dims)
         flag(op, attrs["input_forget"], "input_forget")
-    else:
+    elif op == "gru":
         flag(op, attrs["linear_before_reset"], "linear_before_reset")
+    else:
+        rnn_activations(attrs["activations"], dirs)
     if attrs["clip"] is not None and real(op, attrs["clip"], "clip") <= 0:
         raise VkumdValueError(f"{op}: clip={attrs['clip']!r}; it must be > 0 (None: no clip)")
     outs = [TensorType((seq, dirs, batch, hidden), dt), TensorType(state, dt)]
     return outs + [TensorType(state, dt)] if op == "lstm" else outs
+
+
+def rnn_activations(given: Any, dirs: int) -> tuple[str, ...]:
+    """RNN's activation per direction from ``given`` (one name for every direction, or one
+    per direction).
+
+    Raises:
+        VkumdValueError: not a sequence of 1 or ``dirs`` known names.
+    """
+    if isinstance(given, str):
+        given = (given,)
+    if not isinstance(given, (tuple, list)) or len(given) not in (1, dirs) or not all(
+            a in RNN_ACTIVATIONS for a in given):
+        raise VkumdValueError(f"rnn: activations={given!r}; give 1 or {dirs} (one per "
+                              f"direction) of {', '.join(RNN_ACTIVATIONS)}")
+    return tuple(given) * (dirs // len(given))
 
 
 def _run(op: str, ins: list[Tensor | None], attrs: dict[str, Any],
@@ -142,7 +167,8 @@ def _run(op: str, ins: list[Tensor | None], attrs: dict[str, Any],
         bool(attrs.get("input_forget", False)), None if clip is None else float(clip),
         bool(attrs.get("linear_before_reset", False)),
         (x.address % 16, w.address % 16, r.address % 16,
-         0 if h0 is None else h0.address % 16, results[1].address % 16))
+         0 if h0 is None else h0.address % 16, results[1].address % 16),
+        rnn_activations(attrs["activations"], DIRECTIONS[direction]) if op == "rnn" else ())
     plan = recurrent_plan(context.caps, problem)
     y_c = results[2] if op == "lstm" else None
     context.run(plan, (x, w, r, b, lens, h0, c0, p, results[0], results[1], y_c))
@@ -230,12 +256,53 @@ def gru(x: Tensor, w: Tensor, r: Tensor, b: Tensor | None = None, *,
     return y, y_h
 
 
+def rnn(x: Tensor, w: Tensor, r: Tensor, b: Tensor | None = None, *,
+        sequence_lens: Tensor | None = None, initial_h: Tensor | None = None,
+        hidden_size: int | None = None, direction: str = "forward", clip: float | None = None,
+        activations: tuple[str, ...] = ("tanh",),
+        out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+    """An ONNX RNN layer (layout 0): ``Y, Y_h``.
+
+    Per step and direction: ``h = f(x W_i^T + h R_i^T + Wb_i + Rb_i)``; GEMMs accumulate in
+    float32.
+
+    Args:
+        x: ``[seq, batch, input]``, float32 or float16.
+        w: ``[dirs, hidden, input]``; r: ``[dirs, hidden, hidden]``.
+        b: optional ``[dirs, 2 * hidden]``: the input bias, then the recurrent one.
+        sequence_lens: optional int32 ``[batch]``, as :func:`lstm`'s.
+        initial_h: optional ``[dirs, batch, hidden]`` (zeros when absent).
+        hidden_size: checked against r's shape when given.
+        direction: ``"forward"``, ``"reverse"`` or ``"bidirectional"``.
+        clip: bound of the activation's input (None: none); > 0.
+        activations: ``f``: ``"tanh"``, ``"relu"`` or ``"sigmoid"``, one for every
+            direction or one per direction.
+        out: optional ``(Y, Y_h)`` to write.
+
+    Returns:
+        ``Y [seq, dirs, batch, hidden]`` and ``Y_h [dirs, batch, hidden]``.
+
+    Raises:
+        VkumdTypeError, VkumdValueError, CapabilityMissing: as :func:`lstm`; unknown
+            activations or a count other than 1 or the directions' (VkumdValueError).
+    """
+    attrs = {"hidden_size": hidden_size, "direction": direction, "clip": clip,
+             "activations": tuple(activations) if isinstance(activations, list)
+             else activations}
+    y, y_h = _run("rnn", [x, w, r, b, sequence_lens, initial_h], attrs, out)
+    return y, y_h
+
+
 def _lstm_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     _run("lstm", ins, attrs_of(node), tuple(outs))
 
 
 def _gru_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     _run("gru", ins, attrs_of(node), tuple(outs))
+
+
+def _rnn_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    _run("rnn", ins, attrs_of(node), tuple(outs))
 
 
 _COMMON = {"hidden_size": None, "direction": "forward", "clip": None}
@@ -245,3 +312,6 @@ define("lstm", LSTM_INPUTS, {**_COMMON, "input_forget": False},
 define("gru", GRU_INPUTS, {**_COMMON, "linear_before_reset": False},
        rule=lambda ins, at, dims: _rule("gru", ins, at, dims),
        reference=lambda a, at, s: gru_reference(*a, at), lower=_gru_lower, eager=gru)
+define("rnn", GRU_INPUTS, {**_COMMON, "activations": ("tanh",)},
+       rule=lambda ins, at, dims: _rule("rnn", ins, at, dims),
+       reference=lambda a, at, s: rnn_reference(*a, at), lower=_rnn_lower, eager=rnn)

@@ -1,6 +1,7 @@
-"""The float64 references of the recurrent layers (``lstm``, ``gru``), step by step as ONNX
-defines them (gate orders ``i, o, f, c`` and ``z, r, h``; default activations; ``clip``
-bounding every activation's input, as onnxruntime applies it)."""
+"""The float64 references of the recurrent layers (``lstm``, ``gru``, ``rnn``), step by step
+as ONNX defines them (gate orders ``i, o, f, c`` and ``z, r, h``; LSTM's and GRU's default
+activations, RNN's tanh, relu or sigmoid; ``clip`` bounding every activation's input, as
+onnxruntime applies it)."""
 
 from __future__ import annotations
 
@@ -92,6 +93,34 @@ def gru_reference(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray | N
             else:
                 n = np.tanh(_bound(xh + (rg * h) @ rh.T + rb[2 * hidden:], clip))
             h = (1.0 - z) * n + z * h
+            y[t, d, row] = h
+        y_h[d, row] = h
+    return [y, y_h]
+
+
+_RNN_ACTIVATIONS = {"tanh": np.tanh, "relu": lambda v: np.maximum(v, 0.0),
+                    "sigmoid": _sigmoid}
+
+
+def rnn_reference(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray | None,
+                  lens: np.ndarray | None, h0: np.ndarray | None, attrs: dict[str, Any]
+                  ) -> list[np.ndarray]:
+    """``[Y, Y_h]`` of an ONNX RNN with layout 0, in float64 (``lens`` as LSTM's)."""
+    x, w, r, b, h0 = (_f64(a) for a in (x, w, r, b, h0))
+    assert x is not None and w is not None and r is not None
+    seq, batch, _ = x.shape
+    dirs, hidden = r.shape[0], r.shape[2]
+    names = attrs["activations"]
+    names = (names,) if isinstance(names, str) else tuple(names)
+    names = names * (dirs // len(names))
+    y = np.zeros((seq, dirs, batch, hidden))
+    y_h = np.zeros((dirs, batch, hidden))
+    for d, row in np.ndindex(dirs, batch):
+        h = np.zeros(hidden) if h0 is None else h0[d, row].copy()
+        bias = np.zeros(hidden) if b is None else b[d, :hidden] + b[d, hidden:]
+        act = _RNN_ACTIVATIONS[names[d]]
+        for t in _times(attrs["direction"], d, _lengths(lens, seq, batch)[row]):
+            h = act(_bound(x[t, row] @ w[d].T + h @ r[d].T + bias, attrs["clip"]))
             y[t, d, row] = h
         y_h[d, row] = h
     return [y, y_h]

@@ -1,9 +1,10 @@
-"""Converters of the recurrent layers: LSTM and GRU (opsets 7 to 22) onto ``lstm`` and
-``gru``.
+"""Converters of the recurrent layers: LSTM, GRU and RNN (opsets 7 to 22) onto ``lstm``,
+``gru`` and ``rnn``.
 
 ``layout=1`` (batch first) runs as the layout-0 op between permutes. A ``sequence_lens``
 known at import time whose every entry is the whole sequence is dropped (the plain layer);
-any other is the op's int32 input. Activations other than ONNX's defaults are refused.
+any other is the op's int32 input. LSTM's and GRU's activations other than ONNX's defaults
+are refused; RNN takes Tanh, Relu and Sigmoid (one per direction).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from vkumd.compiler.kernels.recurrent import RNN_ACTIVATIONS
 from vkumd.framework.frontends.onnx.errors import Unsupported
 from vkumd.framework.frontends.onnx.state import Bound, State, converter
 from vkumd.framework.graph import Value
@@ -20,6 +22,22 @@ from vkumd.framework.graph import Value
 _COMMON = ("activation_alpha", "activation_beta", "activations", "clip", "direction",
            "hidden_size", "layout")
 _DEFAULTS = {"LSTM": ("sigmoid", "tanh", "tanh"), "GRU": ("sigmoid", "tanh")}
+
+
+def _rnn_activations(attrs: dict[str, Any]) -> tuple[str, ...]:
+    """RNN's activations (Tanh when not given), lower-cased; others refused."""
+    for name in ("activation_alpha", "activation_beta"):
+        if name in attrs:
+            raise Unsupported(f"attribute {name}: vkumd's RNN takes Tanh, Relu and Sigmoid, "
+                              "which take no parameters")
+    dirs = 2 if attrs.get("direction") == "bidirectional" else 1
+    given = tuple(a.decode().lower() if isinstance(a, bytes) else str(a).lower()
+                  for a in attrs.get("activations", [])) or ("tanh",) * dirs
+    if len(given) != dirs or any(a not in RNN_ACTIVATIONS for a in given):
+        raise Unsupported(f"attribute activations={list(given)}: vkumd's RNN takes one of "
+                          f"{', '.join(a.capitalize() for a in RNN_ACTIVATIONS)} per direction "
+                          f"({dirs} here)")
+    return given
 
 
 def _activations(op: str, attrs: dict[str, Any]) -> None:
@@ -55,7 +73,8 @@ def _recurrent(st: State, node: onnx.NodeProto, attrs: dict[str, Any], op: str,
     layout = int(attrs.get("layout", 0))
     if layout not in (0, 1):
         raise Unsupported(f"attribute layout={layout}: ONNX defines 0 and 1")
-    _activations(node.op_type, attrs)
+    if op != "rnn":
+        _activations(node.op_type, attrs)
     x = st.value(node.input[0])
     if len(x.shape) != 3:
         raise Unsupported(f"X has shape {tuple(x.shape)}; {node.op_type} takes a 3-D X")
@@ -94,3 +113,9 @@ def gru(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | 
     """GRU, either linear_before_reset."""
     return _recurrent(st, node, attrs, "gru",
                       {"linear_before_reset": bool(attrs.get("linear_before_reset", 0))})
+
+
+@converter("RNN", attrs=_COMMON)
+def rnn(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """The simple RNN, Tanh, Relu or Sigmoid per direction."""
+    return _recurrent(st, node, attrs, "rnn", {"activations": _rnn_activations(attrs)})

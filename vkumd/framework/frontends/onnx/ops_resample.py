@@ -2,9 +2,11 @@
 ConvTranspose and Pad.
 
 Resize runs on 4-D NCHW with its scales or sizes known at import time; the batch and channel
-scales must be 1. Before opset 11 Resize and Upsample had no coordinate attributes: they are
-asymmetric, nearest rounding down (onnxruntime's reading). ConvTranspose's ``output_shape``
-and ``auto_pad`` become explicit pads and output padding here, 1-D as height 1 as Conv does.
+scales must be 1. keep_aspect_ratio_policy's one scale and rounded sizes are computed here;
+tf_crop_and_resize's roi must be a constant that leaves the batch and channels whole. Before
+opset 11 Resize and Upsample had no coordinate attributes: they are asymmetric, nearest
+rounding down (onnxruntime's reading). ConvTranspose's ``output_shape`` and ``auto_pad``
+become explicit pads and output padding here, 1-D as height 1 as Conv does.
 """
 
 from __future__ import annotations
@@ -59,15 +61,18 @@ def resize(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
     """Nearest and bilinear resize of the last two axes of a 4-D input."""
     x = st.value(node.input[0])
     mode = attrs.get("mode", "nearest")
-    if mode not in ("nearest", "linear", "bilinear"):
-        raise Unsupported(f"mode={mode!r}: vkumd resizes with nearest and linear only"
-                          + (" (cubic is not supported)" if mode == "cubic" else ""))
-    if int(attrs.get("antialias", 0)):
-        raise Unsupported("antialias=1 is not supported")
+    if mode not in ("nearest", "linear", "bilinear", "cubic"):
+        raise Unsupported(f"mode={mode!r}: ONNX defines nearest, linear and cubic")
+    antialias = bool(int(attrs.get("antialias", 0)))
+    if antialias and mode == "nearest":
+        raise Unsupported("antialias=1 with mode='nearest' (ONNX antialiases linear and "
+                          "cubic only)")
     policy = attrs.get("keep_aspect_ratio_policy", "stretch")
-    if policy != "stretch":
-        raise Unsupported(f"keep_aspect_ratio_policy={policy!r}: only stretch is supported")
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise Unsupported(f"keep_aspect_ratio_policy={policy!r}; ONNX defines stretch, "
+                          "not_larger and not_smaller")
     old = node.op_type == "Upsample" or st.opset < 11
+    roi = None
     if old:
         coordinate, rounding = "asymmetric", "floor"
         if node.op_type == "Upsample" and "scales" in attrs:
@@ -86,6 +91,9 @@ def resize(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
         if rounding not in RESIZE_ROUNDINGS:
             raise Unsupported(f"nearest_mode={rounding!r}; ONNX defines "
                               f"{', '.join(RESIZE_ROUNDINGS)}")
+        # Read before the sizes, so that a model feeding both as graph inputs is specialized
+        # on both (a refusal names one input).
+        roi = _floats(st, node, 1, "roi") if coordinate == "tf_crop_and_resize" else None
         scales = _floats(st, node, 2, "scales")
         sizes = (st.dims(node.input[3], "sizes")
                  if st.present(node, 3) and st.shape(node.input[3]) != (0,) else None)
@@ -96,8 +104,18 @@ def resize(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
         raise Unsupported(f"Resize of a rank-{rank} input: vkumd resizes [N, C, H, W]")
     axes = [int(a) for a in attrs["axes"]] if "axes" in attrs else None
     kw: dict[str, Any] = {}
+    if coordinate == "tf_crop_and_resize":
+        kw["roi"] = _roi(roi, axes, rank)
+        kw["extrapolation"] = float(attrs.get("extrapolation_value", 0.0))
+    if antialias:
+        kw["antialias"] = True
+    if mode == "cubic":
+        kw["cubic_a"] = float(attrs.get("cubic_coeff_a", -0.75))
+        kw["exclude_outside"] = bool(int(attrs.get("exclude_outside", 0)))
     if sizes is not None:
         full = _full(list(sizes), axes, rank, None, "sizes")
+        if policy != "stretch":
+            full = _keep_aspect(full, list(x.shape), policy, kw)
         for i in (0, 1):
             if full[i] is not None and not _same(full[i], x.shape[i]):
                 raise Unsupported(f"sizes={list(sizes)} changes the batch or channel "
@@ -115,9 +133,43 @@ def resize(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
                               "(onnxruntime rounds it up) is not supported")
         # ONNX's scales are float32; the output size and coordinates read that value.
         kw["scale"] = (float(np.float32(full[2])), float(np.float32(full[3])))
-    y = st.b.resize2d(x, mode="nearest" if mode == "nearest" else "linear",
+    y = st.b.resize2d(x, mode="linear" if mode == "bilinear" else mode,
                       coordinate=coordinate, rounding=rounding, **kw)
     return [y]
+
+
+def _roi(roi: list[float] | None, axes: list[int] | None, rank: int
+         ) -> tuple[float, float, float, float]:
+    """tf_crop_and_resize's (start_h, start_w, end_h, end_w) from the roi input's values."""
+    if roi is None:
+        raise Unsupported("coordinate_transformation_mode='tf_crop_and_resize' without a roi")
+    half = len(roi) // 2
+    if len(roi) != 2 * half:
+        raise Unsupported(f"roi={roi} has an odd number of entries")
+    starts = _full(roi[:half], axes, rank, 0.0, "roi's starts")
+    ends = _full(roi[half:], axes, rank, 1.0, "roi's ends")
+    if starts[:2] != [0.0, 0.0] or ends[:2] != [1.0, 1.0]:
+        raise Unsupported(f"roi={roi} crops the batch or channel dimension; vkumd crops H "
+                          "and W only")
+    return starts[2], starts[3], ends[2], ends[3]
+
+
+def _keep_aspect(full: list[Any], shape: list[Any], policy: str, kw: dict[str, Any]
+                 ) -> list[Any]:
+    """ONNX's keep_aspect_ratio_policy: one scale for the given axes (the least or the
+    greatest of their ratios), each size ``round(in * scale)``; ``kw['scale']`` is set to
+    what the coordinate formulas then read."""
+    given = [i for i, v in enumerate(full) if v is not None]
+    if any(isinstance(shape[i], Dim) or isinstance(full[i], Dim) for i in given):
+        raise Unsupported(f"keep_aspect_ratio_policy={policy!r} with symbolic sizes (bind "
+                          "the sizes)")
+    ratios = [int(full[i]) / int(shape[i]) for i in given]
+    scale = min(ratios) if policy == "not_larger" else max(ratios)
+    out = list(full)
+    for i in given:
+        out[i] = int(scale * int(shape[i]) + 0.5)
+    kw["scale"] = (scale if 2 in given else 1.0, scale if 3 in given else 1.0)
+    return out
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -115,22 +115,42 @@ def conv(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
 _POOL_ATTRS = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides")
 
 
-@converter("MaxPool", "AveragePool",
-           attrs=(*_POOL_ATTRS, "storage_order", "count_include_pad"))
+_POOL_OPS = {"MaxPool": "max_pool2d", "AveragePool": "avg_pool2d", "LpPool": "lp_pool2d"}
+
+
+@converter("MaxPool", "AveragePool", "LpPool",
+           attrs=(*_POOL_ATTRS, "storage_order", "count_include_pad", "p"))
 def pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """Max and average pooling, 1-D or 2-D (ONNX's strides default to 1, not the kernel)."""
-    if len(node.output) > 1 and node.output[1]:
-        raise Unsupported("MaxPool's Indices output is not supported")
-    if node.op_type == "MaxPool" and "count_include_pad" in attrs:
+    """Max, average and Lp pooling, 1-D, 2-D or 3-D (ONNX's strides default to 1, not the
+    kernel). 3-D pooling is two 2-D poolings, over (H, W) then over D: each of these
+    reductions is separable (a window is a product of per-axis tap sets, so its maximum,
+    its counts and its sum of ``|x|^p`` factor), and the 2-D kernel serves both."""
+    indices = len(node.output) > 1 and bool(node.output[1])
+    if node.op_type != "AveragePool" and "count_include_pad" in attrs:
         raise Unsupported("count_include_pad is an AveragePool attribute")
+    if node.op_type != "LpPool" and "p" in attrs:
+        raise Unsupported("p is an LpPool attribute")
     x = st.value(node.input[0])
-    n = _spatial(node.op_type, x)
+    if len(x.shape) not in (3, 4, 5):
+        raise Unsupported(f"{node.op_type} of a rank-{len(x.shape)} input: vkumd takes 1-D, "
+                          "2-D and 3-D ([N, C, L], [N, C, H, W] or [N, C, D, H, W])")
+    n = len(x.shape) - 2
     if "kernel_shape" not in attrs:
         raise Unsupported("kernel_shape is required")
     kernel = _ints(attrs, "kernel_shape", n, 1)
     strides = _ints(attrs, "strides", n, 1)
     dilations = _ints(attrs, "dilations", n, 1)
     pads = explicit_pads(attrs, tuple(x.shape[2:]), kernel, strides, dilations)
+    extra: dict[str, Any] = {}
+    if node.op_type == "AveragePool":
+        extra["count_include_pad"] = bool(attrs.get("count_include_pad", 0))
+    elif node.op_type == "LpPool":
+        extra["p"] = float(attrs.get("p", 2))
+    if n == 3:
+        if indices:
+            raise Unsupported("MaxPool's Indices output of a 3-D pooling is not supported")
+        return [_pool3d(st, x, _POOL_OPS[node.op_type], kernel, strides, dilations, pads,
+                        bool(attrs.get("ceil_mode", 0)), extra)]
     one_d = n == 1
     kw: dict[str, Any] = {
         "stride": (1, strides[0]) if one_d else tuple(strides),
@@ -138,23 +158,46 @@ def pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
         "pads": _pads_2d(pads, one_d), "ceil_mode": bool(attrs.get("ceil_mode", 0))}
     kernel2 = (1, kernel[0]) if one_d else tuple(kernel)
     x2 = _as_2d(st, x, one_d)
-    if node.op_type == "MaxPool":
-        y = st.b.max_pool2d(x2, kernel=kernel2, **kw)
-    else:
-        y = st.b.avg_pool2d(x2, kernel=kernel2,
-                            count_include_pad=bool(attrs.get("count_include_pad", 0)), **kw)
+    y = st.b.op(_POOL_OPS[node.op_type], x2, kernel=kernel2, **kw, **extra)
+    outs = [y]
+    if indices:
+        order = int(attrs.get("storage_order", 0))
+        if order not in (0, 1):
+            raise Unsupported(f"storage_order={order}; ONNX defines 0 and 1")
+        # A 1-D input's indices are those of its [N, C, 1, L] view in either order.
+        outs.append(st.b.max_pool2d_indices(x2, kernel=kernel2, storage_order=order, **kw))
     if one_d:
-        y = st.b.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
-    return [y]
+        outs = [st.b.reshape(v, (v.shape[0], v.shape[1], v.shape[3])) for v in outs]
+    return outs
 
 
-@converter("GlobalAveragePool")
-def global_average_pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
-                        ) -> list[Bound | None]:
-    """The mean of every channel's plane, kept with size-1 spatial dimensions."""
+def _pool3d(st: State, x: Value, op: str, kernel: list[int], strides: list[int],
+            dilations: list[int], pads: list[int], ceil_mode: bool, extra: dict[str, Any]
+            ) -> Value:
+    """3-D pooling of ``x[N, C, D, H, W]`` as a 2-D pooling of every depth slice, then a
+    ``(kd, 1)`` pooling of ``[N * C, 1, D, OH * OW]``."""
+    if any(isinstance(d, Dim) for d in x.shape):
+        raise Unsupported(f"3-D pooling of symbolic sizes {tuple(x.shape)} (bind the sizes)")
+    n, c, d, h, w = (int(v) for v in x.shape)
+    planes = st.b.reshape(x, (n * c * d, 1, h, w))
+    y = st.b.op(op, planes, kernel=(kernel[1], kernel[2]), stride=(strides[1], strides[2]),
+                dilation=(dilations[1], dilations[2]),
+                pads=(pads[1], pads[2], pads[4], pads[5]), ceil_mode=ceil_mode, **extra)
+    oh, ow = int(y.shape[2]), int(y.shape[3])
+    depth = st.b.reshape(y, (n * c, 1, d, oh * ow))
+    y = st.b.op(op, depth, kernel=(kernel[0], 1), stride=(strides[0], 1),
+                dilation=(dilations[0], 1), pads=(pads[0], 0, pads[3], 0),
+                ceil_mode=ceil_mode, **extra)
+    return st.b.reshape(y, (n, c, int(y.shape[2]), oh, ow))
+
+
+@converter("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """The mean or maximum of every channel's plane, kept with size-1 spatial dimensions."""
     x = st.value(node.input[0])
-    n = _spatial("GlobalAveragePool", x)
-    y = st.b.global_avg_pool(_as_2d(st, x, n == 1))
+    n = _spatial(node.op_type, x)
+    pool = st.b.global_avg_pool if node.op_type == "GlobalAveragePool" else st.b.global_max_pool
+    y = pool(_as_2d(st, x, n == 1))
     return [st.b.reshape(y, (y.shape[0], y.shape[1], 1)) if n == 1 else y]
 
 

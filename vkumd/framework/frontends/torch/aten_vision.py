@@ -50,6 +50,19 @@ def _bilinear(cv: Any, node: fx.Node, x: Value, output_size: Any = None,
                          **_sizes(output_size, scale_factors))
 
 
+@on(aten.upsample_bicubic2d.vec, check=_float_4d)
+def _bicubic(cv: Any, node: fx.Node, x: Value, output_size: Any = None,
+             align_corners: bool = False, scale_factors: Any = None) -> Value:
+    # torch's bicubic is ONNX's cubic with A = -0.75 and taps clamped to the edge; it does not
+    # clamp a negative source coordinate (unlike its bilinear), so half_pixel holds as is.
+    if align_corners:  # torch spans the integer output size, even given factors
+        size = tuple(meta(node).shape[2:]) if output_size is None else output_size
+        return cv.b.resize2d(x, mode="cubic", coordinate="align_corners",
+                             size=(int(size[0]), int(size[1])))
+    return cv.b.resize2d(x, mode="cubic", coordinate="half_pixel",
+                         **_sizes(output_size, scale_factors))
+
+
 def _onnx_pads(rank: int, torch_pads: Any) -> tuple[int, ...]:
     """torch's (last dim's left, right, the one before's ...) as ONNX's begins then ends."""
     begins, ends = [0] * rank, [0] * rank
