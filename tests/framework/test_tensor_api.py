@@ -358,13 +358,20 @@ def test_bad_operands_are_clear_errors(ctx) -> None:
         _ = ctx.tensor(np.ones(3, np.uint8)) + 1
 
 
-def test_methods_refuse_dims_they_do_not_support(ctx) -> None:
-    t = ctx.tensor(np.ones((2, 3, 4), np.float32))
-    for name in ("sum", "mean", "max", "softmax"):
-        with pytest.raises(vkumd.VkumdValueError, match=r"last dimension only.*permute"):
-            getattr(t, name)(dim=0)
-        with pytest.raises(vkumd.VkumdTypeError, match="dim must be an int"):
-            getattr(t, name)(dim=None)
+def test_methods_take_any_dim_and_refuse_bad_ones(ctx) -> None:
+    values = np.random.default_rng().standard_normal((2, 3, 5)).astype(np.float32)
+    t = ctx.tensor(values)
+    wide = values.astype(np.float64)
+    shifted = np.exp(wide - wide.max(axis=0, keepdims=True))
+    want = {"sum": wide.sum(axis=0), "mean": wide.mean(axis=0), "max": wide.max(axis=0),
+            "softmax": shifted / shifted.sum(axis=0, keepdims=True)}
+    for name, expected in want.items():
+        got = getattr(t, name)(dim=0).numpy().astype(np.float64)
+        assert rel_error(got, expected) < 1e-5, name
+        with pytest.raises(vkumd.VkumdValueError, match="out of range"):
+            getattr(t, name)(dim=3)
+    with pytest.raises(vkumd.VkumdTypeError, match="dim must be an int"):
+        t.softmax(dim=None)
     with pytest.raises(vkumd.VkumdValueError, match="approximate"):
         t.gelu(approximate="fast")
     with pytest.raises(vkumd.VkumdTypeError, match="keepdims"):

@@ -101,6 +101,9 @@ def test_every_small_op_that_makes_a_big_constant_is_refused() -> None:
     assert done.returncode == 0, done.stderr
     for op in models:
         line = next(x for x in done.stdout.splitlines() if x.startswith(op))
+        if op in ("Tile", "OneHot"):  # device ops: left to the device, nothing made on the host
+            assert line == f"{op} imported", line
+            continue
         assert f"{op} node 'gen'" in line and "more than the fold limit" in line, line
     assert done.growth_mib < 128, f"peak RSS grew by {done.growth_mib:.0f} MiB"
 

@@ -338,51 +338,54 @@ class TensorMethods:
                 :func:`vkumd.ops.sum` (a non-float tensor, a dim that is not an int).
             VkumdValueError: an axis out of range or named twice.
         """
-        dim, keep = self._reduced("sum", dim, keepdim, axis, keepdims)
+        dim, _, keep = self._spelled("sum", dim, keepdim, axis, keepdims)
         return self._ops.sum(self, dim=dim, keepdims=keep)
 
     def mean(self, dim: Any = _LAST, keepdim: bool = False, *, axis: Any = None,
              keepdims: bool | None = None) -> Any:
         """The mean over ``dim``; arguments and errors as :meth:`sum`."""
-        dim, keep = self._reduced("mean", dim, keepdim, axis, keepdims)
+        dim, _, keep = self._spelled("mean", dim, keepdim, axis, keepdims)
         return self._ops.mean(self, dim=dim, keepdims=keep)
 
     def max(self, dim: Any = _LAST, keepdim: bool = False, *, axis: Any = None,
             keepdims: bool | None = None) -> Any:
         """The maximum over ``dim`` (values only, unlike PyTorch's ``(values, indices)``);
         arguments and errors as :meth:`sum`."""
-        dim, keep = self._reduced("max", dim, keepdim, axis, keepdims)
+        dim, _, keep = self._spelled("max", dim, keepdim, axis, keepdims)
         return self._ops.max(self, dim=dim, keepdims=keep)
 
-    def _reduced(self, op: str, dim: Any, keepdim: Any, axis: Any, keepdims: Any
-                 ) -> tuple[Any, Any]:
-        """A reduction method's ``(dim, keepdim)`` from PyTorch's or numpy's spelling."""
+    def _spelled(self, op: str, dim: Any, keepdim: Any, axis: Any, keepdims: Any
+                 ) -> tuple[Any, str, Any]:
+        """``(dim, the word the caller used, keepdim)`` from PyTorch's or numpy's spelling."""
+        word = "dim"
         if axis is not None:
             if dim is not _LAST:  # given twice (an explicit -1 is the same object: harmless)
                 raise self._type_error(f"{type(self).__name__}.{op}: dim and axis both given"
                                        f"{at_site()}; give one")
-            dim = axis
+            dim, word = axis, "axis"
         if keepdims is not None:
             if keepdim is not False:
                 raise self._type_error(f"{type(self).__name__}.{op}: keepdim and keepdims "
                                        f"both given{at_site()}; give one")
             keepdim = keepdims
-        return dim, keepdim
+        return dim, word, keepdim
 
     def softmax(self, dim: int = _LAST, *, axis: int | None = None, scale: float | None = None,
                 mask: Any = None) -> Any:
-        """``softmax(x * scale + mask)`` over the last dimension, as :func:`vkumd.ops.softmax`.
+        """``softmax(x * scale + mask)`` over ``dim`` (default the last), as ``ops.softmax``.
 
         Args:
-            dim: -1 or ``ndim - 1`` (``axis`` is numpy's name for it).
+            dim: the axis (``axis`` is numpy's name for it).
             scale: multiplies x first (default 1).
-            mask: added after the scale; x's dtype, broadcastable to x.
+            mask: added after the scale; x's dtype, broadcastable to x; last axis only.
 
         Raises:
-            VkumdValueError: a ``dim`` other than the last.
+            VkumdTypeError: dim and axis both given, or a dim that is not an int.
+            VkumdValueError: a ``dim`` out of range, or a mask with another axis.
         """
-        self._row("softmax", dim, False, axis, None)
-        return self._ops.softmax(self, scale=scale, mask=mask)
+        dim, word, _ = self._spelled("softmax", dim, False, axis, None)
+        along = self._int_arg(dim, word, "softmax")
+        return self._ops.softmax(self, scale=scale, mask=mask, axis=along)
 
     def clamp(self, min: float | None = None, max: float | None = None) -> Any:
         """Clip to ``[min, max]`` (None: that side open), as ``torch.clamp`` with numbers and
@@ -420,28 +423,3 @@ class TensorMethods:
             raise self._type_error(f"{type(self).__name__}.{call}: {what} must be an int, not "
                                    f"{type(value).__name__} {value!r}{at_site()}")
         return int(value)
-
-    def _row(self, op: str, dim: Any, keepdim: Any, axis: Any, keepdims: Any) -> Any:
-        """Check a row-wise method's dimension (PyTorch's or numpy's spelling) is the last;
-        return its ``keepdim``."""
-        if dim is _LAST and axis is None and keepdims is None:
-            return keepdim  # the default: the last dimension
-        word = "dim"
-        if axis is not None:
-            if dim is not _LAST:  # given twice (an explicit -1 is the same object: harmless)
-                raise self._type_error(f"{type(self).__name__}.{op}: dim and axis both given"
-                                       f"{at_site()}; give one")
-            dim, word = axis, "axis"
-        if keepdims is not None:
-            if keepdim is not False:
-                raise self._type_error(f"{type(self).__name__}.{op}: keepdim and keepdims "
-                                       f"both given{at_site()}; give one")
-            keepdim = keepdims
-        dim = self._int_arg(dim, word, op)
-        last = max(self.ndim - 1, 0)
-        if dim not in (-1, last):
-            raise self._value_error(
-                f"{type(self).__name__}.{op}: only the last axis is supported ({word}=-1 or "
-                f"{word}={last}), not {word}={dim}{at_site()}; vkumd's {op} works over the "
-                "last dimension only: move the dimension last with permute() first")
-        return keepdim
