@@ -121,6 +121,17 @@ def gather_elements(data: Tensor, indices: Tensor, *, axis: int = 0,
     return out
 
 
+def within_data(op: str, data: TensorType, indices: TensorType, axis: int, dims: DimTable
+                ) -> None:
+    """Refuse indices longer than data along a dimension other than ``axis`` (the
+    elementwise gathers and scatters walk indices' shape inside data's)."""
+    for d in range(data.ndim):
+        n, m = dims.resolve(indices.shape[d]), dims.resolve(data.shape[d])
+        if d != axis and isinstance(n, int) and isinstance(m, int) and n > m:
+            raise VkumdValueError(f"{op}: indices {format_shape(indices.shape)} are longer "
+                                  f"than data {format_shape(data.shape)} along dimension {d}")
+
+
 def _gather_elements_rule(ins: Types, attrs: dict[str, Any], dims: DimTable
                           ) -> list[TensorType]:
     data, indices = only(ins), ins[1]
@@ -132,11 +143,7 @@ def _gather_elements_rule(ins: Types, attrs: dict[str, Any], dims: DimTable
         raise VkumdValueError(f"{op}: data has shape {format_shape(data.shape)} and indices "
                               f"{format_shape(indices.shape)}; they need one rank, at least 1")
     index = axis_of(op, attrs["axis"], data.ndim)
-    for d in range(data.ndim):
-        n, m = dims.resolve(indices.shape[d]), dims.resolve(data.shape[d])
-        if d != index and isinstance(n, int) and isinstance(m, int) and n > m:
-            raise VkumdValueError(f"{op}: indices {format_shape(indices.shape)} are longer "
-                                  f"than data {format_shape(data.shape)} along dimension {d}")
+    within_data(op, data, indices, index, dims)
     return [TensorType(indices.shape, data.dtype)]
 
 

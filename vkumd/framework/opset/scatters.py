@@ -40,6 +40,7 @@ from vkumd.framework.opset.gathers import (
     index_dtype,
     normalized,
     too_many_dims,
+    within_data,
 )
 from vkumd.framework.opset.unary import copy
 from vkumd.framework.tensor import Tensor
@@ -141,11 +142,7 @@ def _scatter_elements_rule(ins: Types, attrs: dict[str, Any], dims: DimTable
                               f"{format_shape(updates.shape)}: indices and updates need one "
                               "shape, of data's rank (at least 1)")
     index = axis_of(op, attrs["axis"], data.ndim)
-    for d in range(data.ndim):
-        n, m = dims.resolve(indices.shape[d]), dims.resolve(data.shape[d])
-        if d != index and isinstance(n, int) and isinstance(m, int) and n > m:
-            raise VkumdValueError(f"{op}: indices {format_shape(indices.shape)} are longer "
-                                  f"than data {format_shape(data.shape)} along dimension {d}")
+    within_data(op, data, indices, index, dims)
     return [TensorType(data.shape, data.dtype)]
 
 
