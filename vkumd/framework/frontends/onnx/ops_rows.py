@@ -22,19 +22,23 @@ def _axis(axis: int, ndim: int, what: str = "axis") -> int:
     return axis % max(ndim, 1)
 
 
-@converter("LogSoftmax", attrs=("axis",))
-def log_softmax(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """LogSoftmax over ``axis``; before opset 13 over the flattened trailing axes (as
-    Softmax's converter)."""
+_ROW_OPS = {"LogSoftmax": "log_softmax", "Hardmax": "hardmax"}
+
+
+@converter(*_ROW_OPS, attrs=("axis",))
+def row_op(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """LogSoftmax or Hardmax over ``axis``; before opset 13 over the flattened trailing axes
+    (as Softmax's converter)."""
+    op = _ROW_OPS[node.op_type]
     x = st.value(node.input[0])
     ndim = len(x.shape)
     if st.opset < 13:
         axis = _axis(attrs.get("axis", 1), ndim)
         if axis == ndim - 1:
-            return [st.b.log_softmax(x, axis=axis)]
+            return [st.b.op(op, x, axis=axis)]
         flat = st.b.reshape(x, (product(x.shape[:axis]), product(x.shape[axis:])))
-        return [st.b.reshape(st.b.log_softmax(flat, axis=1), x.shape)]
-    return [st.b.log_softmax(x, axis=_axis(attrs.get("axis", -1), ndim))]
+        return [st.b.reshape(st.b.op(op, flat, axis=1), x.shape)]
+    return [st.b.op(op, x, axis=_axis(attrs.get("axis", -1), ndim))]
 
 
 @converter("CumSum", "CumProd", attrs=("exclusive", "reverse"))
@@ -78,21 +82,6 @@ def top_k(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound 
     axis = _axis(attrs.get("axis", -1), len(x.shape))
     values, indices = st.b.topk(x, k=k, axis=axis, **flags)
     return [values, indices]
-
-
-@converter("Hardmax", attrs=("axis",))
-def hardmax(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """Hardmax along ``axis``; before opset 13 over the flattened trailing axes (as Softmax's
-    converter)."""
-    x = st.value(node.input[0])
-    ndim = len(x.shape)
-    if st.opset < 13:
-        axis = _axis(attrs.get("axis", 1), ndim)
-        if axis == ndim - 1:
-            return [st.b.hardmax(x, axis=axis)]
-        flat = st.b.reshape(x, (product(x.shape[:axis]), product(x.shape[axis:])))
-        return [st.b.reshape(st.b.hardmax(flat, axis=1), x.shape)]
-    return [st.b.hardmax(x, axis=_axis(attrs.get("axis", -1), ndim))]
 
 
 def _loss_attrs(node: onnx.NodeProto, attrs: dict[str, Any]) -> dict[str, Any]:
