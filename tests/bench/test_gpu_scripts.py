@@ -338,3 +338,101 @@ def test_the_torch_peer_matches_vkumd_where_torch_is_installed() -> None:
     agreement = rows.agreement(mine, theirs)
     assert agreement["min_cos"] > 0.99999 and agreement["max_abs"] < 1e-4, agreement
     assert np.isfinite(theirs).all()
+
+
+def test_packed_onnx_weights_come_back_float32_rounded_to_float16(tmp_path: Path) -> None:
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    pack = _load("pack_onnx")
+    rng = np.random.default_rng(5)
+    big = rng.standard_normal((8, 16)).astype(np.float32)
+    folded = rng.standard_normal((4, 32)).astype(np.float32)
+    eps = np.full(3, 1e-7, np.float32)  # small constants stay exact
+    huge = np.full(80, 1e9, np.float32)  # beyond float16's range: stays float32
+    nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(big, "w")),
+             helper.make_node("Constant", [], ["e"], value=numpy_helper.from_array(eps, "e")),
+             helper.make_node("MatMul", ["x", "w"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 16])],
+        [numpy_helper.from_array(folded, "folded"), numpy_helper.from_array(huge, "huge")])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph), str(src))
+    pack.pack(tmp_path / "packed", [src])
+    assert (tmp_path / "packed" / "m.onnx.xz").stat().st_size < src.stat().st_size
+    pack.unpack(tmp_path / "packed", tmp_path / "out")
+    back = onnx.load(str(tmp_path / "out" / "m.onnx"))
+    assert not back.metadata_props
+    tensors = {t.name: numpy_helper.to_array(t) for t in back.graph.initializer}
+    tensors.update({n.output[0]: numpy_helper.to_array(n.attribute[0].t)
+                    for n in back.graph.node if n.op_type == "Constant"})
+    for name, original, rounded in (("w", big, True), ("folded", folded, True),
+                                    ("e", eps, False), ("huge", huge, False)):
+        got = tensors[name]
+        want = original.astype(np.float16).astype(np.float32) if rounded else original
+        assert got.dtype == np.float32 and np.array_equal(got, want), name
+
+
+def test_vision_and_generation_rows_have_their_tables_and_skips() -> None:
+    results = {
+        "vision": [_row("conv a, float32", 2.0, 1.0, peer="torch conv2d (cuDNN)"),
+                   {"case": "ppocr-det batch 1", "batch": 1, "vkumd_ms": 10.0,
+                    "vkumd_range": [9.0, 12.0], "peer": "onnxruntime CPU", "peer_ms": 20.0,
+                    "rel_err": 1e-6},
+                   {"case": "resnet50 batch 1", "skipped": "needs PyTorch on CUDA"}],
+        "generation": [{"case": "decode, 1 sequence", "model": "30 blocks", "rate_unit": "tok/s",
+                        "vkumd_rate": 100.0, "vkumd_range": [90.0, 110.0], "vkumd_ms": 10.0,
+                        "peer": "torch eager (cuda)", "peer_ms": 5.0},
+                       {"case": "llama.cpp", "peer_skipped": "not carried"}]}
+    text = report.markdown(results)
+    assert "## Vision" in text and "## Text generation" in text
+    assert "| ppocr-det batch 1 | 10.000 [9.000-12.000] | 100.0 images/s | onnxruntime CPU | " \
+           "20.000 | 2.000 | 1.0e-06 |" in text
+    assert "| decode, 1 sequence | 10.000 | 100.0 [90.0-110.0] tok/s | torch eager (cuda) | " \
+           "5.000 | 0.500 | - |" in text
+    skipped = report.skipped_cases(results)
+    assert "vision: resnet50 batch 1: needs PyTorch on CUDA" in skipped
+    assert "generation: llama.cpp, peer: not carried" in skipped
+    assert report.summary(results["generation"][1]) == "peer skipped: not carried"
+
+
+def test_conv_rows_run_with_the_numpy_peer(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, str(GPU / "compare.py"), "--quick", "--peer",
+                           "numpy", "--sections", "vision", "--budget-s", "15", "--json",
+                           str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["vision"]
+    measured = [r for r in rows if "vkumd_ms" in r]
+    assert measured and all(r["peer"] == "numpy float64 reference (host)" for r in measured)
+    worst = {r["dtype"]: 0.0 for r in measured}
+    for r in measured:
+        worst[r["dtype"]] = max(worst[r["dtype"]], r["rel_err"])
+    assert worst.get("float32", 0.0) < 1e-5 and worst.get("float16", 0.0) < 3e-3, worst
+    assert all("skipped" in r or "vkumd_ms" in r or "error" not in r for r in rows)
+
+
+def test_the_torch_llama_peer_matches_the_float64_reference(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    import numpy as np
+
+    from tests.framework.models import llama_reference
+
+    rows = _load("llm_rows")
+    config, stored = rows.write_model(tmp_path / "m.gguf", quick=True)
+    ids = list(range(3, 40))
+    peer = rows.TorchLlama(config, stored, "cpu", max_len=64, batch=2)
+    _, theirs = peer.prefill_ms(ids)
+    want = llama_reference.forward(config, stored, ids, last_only=True)[0]
+    assert np.linalg.norm(theirs - want) / np.linalg.norm(want) < 1e-4
+    step_ms, tokens = peer.decode_ms([ids[:8], ids[8:16]], 4)
+    expect, seq = [], ids[:8]  # the reference's greedy continuation of the first prompt
+    logits = llama_reference.forward(config, stored, seq, last_only=True)[0]
+    for _ in range(4):
+        nxt = int(np.argmax(logits))
+        expect.append(nxt)
+        seq = seq + [nxt]
+        logits = llama_reference.forward(config, stored, seq, last_only=True)[0]
+    assert step_ms > 0 and tokens == expect
