@@ -245,10 +245,14 @@ TORCH: dict[str, str] = {
     "tests/frontends/test_torch_cnn.py": "convolution, pooling and batch norm from torch",
     "tests/frontends/test_torch_index.py": "gather, scatters, triu and tril from torch",
     "tests/frontends/test_torch_rows.py": "log_softmax, cumsum and cumprod from torch",
+    "tests/frontends/test_torch_tensor_ops.py":
+        "slices, joins, fills, comparisons, top-k and the unary math from torch",
     "tests/framework/test_input_conversion.py::test_torch_bridge_refuses_ids_past_int32":
         "the torch bridge's input rule",
     "tests/bench/test_gpu_scripts.py::test_compare_refuses_a_torch_peer_it_cannot_have":
         "bench/gpu's torch peer",
+    "tests/bench/test_gpu_scripts.py::test_the_torch_llama_peer_matches_the_float64_reference":
+        "bench/gpu's PyTorch Llama peer",
 }
 
 TIERS: dict[str, dict[str, str]] = {"smoke": SMOKE, "fast": FAST, "transfers": TRANSFERS,

@@ -20,7 +20,8 @@ _MATH = {aten.abs.default: "abs", aten.ceil.default: "ceil", aten.floor.default:
          aten.sinh.default: "sinh", aten.cosh.default: "cosh", aten.asinh.default: "asinh",
          aten.acosh.default: "acosh", aten.atanh.default: "atanh",
          aten.reciprocal.default: "reciprocal", aten.mish.default: "mish",
-         aten.selu.default: "selu"}
+         aten.selu.default: "selu", aten.exp.default: "exp", aten.sqrt.default: "sqrt",
+         aten.tanh.default: "tanh", aten.sigmoid.default: "sigmoid", aten.erf.default: "erf"}
 
 
 def _floats(node: fx.Node) -> str | None:
@@ -92,6 +93,21 @@ def _clamp(cv: Any, node: fx.Node, x: Value, min: float | None = None,
     lo = -math.inf if min is None else float(min)
     hi = math.inf if max is None else float(max)
     return cv.b.op("clip", x, min=lo, max=hi)
+
+
+@on(aten.rsqrt.default, check=_floats)
+def _rsqrt(cv: Any, node: fx.Node, x: Value) -> Value:
+    return cv.b.op("reciprocal", cv.b.op("sqrt", x))
+
+
+@on(aten.clamp_min.default, check=_clamp_check)
+def _clamp_min(cv: Any, node: fx.Node, x: Value, min: float) -> Value:
+    return cv.b.op("clip", x, min=float(min), max=math.inf)
+
+
+@on(aten.clamp_max.default, check=_clamp_check)
+def _clamp_max(cv: Any, node: fx.Node, x: Value, max: float) -> Value:
+    return cv.b.op("clip", x, min=-math.inf, max=float(max))
 
 
 @on(aten.hardtanh.default, check=_clamp_check)

@@ -223,7 +223,15 @@ def _to_check(node: fx.Node) -> str | None:
 @on(aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, check=_to_check)
 def _to(cv: Any, node: fx.Node, x: Value, *args: Any, **kwargs: Any) -> Value:
     # Device and layout arguments do not matter here: the result lives where vkumd puts it.
-    return cv.cast_to(x, meta(node).dtype)
+    target = meta(node).dtype
+    source = meta(node.args[0])
+    if source is not None and source.dtype == torch.bool and target != torch.bool:
+        # A mask (uint8 here) as numbers: a choice, which every dtype has a kernel for.
+        from vkumd.framework.frontends.torch.dims import ir_dtype
+
+        one = cv.b.constant(np.ones(()), ir_dtype(target), name="one")
+        return cv.b.where(x, one, cv.b.constant(np.zeros(()), ir_dtype(target), name="zero"))
+    return cv.cast_to(x, target)
 
 
 @on(aten.clone.default, aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default,

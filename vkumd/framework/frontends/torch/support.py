@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import fx
 
-# Importing the layout, vision, CNN, index and activation modules registers their handlers.
+# Importing the aten modules registers their handlers.
 from vkumd.framework.frontends.torch import (
     aten_activation,  # noqa: F401
     aten_cnn,  # noqa: F401
@@ -23,6 +23,7 @@ from vkumd.framework.frontends.torch import (
     aten_layout,  # noqa: F401
     aten_reduce,  # noqa: F401
     aten_rows,  # noqa: F401
+    aten_tensor,  # noqa: F401
     aten_vision,  # noqa: F401
 )
 from vkumd.framework.frontends.torch.aten_map import CHECKS, HANDLERS, MULTI_OUTPUT, meta
