@@ -40,7 +40,7 @@ NO_EPILOGUE: Epilogue = (0, 0.0, 0.0, 0)
 _MAX_ELEMENTS = (1 << 32) - 1
 
 
-def _check_indexing(op: str, **sizes: int) -> None:
+def check_indexing(op: str, **sizes: int) -> None:
     """Refuse a tensor past the kernels' 32-bit indexing.
 
     Raises:
@@ -126,7 +126,7 @@ def conv2d_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
     """
     n, c_in, h, w = x_shape
     c_out, _, kh, kw = w_shape
-    _check_indexing("conv2d", x=n * c_in * h * w, out=n * c_out * out_hw[0] * out_hw[1])
+    check_indexing("conv2d", x=n * c_in * h * w, out=n * c_out * out_hw[0] * out_hw[1])
     block = oc_block or conv2d_block(c_out, groups)
     if (c_out // groups) % block:
         raise VkumdValueError(f"conv2d: oc_block={block} does not divide the "
@@ -202,7 +202,7 @@ def depthwise_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, in
         VkumdValueError: a tensor past the kernel's 32-bit indexing.
     """
     n, c, h, w = x_shape
-    _check_indexing("conv2d", x=n * c * h * w, out=n * c * out_hw[0] * out_hw[1])
+    check_indexing("conv2d", x=n * c * h * w, out=n * c * out_hw[0] * out_hw[1])
     per_row = -(-out_hw[1] // DEPTHWISE_STRIP)
     rows_per, grid = row_runs(caps, n * c, out_hw[0] * per_row, rows_per)
     program = CONV2D_DEPTHWISE.specialize({"DTYPE": code, "KERNEL": kernel,
@@ -295,7 +295,7 @@ def batch_norm_plan(caps: DeviceCaps, code: str, total: int, channels: int, inne
     Raises:
         VkumdValueError: a tensor past the kernel's 32-bit indexing.
     """
-    _check_indexing("batch_norm", x=total)
+    check_indexing("batch_norm", x=total)
     program = BATCH_NORM.specialize({"DTYPE": code, WORKGROUP: ELEMENTWISE_WORKGROUP})
     push = BATCH_NORM_PUSH.pack(total, channels, inner, eps)
     return FixedLaunch(program, push, looped_grid(caps, -(-total // ELEMENTWISE_WORKGROUP)),
