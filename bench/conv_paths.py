@@ -10,10 +10,9 @@ Usage::
 Shapes: convolutions of ResNet-50 at 224x224 and of PP-OCRv4's detector (640x640) and
 recogniser (48x320), batch 1. Each path is forced through the planner's ``force`` and timed
 as the best of ``--repeats`` synchronized calls after one warm-up call (which also compiles).
-A path that cannot take a shape prints ``-``. ``--layouts`` also times the implicit GEMM on
-the input in NHWC (the same kernel fed a permuted input's strides is not what it does, so
-this times NCHW -> NHWC -> NCHW permutes around it as the bound a layout change would pay).
-Validation is off.
+A path that cannot take a shape prints ``-``. ``--layouts`` also times the implicit GEMM's
+kernel alone reading the input and weights in NCHW and in NHWC (``ConvGemmProblem.nhwc``;
+the output NCHW in both). Validation is off.
 """
 
 from __future__ import annotations
@@ -30,6 +29,8 @@ import numpy as np  # noqa: E402
 import vkumd  # noqa: E402
 from vkumd import ops  # noqa: E402
 from vkumd.compiler.kernels import conv_route as route_module  # noqa: E402
+from vkumd.compiler.kernels.conv import NO_EPILOGUE  # noqa: E402
+from vkumd.compiler.kernels.conv_gemm import ConvGemmProblem, conv_gemm_plan  # noqa: E402
 from vkumd.framework.opset import conv as conv_op  # noqa: E402
 
 # name: (x shape, w shape, stride, pads (top, left, bottom, right))
@@ -84,13 +85,14 @@ def main() -> None:
     print(f"device: {ctx.caps.name}; {args.dtype}; best of {args.repeats} (ms)")
     header = ["shape", *paths, "GFLOP/s (best)"]
     if args.layouts:
-        header += ["NHWC permutes (ms)"]
+        header += ["implicit NCHW (ms)", "implicit NHWC (ms)"]
     print("| " + " | ".join(header) + " |")
     print("|" + " --- |" * len(header))
     for name in args.shapes.split(","):
         xs, ws, stride, pads = SHAPES[name]
-        x = ctx.tensor(rng.standard_normal(xs).astype(args.dtype))
-        w = ctx.tensor(rng.standard_normal(ws).astype(args.dtype))
+        x_host = rng.standard_normal(xs).astype(args.dtype)
+        w_host = rng.standard_normal(ws).astype(args.dtype)
+        x, w = ctx.tensor(x_host), ctx.tensor(w_host)
         times = [time_path(ctx, p, x, w, stride, pads, args.repeats) for p in paths]
         out = ops.conv2d(x, w, stride=stride, pads=pads)
         flops = 2 * out.size * ws[1] * ws[2] * ws[3]
@@ -98,20 +100,29 @@ def main() -> None:
         row = [name] + ["-" if t is None else f"{t:.1f}" for t in times]
         row.append("-" if best is None else f"{flops / best / 1e6:.1f}")
         if args.layouts:
-            row.append(f"{_permute_ms(ctx, x, out, args.repeats):.1f}")
+            row += [f"{_layout_ms(ctx, x_host, w_host, out, stride, pads, nhwc, args.repeats):.1f}"
+                    for nhwc in (False, True)]
         print("| " + " | ".join(row) + " |", flush=True)
 
 
-def _permute_ms(ctx: vkumd.Context, x: vkumd.Tensor, out: vkumd.Tensor, repeats: int) -> float:
-    """What keeping the implicit GEMM's operands in NHWC would cost per op if the graph
-    stayed NCHW: the input to NHWC and the output back, best of ``repeats``."""
-    ops.permute(x, (0, 2, 3, 1))
+def _layout_ms(ctx: vkumd.Context, x: np.ndarray, w: np.ndarray, out: vkumd.Tensor,
+               stride: tuple[int, int], pads: tuple[int, ...], nhwc: bool, repeats: int
+               ) -> float:
+    """Best-of-``repeats`` milliseconds of the implicit GEMM (the planner's variant) reading
+    its input and weights in NCHW or NHWC (the output NCHW in both)."""
+    problem = ConvGemmProblem(str(x.dtype), x.shape, w.shape, tuple(out.shape[2:]), stride,
+                              (1, 1), tuple(pads[:2]), 1, False, NO_EPILOGUE, nhwc=nhwc)
+    plan = conv_gemm_plan(ctx.caps, problem)
+    if nhwc:
+        x, w = x.transpose(0, 2, 3, 1), w.transpose(0, 2, 3, 1)
+    operands = (ctx.tensor(np.ascontiguousarray(x)), ctx.tensor(np.ascontiguousarray(w)),
+                None, out, None)
+    ctx.run(plan, operands)
     ctx.synchronize()
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        ops.permute(x, (0, 2, 3, 1))
-        ops.permute(ops.permute(out, (0, 2, 3, 1)), (0, 3, 1, 2))
+        ctx.run(plan, operands)
         ctx.synchronize()
         best = min(best, time.perf_counter() - start)
     return best * 1e3

@@ -36,6 +36,9 @@
 // its address (see the CONV section). The batch runs over (image, group): entry z takes
 // group z % groups's weights (A) and row bias, and its input channels and outputs are
 // consecutive blocks, so B, C and the residual step by their plain batch strides.
+// CONV = 2 reads the input in NHWC instead (a layout measurement, docs/vision.md): k =
+// (ky * kw + kx) * cin_g + c, the weights [c_out, kh, kw, cin_g], B's batch stride one image
+// (h * w * c_in) and group g's channels at offset g * cin_g. The output stays NCHW.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference2 : require
 #extension GL_EXT_shader_explicit_arithmetic_types : require
@@ -208,7 +211,13 @@ uint a_entry() {
 // bounds (the plane's first element when outside) and the select drops it.
 ACC conv_b(uint64_t b, int iy, int ix, uint plane) {
     bool inside = uint(iy) < pc.conv_h && uint(ix) < pc.conv_w;  // a negative is huge
+#if CONV == 2
+    // NHWC: `plane` is the channel; pixels are c_in elements apart.
+    uint c_in = pc.K / (pc.conv_kh * pc.conv_kw) * pc.conv_groups;
+    uint index = inside ? (uint(iy) * pc.conv_w + uint(ix)) * c_in + plane : plane;
+#else
     uint index = inside ? plane + uint(iy) * pc.conv_w + uint(ix) : plane;
+#endif
     ACC v = load_at(b, index);
     return inside ? v : ACC(0);
 }
@@ -216,15 +225,25 @@ ACC conv_b(uint64_t b, int iy, int ix, uint plane) {
 // op(B)[k, n] from scratch (k < K, n < N): the shared and cooperative-matrix paths' loader.
 ACC conv_b_at(uint64_t b, uint k, uint n) {
     uint taps = pc.conv_kh * pc.conv_kw;
+#if CONV == 2
+    uint cin_g = pc.K / taps;
+    uint t = k / cin_g;
+    uint c = k - t * cin_g;
+#else
     uint c = k / taps;
     uint t = k - c * taps;
+#endif
     uint ky = t / pc.conv_kw;
     uint kx = t - ky * pc.conv_kw;
     uint oy = n / pc.conv_ow;
     uint ox = n - oy * pc.conv_ow;
+#if CONV == 2
+    uint plane = c;
+#else
+    uint plane = c * pc.conv_h * pc.conv_w;
+#endif
     return conv_b(b, int(oy * pc.conv_sy + ky * pc.conv_dy) - pc.conv_pt,
-                  int(ox * pc.conv_sx + kx * pc.conv_dx) - pc.conv_pl,
-                  c * pc.conv_h * pc.conv_w);
+                  int(ox * pc.conv_sx + kx * pc.conv_dx) - pc.conv_pl, plane);
 }
 #endif
 
@@ -287,7 +306,13 @@ Bases batch_bases() {
     uint batch = gl_WorkGroupID.z;
     Bases p;
     p.a = elem_offset(pc.a, a_entry() * pc.a_batch);
+#if CONV == 2
+    uint cin_g = pc.K / (pc.conv_kh * pc.conv_kw);
+    p.b = elem_offset(pc.b, batch / pc.conv_groups * pc.b_batch
+                            + batch % pc.conv_groups * cin_g);
+#else
     p.b = elem_offset(pc.b, batch * pc.b_batch);
+#endif
     p.c = pc.c + uint64_t(batch * pc.M * pc.N) * uint64_t(OUT_BYTES);
     p.residual = elem_offset(pc.residual, batch * pc.r_batch);
     return p;
@@ -425,15 +450,20 @@ uint lane_col(uint n0, uint lane, uint j, uint c) {
 #define B_K_STRIDE pc.sbk
 #endif
 
-#if CONV
-// The implicit GEMM: K is walked tap by tap, (kx, ky, input channel) advanced by increments
-// (uniform across the subgroup; no division in the loop), and each lane's columns keep their
-// output pixel's top-left input corner (cy0, cx0) from before the loop.
-#define LOAD_B_K(STEPS)
-#define LOAD_B_N(kk, STEPS)                                                               \
-    [[unroll]] for (uint j = 0u; j < NJ; ++j) {                                           \
-        bv[j] = conv_b(b, cy0[j] + tap_dy, cx0[j] + tap_dx, tap_plane);                   \
-    }                                                                                     \
+#if CONV == 2
+// NHWC: the channel moves fastest, then kx, then ky.
+#define CONV_NEXT_TAP                                                                     \
+    if (++tap_plane == tap_cin) {                                                         \
+        tap_plane = 0u;                                                                   \
+        tap_dx += int(pc.conv_dx);                                                        \
+        if (++tap_kx == pc.conv_kw) {                                                     \
+            tap_kx = 0u;                                                                  \
+            tap_dx = 0;                                                                   \
+            tap_dy += int(pc.conv_dy);                                                    \
+        }                                                                                 \
+    }
+#else
+#define CONV_NEXT_TAP                                                                     \
     tap_dx += int(pc.conv_dx);                                                            \
     if (++tap_kx == pc.conv_kw) {                                                         \
         tap_kx = 0u;                                                                      \
@@ -445,6 +475,17 @@ uint lane_col(uint n0, uint lane, uint j, uint c) {
             tap_plane += pc.conv_h * pc.conv_w;                                           \
         }                                                                                 \
     }
+#endif
+#if CONV
+// The implicit GEMM: K is walked tap by tap, (kx, ky, input channel) advanced by increments
+// (uniform across the subgroup; no division in the loop), and each lane's columns keep their
+// output pixel's top-left input corner (cy0, cx0) from before the loop.
+#define LOAD_B_K(STEPS)
+#define LOAD_B_N(kk, STEPS)                                                               \
+    [[unroll]] for (uint j = 0u; j < NJ; ++j) {                                           \
+        bv[j] = conv_b(b, cy0[j] + tap_dy, cx0[j] + tap_dx, tap_plane);                   \
+    }                                                                                     \
+    CONV_NEXT_TAP
 #elif WIDE_B == 2
 // B transposed: each lane's column is contiguous along K; load STEPS K values per column.
 #define LOAD_B_K(STEPS)                                                                   \
@@ -533,7 +574,10 @@ void main() {
     uint tap_ky = 0u;
     int tap_dx = 0;
     int tap_dy = 0;
-    uint tap_plane = 0u;
+    uint tap_plane = 0u;  // NCHW: the channel plane's first element; NHWC: the channel
+#if CONV == 2
+    uint tap_cin = pc.K / (pc.conv_kh * pc.conv_kw);
+#endif
 #endif
     ACC acc[TM * NC];
     [[unroll]] for (uint i = 0u; i < TM * NC; ++i) {

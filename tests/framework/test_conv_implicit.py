@@ -59,8 +59,10 @@ def variant_or_skip(ctx, variant: str, dtype: str) -> None:
 
 
 def run_plan(ctx, variant: str, dtype: str, case, act: str | None = None,
-             residual: str = "none", has_bias: bool = True, caps=None) -> None:
-    """One convolution through the implicit GEMM's ``variant`` against float64."""
+             residual: str = "none", has_bias: bool = True, caps=None,
+             nhwc: bool = False) -> None:
+    """One convolution through the implicit GEMM's ``variant`` against float64 (``nhwc``:
+    the input and weights handed over channels-last)."""
     shape, c_out, kernel, stride, dilation, pads, groups = case
     rng = np.random.default_rng()
     x = sample(rng, dtype, shape)
@@ -74,9 +76,12 @@ def run_plan(ctx, variant: str, dtype: str, case, act: str | None = None,
     epilogue = (EPILOGUE_ACTIVATIONS[act][0], float(np.float32(p[0])), float(np.float32(p[1])),
                 RESIDUAL_CODES[residual])
     problem = ConvGemmProblem(dtype, shape, w.shape, want.shape[2:], stride, dilation,
-                              pads[:2], groups, has_bias, epilogue)
+                              pads[:2], groups, has_bias, epilogue, nhwc=nhwc)
     plan = conv_gemm_plan(caps or ctx.caps, problem, force=variant)
     out = poisoned(ctx, want.shape, dtype)
+    if nhwc:
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        w = np.ascontiguousarray(w.transpose(0, 2, 3, 1))
     ctx.run(plan, (tensor(ctx, x, dtype), tensor(ctx, w, dtype),
                    None if bias is None else tensor(ctx, bias, dtype), out,
                    None if res is None else tensor(ctx, res, dtype)))
@@ -90,6 +95,14 @@ def run_plan(ctx, variant: str, dtype: str, case, act: str | None = None,
 def test_matches_float64(ctx, variant: str, dtype: str, case) -> None:
     variant_or_skip(ctx, variant, dtype)
     run_plan(ctx, variant, dtype, case)
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("variant", ["lanes", "shared"])
+def test_channels_last_input(ctx, variant: str, case) -> None:
+    """The NHWC reading (the layout measurement's kernel), groups included."""
+    variant_or_skip(ctx, variant, "float32")
+    run_plan(ctx, variant, "float32", case, "relu", "before", nhwc=True)
 
 
 @pytest.mark.parametrize("combo", COMBOS, ids=str)
@@ -117,7 +130,8 @@ def test_coopmat_epilogue(ctx, combo) -> None:
 
 
 @pytest.mark.parametrize("variant", ["lanes", "shared"])
-def test_batch_split_across_launches(ctx, variant: str) -> None:
+@pytest.mark.parametrize("nhwc", [False, True])
+def test_batch_split_across_launches(ctx, variant: str, nhwc: bool) -> None:
     """With few workgroups allowed along z, (image, group) entries run in several launches,
     each starting at a whole image: 3 images x 2 groups in launches of 4 and 2 entries."""
     variant_or_skip(ctx, variant, "float32")
@@ -128,7 +142,7 @@ def test_batch_split_across_launches(ctx, variant: str) -> None:
                               (1, 0), 2, True, (0, 0.0, 0.0, 0))
     plan = conv_gemm_plan(caps, problem, force=variant)
     assert len(plan.launches(_fake_operands())) == 2
-    run_plan(ctx, variant, "float32", case, "relu", "after", caps=caps)
+    run_plan(ctx, variant, "float32", case, "relu", "after", caps=caps, nhwc=nhwc)
 
 
 class _FakeOperand:

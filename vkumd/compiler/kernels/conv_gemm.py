@@ -76,8 +76,8 @@ def _variants(caps: DeviceCaps) -> list[Variant]:
     return out
 
 
-def _conv(variant: Variant) -> Variant:
-    return {**variant, "CONV": 1}
+def _conv(variant: Variant, nhwc: bool = False) -> Variant:
+    return {**variant, "CONV": 2 if nhwc else 1}
 
 
 CONV_GEMM = register(Kernel(
@@ -85,7 +85,7 @@ CONV_GEMM = register(Kernel(
     source="gemm.comp",
     buffers=5,
     push=CONV_GEMM_PUSH,
-    defines={**GEMM.defines, "CONV": (1,)},
+    defines={**GEMM.defines, "CONV": (1, 2)},
     spec_constants=GEMM.spec_constants,
     variants=_variants,
     one_subgroup=GEMM.one_subgroup,
@@ -107,6 +107,9 @@ class ConvGemmProblem:
         bias: whether a ``[c_out]`` bias is given.
         epilogue: activation code, its two parameters and the residual mode.
         aligned_w: whether the weights' address is 16-byte aligned (wide A loads).
+        nhwc: the input is stored ``[n, h, w, c_in]`` and the weights
+            ``[c_out, kh, kw, cin_g]`` (the layout measurement of docs/vision.md; the output
+            stays NCHW). The shapes above are still given in NCHW order.
     """
 
     dtype: str
@@ -120,6 +123,7 @@ class ConvGemmProblem:
     bias: bool
     epilogue: Epilogue
     aligned_w: bool = True
+    nhwc: bool = False
 
     @property
     def gemm(self) -> GemmShape:
@@ -184,7 +188,8 @@ def conv_gemm_plan(caps: DeviceCaps, problem: ConvGemmProblem, force: str | None
         raise VkumdValueError(f"conv2d: a {shape.m}x{shape.n} output per group needs "
                               f"{tiles[0]}x{tiles[1]}x{problem.groups} workgroups, more than "
                               f"{caps.name} dispatches ({tuple(limits)}); split the image")
-    return ConvGemmLaunchPlan(caps, problem, name, CONV_GEMM.specialize(_conv(variant)), tiles)
+    program = CONV_GEMM.specialize(_conv(variant, problem.nhwc))
+    return ConvGemmLaunchPlan(caps, problem, name, program, tiles)
 
 
 @dataclass(frozen=True)
@@ -226,7 +231,9 @@ class ConvGemmLaunchPlan:
                  | (_FLAG_RESIDUAL if mode != RESIDUAL_NONE else 0)
                  | (_FLAG_RESIDUAL_FIRST if mode == RESIDUAL_BEFORE else 0))
         esize = 4 if p.dtype == "float32" else 2
-        b_batch = c_in // p.groups * h * wd
+        # NCHW: one group of one image; NHWC: one image (the kernel adds the group's channels).
+        b_batch = c_in * h * wd if p.nhwc else c_in // p.groups * h * wd
+        b_entries = p.groups if p.nhwc else 1
         out_binding = out.binding
         buffers = tuple(t.binding if t is not None and t.binding is not None else out_binding
                         for t in (w, x, out, bias, residual))
@@ -235,7 +242,7 @@ class ConvGemmLaunchPlan:
         launches = []
         for first in range(0, entries, step):
             push = CONV_GEMM_PUSH.pack(
-                w.address, x.address + first * b_batch * esize,
+                w.address, x.address + first // b_entries * b_batch * esize,
                 out.address + first * s.m * s.n * esize,
                 bias.address if bias is not None else 0,
                 residual.address + first * s.m * s.n * esize if residual is not None else 0,
