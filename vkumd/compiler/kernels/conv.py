@@ -2,12 +2,11 @@
 ``shaders/im2col.comp`` (the columns of a one-group convolution, then the GEMM) and the
 inference batch-norm kernel ``shaders/batch_norm.comp``.
 
-The planner's choice (:func:`conv2d_is_gemm`, :func:`im2col_blocks`, :func:`conv2d_block`):
-a 1x1, stride-1, unpadded, one-group convolution is the GEMM itself; another one-group
-convolution whose columns fit :data:`IM2COL_MAX_BYTES` is im2col + GEMM; grouped and
-depthwise convolutions (and the oversized) take the direct kernel. 1-D convolution is a
-height-1 2-D one. An implicit-GEMM B loader over the GEMM family's tiles (no column buffer)
-is still to come (issue 26).
+What each path takes (:func:`conv2d_is_gemm`, :func:`im2col_blocks`, :func:`depthwise_fits`,
+:func:`grouped_as_gemm`); which one a convolution runs is
+:func:`vkumd.compiler.kernels.conv_route.conv_route`'s choice, between these, the GEMM and
+the implicit GEMM (:mod:`vkumd.compiler.kernels.conv_gemm`). 1-D convolution is a height-1
+2-D one.
 """
 
 from __future__ import annotations
@@ -224,7 +223,8 @@ IM2COL = register(Kernel(
     spec_constants={WORKGROUP: 0},
     variants=_conv_variants,
 ))
-# The largest column buffer (bytes) the im2col path takes; past it the direct kernel runs.
+# The largest column buffer (bytes) the im2col path takes in one block (conv_route then
+# prefers the implicit GEMM, which needs none, to several blocks).
 IM2COL_MAX_BYTES = 64 << 20
 
 
