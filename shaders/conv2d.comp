@@ -4,8 +4,7 @@
 // channels ic and the kernel taps (ky, kx) of x[n, ic, oy*sy - pt + ky*dy, ox*sx - pl + kx*dx]
 // * w[oc, ic - group start, ky, kx]; taps outside the input read zero (padding, any of the
 // four sides). Float32 accumulation. The correct-for-every-case kernel (groups, depthwise,
-// dilation, asymmetric pads); an implicit-GEMM path sharing the GEMM's tiles is the planned
-// fast one for dense convolutions.
+// dilation, asymmetric pads); dense convolutions take the implicit GEMM (gemm.comp, CONV).
 //
 // An invocation owns one output pixel (consecutive lanes, consecutive pixels) and walks a run
 // of rows_per rows of (image, output-channel block), stepping them by increments: the

@@ -29,6 +29,16 @@
 //     accumulator matrices (a shape the driver lists) for the whole K loop, fed from
 //     double-buffered shared-memory slices filled by 16-byte loads; see its section.
 //   PATH_PACK: not a GEMM; copies op(B) into contiguous column panels for PATH_LANES.
+//
+// CONV = 1 makes the GEMM a convolution (implicit GEMM): op(B) is the im2col matrix of an
+// NCHW input, never stored: B[k, n] with k = (c * kh + ky) * kw + kx and n = oy * ow + ox is
+// x[c, oy*sy - pt + ky*dy, ox*sx - pl + kx*dx], zero outside the input, each load computing
+// its address (see the CONV section). The batch runs over (image, group): entry z takes
+// group z % groups's weights (A) and row bias, and its input channels and outputs are
+// consecutive blocks, so B, C and the residual step by their plain batch strides.
+// CONV = 2 reads the input in NHWC instead (a layout measurement, docs/vision.md): k =
+// (ky * kw + kx) * cin_g + c, the weights [c_out, kh, kw, cin_g], B's batch stride one image
+// (h * w * c_in) and group g's channels at offset g * cin_g. The output stays NCHW.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference2 : require
 #extension GL_EXT_shader_explicit_arithmetic_types : require
@@ -50,6 +60,9 @@
 #endif
 #ifndef PATH
 #define PATH PATH_LANES
+#endif
+#ifndef CONV
+#define CONV 0
 #endif
 
 #define I8 5  // int8 x int8 -> int32 (only this kernel takes it)
@@ -139,6 +152,20 @@ layout(push_constant) uniform Params {
     float act_p0;       // the activation's parameters (clip's bounds, leaky_relu's slope)
     float act_p1;
     uint bias_batch;    // row bias: elements between batch entries' biases (0: shared)
+#if CONV
+    uint conv_h;        // the input's height and width (B's batch stride is c_in/groups*h*w)
+    uint conv_w;
+    uint conv_ow;       // output width: column n is output pixel (n / ow, n % ow)
+    uint conv_kh;       // kernel taps, strides, dilation, top and left pads
+    uint conv_kw;
+    uint conv_sy;
+    uint conv_sx;
+    uint conv_dy;
+    uint conv_dx;
+    int conv_pt;
+    int conv_pl;
+    uint conv_groups;   // batch entry z uses the weights and bias of group z % groups
+#endif
 } pc;
 
 #define FLAG_BIAS 1u
@@ -169,6 +196,57 @@ ACC load_at(uint64_t base, uint index) {
     return LOAD(load_elem(base, index));
 }
 
+// The batch entry whose A (and row bias) this workgroup uses.
+uint a_entry() {
+#if CONV
+    return gl_WorkGroupID.z % pc.conv_groups;
+#else
+    return gl_WorkGroupID.z;
+#endif
+}
+
+#if CONV
+// The implicit GEMM's B: the input element at (iy, ix) of the channel plane starting at
+// element `plane` of the batch entry's input, or 0 in the padding. The load always reads in
+// bounds (the plane's first element when outside) and the select drops it.
+ACC conv_b(uint64_t b, int iy, int ix, uint plane) {
+    bool inside = uint(iy) < pc.conv_h && uint(ix) < pc.conv_w;  // a negative is huge
+#if CONV == 2
+    // NHWC: `plane` is the channel; pixels are c_in elements apart.
+    uint c_in = pc.K / (pc.conv_kh * pc.conv_kw) * pc.conv_groups;
+    uint index = inside ? (uint(iy) * pc.conv_w + uint(ix)) * c_in + plane : plane;
+#else
+    uint index = inside ? plane + uint(iy) * pc.conv_w + uint(ix) : plane;
+#endif
+    ACC v = load_at(b, index);
+    return inside ? v : ACC(0);
+}
+
+// op(B)[k, n] from scratch (k < K, n < N): the shared and cooperative-matrix paths' loader.
+ACC conv_b_at(uint64_t b, uint k, uint n) {
+    uint taps = pc.conv_kh * pc.conv_kw;
+#if CONV == 2
+    uint cin_g = pc.K / taps;
+    uint t = k / cin_g;
+    uint c = k - t * cin_g;
+#else
+    uint c = k / taps;
+    uint t = k - c * taps;
+#endif
+    uint ky = t / pc.conv_kw;
+    uint kx = t - ky * pc.conv_kw;
+    uint oy = n / pc.conv_ow;
+    uint ox = n - oy * pc.conv_ow;
+#if CONV == 2
+    uint plane = c;
+#else
+    uint plane = c * pc.conv_h * pc.conv_w;
+#endif
+    return conv_b(b, int(oy * pc.conv_sy + ky * pc.conv_dy) - pc.conv_pt,
+                  int(ox * pc.conv_sx + kx * pc.conv_dx) - pc.conv_pl, plane);
+}
+#endif
+
 // The epilogue: every path hands each finished accumulator to this, once, in range.
 #if DTYPE == I8
 void finish(uint64_t c, uint64_t residual, uint row, uint col, int acc) {
@@ -189,7 +267,7 @@ void finish_biased(uint64_t c, uint64_t residual, uint row, uint col, float acc,
                    float bias_v) {
     float v = pc.alpha * acc + bias_v;
     if ((pc.flags & FLAG_BIAS_ROW) != 0u) {
-        v += load_at(pc.bias, gl_WorkGroupID.z * pc.bias_batch + row);
+        v += load_at(pc.bias, a_entry() * pc.bias_batch + row);
     }
     uint index = row * pc.N + col;
     bool residual_first = (pc.flags & FLAG_RESIDUAL_FIRST) != 0u;
@@ -227,8 +305,14 @@ struct Bases {
 Bases batch_bases() {
     uint batch = gl_WorkGroupID.z;
     Bases p;
-    p.a = elem_offset(pc.a, batch * pc.a_batch);
+    p.a = elem_offset(pc.a, a_entry() * pc.a_batch);
+#if CONV == 2
+    uint cin_g = pc.K / (pc.conv_kh * pc.conv_kw);
+    p.b = elem_offset(pc.b, batch / pc.conv_groups * pc.b_batch
+                            + batch % pc.conv_groups * cin_g);
+#else
     p.b = elem_offset(pc.b, batch * pc.b_batch);
+#endif
     p.c = pc.c + uint64_t(batch * pc.M * pc.N) * uint64_t(OUT_BYTES);
     p.residual = elem_offset(pc.residual, batch * pc.r_batch);
     return p;
@@ -358,13 +442,51 @@ uint lane_col(uint n0, uint lane, uint j, uint c) {
 #endif
 
 // Elements between consecutive K of one column of op(B) as the B loads walk it.
-#if WIDE_B == 2
+#if CONV
+#define B_K_STRIDE 0u  // the convolution's loads walk the kernel taps instead
+#elif WIDE_B == 2
 #define B_K_STRIDE 1u
 #else
 #define B_K_STRIDE pc.sbk
 #endif
 
-#if WIDE_B == 2
+#if CONV == 2
+// NHWC: the channel moves fastest, then kx, then ky.
+#define CONV_NEXT_TAP                                                                     \
+    if (++tap_plane == tap_cin) {                                                         \
+        tap_plane = 0u;                                                                   \
+        tap_dx += int(pc.conv_dx);                                                        \
+        if (++tap_kx == pc.conv_kw) {                                                     \
+            tap_kx = 0u;                                                                  \
+            tap_dx = 0;                                                                   \
+            tap_dy += int(pc.conv_dy);                                                    \
+        }                                                                                 \
+    }
+#else
+#define CONV_NEXT_TAP                                                                     \
+    tap_dx += int(pc.conv_dx);                                                            \
+    if (++tap_kx == pc.conv_kw) {                                                         \
+        tap_kx = 0u;                                                                      \
+        tap_dx = 0;                                                                       \
+        tap_dy += int(pc.conv_dy);                                                        \
+        if (++tap_ky == pc.conv_kh) {                                                     \
+            tap_ky = 0u;                                                                  \
+            tap_dy = 0;                                                                   \
+            tap_plane += pc.conv_h * pc.conv_w;                                           \
+        }                                                                                 \
+    }
+#endif
+#if CONV
+// The implicit GEMM: K is walked tap by tap, (kx, ky, input channel) advanced by increments
+// (uniform across the subgroup; no division in the loop), and each lane's columns keep their
+// output pixel's top-left input corner (cy0, cx0) from before the loop.
+#define LOAD_B_K(STEPS)
+#define LOAD_B_N(kk, STEPS)                                                               \
+    [[unroll]] for (uint j = 0u; j < NJ; ++j) {                                           \
+        bv[j] = conv_b(b, cy0[j] + tap_dy, cx0[j] + tap_dx, tap_plane);                   \
+    }                                                                                     \
+    CONV_NEXT_TAP
+#elif WIDE_B == 2
 // B transposed: each lane's column is contiguous along K; load STEPS K values per column.
 #define LOAD_B_K(STEPS)                                                                   \
     ACC bk[NJ * STEPS];                                                                   \
@@ -438,6 +560,25 @@ void main() {
     [[unroll]] for (uint j = 0u; j < NJ; ++j) {
         bp[j] = b + uint64_t(bcol[j]) * uint64_t(ELEM_BYTES);
     }
+#if CONV
+    // Each column's output pixel (past N: the last one's, never stored) and the tap walk.
+    int cy0[NJ];
+    int cx0[NJ];
+    [[unroll]] for (uint j = 0u; j < NJ; ++j) {
+        uint col = min(lane_col(n0, lane, j, 0u), pc.N - 1u);
+        uint oy = col / pc.conv_ow;
+        cy0[j] = int(oy * pc.conv_sy) - pc.conv_pt;
+        cx0[j] = int((col - oy * pc.conv_ow) * pc.conv_sx) - pc.conv_pl;
+    }
+    uint tap_kx = 0u;
+    uint tap_ky = 0u;
+    int tap_dx = 0;
+    int tap_dy = 0;
+    uint tap_plane = 0u;  // NCHW: the channel plane's first element; NHWC: the channel
+#if CONV == 2
+    uint tap_cin = pc.K / (pc.conv_kh * pc.conv_kw);
+#endif
+#endif
     ACC acc[TM * NC];
     [[unroll]] for (uint i = 0u; i < TM * NC; ++i) {
         acc[i] = ACC(0);
@@ -495,8 +636,12 @@ void stage(Bases base, uint m0, uint n0, uint k0, uint tid, uint threads) {
     for (uint i = tid; i < BK * BN; i += threads) {
         uint col = n0 + i % BN;
         uint k = k0 + i / BN;
+#if CONV
+        sB[i] = (col < pc.N && k < pc.K) ? SH_T(conv_b_at(base.b, k, col)) : SH_T(0);
+#else
         sB[i] = (col < pc.N && k < pc.K) ? SH_T(load_at(base.b, k * pc.sbk + col * pc.sbn))
                                          : SH_T(0);
+#endif
     }
 }
 
@@ -661,6 +806,22 @@ uvec4 fetch(uint64_t base, uint outer, uint inner, uint outer_n, uint inner_n, u
                  h[6] | (h[7] << 16));
 }
 
+#if CONV
+// Eight consecutive columns n.. of the implicit GEMM's row k, as float16 bits (zero past the
+// matrix).
+uvec4 fetch_conv(uint64_t base, uint k, uint n) {
+    uint h[8];
+    [[unroll]] for (uint c = 0u; c < 8u; ++c) {
+        h[c] = 0u;
+        if (k < pc.K && n + c < pc.N) {
+            h[c] = uint(float16BitsToUint16(float16_t(conv_b_at(base, k, n + c))));
+        }
+    }
+    return uvec4(h[0] | (h[1] << 16), h[2] | (h[3] << 16), h[4] | (h[5] << 16),
+                 h[6] | (h[7] << 16));
+}
+#endif
+
 // This invocation's words of the op(A) slice at k0, into registers.
 void fetch_a(Bases base, uint m0, uint k0, uint tid, out uvec4 regs[A_LOADS]) {
     [[unroll]] for (uint i = 0u; i < A_LOADS; ++i) {
@@ -685,7 +846,9 @@ void fetch_b(Bases base, uint n0, uint k0, uint tid, out uvec4 regs[B_LOADS]) {
         uint col = (v % (B_COLS / 8u)) * 8u;
         regs[i] = uvec4(0u);
         if (B_VECS % THREADS == 0u || v < B_VECS) {
-#if B_T == 0
+#if CONV
+            regs[i] = fetch_conv(base.b, k0 + row, n0 + col);
+#elif B_T == 0
             regs[i] = fetch(base.b, k0 + row, n0 + col, pc.K, pc.N, pc.sbk, pc.sbn, B_VEC != 0);
 #else
             regs[i] = fetch(base.b, n0 + row, k0 + col, pc.N, pc.K, pc.sbn, pc.sbk, B_VEC != 0);

@@ -5,12 +5,16 @@ bad inputs each refused with a clear error."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from transformer_checks import assert_close, assert_each_raises, poisoned, sample, tensor
 
 from vkumd import ops
 from vkumd.compiler.kernels import conv as conv_kernels
+from vkumd.compiler.kernels import conv_route as conv_route_module
+from vkumd.compiler.kernels.conv_gemm import available_conv_gemm_variants
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.execute import CompiledGraph
 from vkumd.framework.graph import GraphBuilder, evaluate
@@ -61,23 +65,34 @@ CASES = [
 ]
 
 
+def force_path(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """Route every convolution to ``path`` (of ``conv_route.CONV_PATHS``) through the
+    planner's own ``force``, which refuses a path that cannot take the convolution."""
+    monkeypatch.setattr(conv_op, "conv_route",
+                        functools.partial(conv_route_module.conv_route, force=path))
+
+
 def force_direct(monkeypatch: pytest.MonkeyPatch) -> None:
     """Route every convolution to the direct kernel (not im2col + GEMM, not the 1x1 GEMM, not
     the depthwise kernel)."""
-    monkeypatch.setattr(conv_op, "im2col_blocks", lambda *args: None)
-    monkeypatch.setattr(conv_op, "conv2d_is_gemm", lambda *args: False)
-    monkeypatch.setattr(conv_op, "depthwise_fits", lambda *args: False)
+    force_path(monkeypatch, "direct")
 
 
-@pytest.mark.parametrize("path", ["chosen", "direct"])
+@pytest.mark.parametrize("path", ["chosen", "direct", "implicit", "im2col"])
 @pytest.mark.parametrize("case", CASES, ids=str)
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_matches_float64(ctx, monkeypatch: pytest.MonkeyPatch, dtype: str, case,
                          path: str) -> None:
-    """Every case on the planner's path and forced onto the direct kernel."""
-    if path == "direct":
-        force_direct(monkeypatch)
+    """Every case on the planner's path and forced onto the direct kernel, the implicit GEMM
+    and im2col + GEMM (where it takes the groups)."""
     shape, c_out, kernel, stride, dilation, pads, groups, has_bias = case
+    if path == "implicit" and not available_conv_gemm_variants(ctx.caps, dtype):
+        pytest.skip(f"{ctx.caps.name}'s push constants are too small for the implicit GEMM")
+    if path == "im2col" and not conv_kernels.grouped_as_gemm(c_out, groups):
+        pytest.skip("im2col + GEMM takes only groups of at least "
+                    f"{conv_kernels.GROUP_GEMM_MIN_CHANNELS} output channels")
+    if path != "chosen":
+        force_path(monkeypatch, path)
     rng = np.random.default_rng()
     x = sample(rng, dtype, shape)
     w = sample(rng, dtype, (c_out, shape[1] // groups, *kernel), scale=0.3)
@@ -248,6 +263,7 @@ def test_columns_past_the_limit_run_in_blocks_of_channels(ctx, monkeypatch: pyte
     """Columns larger than the limit are written a block of input channels at a time, each
     block's GEMM accumulating into the output (the first one overwriting the poison)."""
     monkeypatch.setattr(conv_kernels, "IM2COL_MAX_BYTES", limit)
+    force_path(monkeypatch, "im2col")
     rng = np.random.default_rng()
     x = rng.standard_normal((1, 7, 10, 9)).astype(np.float32)
     w = rng.standard_normal((5, 7, 3, 2)).astype(np.float32)

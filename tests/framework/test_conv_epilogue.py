@@ -10,15 +10,17 @@ import math
 
 import numpy as np
 import pytest
-from test_conv import force_direct, pixelwise
+from test_conv import force_direct, force_path, pixelwise
 from transformer_checks import assert_close, assert_each_raises, poisoned, sample, tensor
 
 from vkumd import ops
 from vkumd.compiler.kernels import conv as conv_kernels
 from vkumd.compiler.kernels import gemm_plan as gemm_plan_module
+from vkumd.compiler.kernels.conv_route import conv_route
 from vkumd.compiler.kernels.limits import EPILOGUE_ACTIVATIONS
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.opset import conv as conv_op
+from vkumd.vk.caps import DeviceCaps
 
 
 def _sigmoid(v: np.ndarray) -> np.ndarray:
@@ -87,6 +89,7 @@ PATHS = {
     "direct": ((2, 4, 9, 7), 8, (3, 2), (1, 2), (0, 1, 1, 0), 2),
     "blocked": ((1, 7, 10, 9), 5, (3, 2), (1, 2), (1, 0, 2, 1), 1),
     "split_k": ((1, 16, 5, 3), 6, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+    "implicit": ((2, 6, 9, 11), 16, (3, 2), (2, 1), (1, 0, 2, 1), 2),
 }
 COMBOS = [("relu", "none"), ("clip", "after"), ("hardswish", "before"),
           ("leaky_relu", "after"), (None, "before"), ("silu", "none")]
@@ -96,7 +99,9 @@ def force(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     """Route the convolutions to ``path`` where the planner would not choose it."""
     if path == "direct":
         force_direct(monkeypatch)
-    elif path == "blocked":
+    elif path in ("im2col", "grouped", "blocked", "split_k"):
+        force_path(monkeypatch, "im2col")
+    if path == "blocked":
         monkeypatch.setattr(conv_kernels, "IM2COL_MAX_BYTES", 3000)
     elif path == "split_k":
         monkeypatch.setattr(gemm_plan_module, "SPLIT_K_UNDERFILL", 0)
@@ -104,8 +109,8 @@ def force(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
         monkeypatch.setattr(gemm_plan_module, "SPLIT_K_MIN_SLICE", 32)
 
 
-def chosen_path(path: str) -> None:
-    """Check that the case reaches the path it is named for."""
+def chosen_path(caps: DeviceCaps, path: str) -> None:
+    """Check that the case reaches the path it is named for (on ``caps``)."""
     shape, c_out, kernel, stride, pads, groups = PATHS[path]
     w_shape = (c_out, shape[1] // groups, *kernel)
     out_hw = ((shape[2] + pads[0] + pads[2] - kernel[0]) // stride[0] + 1,
@@ -121,6 +126,10 @@ def chosen_path(path: str) -> None:
         assert conv_kernels.depthwise_fits(shape[1], w_shape, stride, (1, 1), groups)
     elif path in ("im2col", "grouped", "split_k"):
         assert not gemm and blocks is not None and len(blocks) == 1
+    elif path == "implicit":
+        route = conv_route(caps, "float32", shape, w_shape, out_hw, stride, (1, 1),
+                           pads, groups)
+        assert route.path == "implicit"
 
 
 @pytest.mark.parametrize("path", list(PATHS))
@@ -129,7 +138,7 @@ def test_every_path_applies_the_epilogue(ctx, monkeypatch: pytest.MonkeyPatch,
     """Each path, forced where needed, with activations, parameters and both residual
     orders."""
     force(monkeypatch, path)
-    chosen_path(path)
+    chosen_path(ctx.caps, path)
     if path == "split_k":
         shape, c_out, kernel, stride, pads, groups = PATHS[path]
         problem = gemm_plan_module.GemmProblem(
@@ -142,7 +151,7 @@ def test_every_path_applies_the_epilogue(ctx, monkeypatch: pytest.MonkeyPatch,
 
 
 @pytest.mark.parametrize("act", list(EPILOGUE_ACTIVATIONS))
-@pytest.mark.parametrize("path", ["gemm", "direct"])
+@pytest.mark.parametrize("path", ["gemm", "direct", "implicit"])
 def test_every_activation(ctx, monkeypatch: pytest.MonkeyPatch, act: str | None,
                           path: str) -> None:
     """Every activation of the table in the GEMM's store and in the direct kernel's (the
@@ -151,7 +160,7 @@ def test_every_activation(ctx, monkeypatch: pytest.MonkeyPatch, act: str | None,
     run_case(ctx, "float32", *PATHS[path], act, "after")
 
 
-@pytest.mark.parametrize("path", ["gemm", "im2col", "depthwise", "direct"])
+@pytest.mark.parametrize("path", ["gemm", "im2col", "depthwise", "direct", "implicit"])
 def test_float16(ctx, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     force(monkeypatch, path)
     run_case(ctx, "float16", *PATHS[path], "hardswish", "after")

@@ -9,6 +9,7 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     add_norm,
     attention,
     conv,
+    conv_gemm,
     fused_elementwise,
     gather,
     index,

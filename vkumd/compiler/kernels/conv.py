@@ -2,12 +2,11 @@
 ``shaders/im2col.comp`` (the columns of a one-group convolution, then the GEMM) and the
 inference batch-norm kernel ``shaders/batch_norm.comp``.
 
-The planner's choice (:func:`conv2d_is_gemm`, :func:`im2col_blocks`, :func:`conv2d_block`):
-a 1x1, stride-1, unpadded, one-group convolution is the GEMM itself; another one-group
-convolution whose columns fit :data:`IM2COL_MAX_BYTES` is im2col + GEMM; grouped and
-depthwise convolutions (and the oversized) take the direct kernel. 1-D convolution is a
-height-1 2-D one. An implicit-GEMM B loader over the GEMM family's tiles (no column buffer)
-is still to come (issue 26).
+What each path takes (:func:`conv2d_is_gemm`, :func:`im2col_blocks`, :func:`depthwise_fits`,
+:func:`grouped_as_gemm`); which one a convolution runs is
+:func:`vkumd.compiler.kernels.conv_route.conv_route`'s choice, between these, the GEMM and
+the implicit GEMM (:mod:`vkumd.compiler.kernels.conv_gemm`). 1-D convolution is a height-1
+2-D one.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ NO_EPILOGUE: Epilogue = (0, 0.0, 0.0, 0)
 _MAX_ELEMENTS = (1 << 32) - 1
 
 
-def _check_indexing(op: str, **sizes: int) -> None:
+def check_indexing(op: str, **sizes: int) -> None:
     """Refuse a tensor past the kernels' 32-bit indexing.
 
     Raises:
@@ -126,7 +125,7 @@ def conv2d_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
     """
     n, c_in, h, w = x_shape
     c_out, _, kh, kw = w_shape
-    _check_indexing("conv2d", x=n * c_in * h * w, out=n * c_out * out_hw[0] * out_hw[1])
+    check_indexing("conv2d", x=n * c_in * h * w, out=n * c_out * out_hw[0] * out_hw[1])
     block = oc_block or conv2d_block(c_out, groups)
     if (c_out // groups) % block:
         raise VkumdValueError(f"conv2d: oc_block={block} does not divide the "
@@ -202,7 +201,7 @@ def depthwise_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, in
         VkumdValueError: a tensor past the kernel's 32-bit indexing.
     """
     n, c, h, w = x_shape
-    _check_indexing("conv2d", x=n * c * h * w, out=n * c * out_hw[0] * out_hw[1])
+    check_indexing("conv2d", x=n * c * h * w, out=n * c * out_hw[0] * out_hw[1])
     per_row = -(-out_hw[1] // DEPTHWISE_STRIP)
     rows_per, grid = row_runs(caps, n * c, out_hw[0] * per_row, rows_per)
     program = CONV2D_DEPTHWISE.specialize({"DTYPE": code, "KERNEL": kernel,
@@ -224,7 +223,8 @@ IM2COL = register(Kernel(
     spec_constants={WORKGROUP: 0},
     variants=_conv_variants,
 ))
-# The largest column buffer (bytes) the im2col path takes; past it the direct kernel runs.
+# The largest column buffer (bytes) the im2col path takes in one block (conv_route then
+# prefers the implicit GEMM, which needs none, to several blocks).
 IM2COL_MAX_BYTES = 64 << 20
 
 
@@ -295,7 +295,7 @@ def batch_norm_plan(caps: DeviceCaps, code: str, total: int, channels: int, inne
     Raises:
         VkumdValueError: a tensor past the kernel's 32-bit indexing.
     """
-    _check_indexing("batch_norm", x=total)
+    check_indexing("batch_norm", x=total)
     program = BATCH_NORM.specialize({"DTYPE": code, WORKGROUP: ELEMENTWISE_WORKGROUP})
     push = BATCH_NORM_PUSH.pack(total, channels, inner, eps)
     return FixedLaunch(program, push, looped_grid(caps, -(-total // ELEMENTWISE_WORKGROUP)),

@@ -1,11 +1,12 @@
 """Convolution over NCHW tensors: ``conv2d`` (1-D convolution is a height-1 2-D one).
 
 The geometry (strides, dilation, the four pads, groups) is checked once, in the rule, which
-the eager function and every frontend share. The planner (:mod:`vkumd.compiler.kernels.conv`)
-picks the path: the GEMM for a pointwise convolution, im2col + GEMM for other one-group ones
-and groups of at least 8 output channels, the depthwise kernel
-``shaders/conv2d_depthwise.comp`` for 3x3 and 5x5 depthwise ones at horizontal stride 1, the
-direct kernel ``shaders/conv2d.comp`` for the rest. Each path applies the epilogue
+the eager function and every frontend share. The planner
+(:func:`vkumd.compiler.kernels.conv_route.conv_route`) picks the path: the GEMM for a
+pointwise convolution, the depthwise kernel ``shaders/conv2d_depthwise.comp`` for 3x3 and 5x5
+depthwise ones at horizontal stride 1, the direct kernel ``shaders/conv2d.comp`` for groups
+too narrow for the GEMM's tiles, and the implicit GEMM (or im2col + GEMM) for the rest. Each
+path applies the epilogue
 (:mod:`vkumd.framework.opset.conv_epilogue`: bias, activation, residual) in its store.
 """
 
@@ -19,13 +20,12 @@ import numpy as np
 
 from vkumd.compiler.kernels.conv import (
     CONV_CODES,
-    conv2d_is_gemm,
     conv2d_plan,
-    depthwise_fits,
     depthwise_plan,
-    im2col_blocks,
     im2col_plan,
 )
+from vkumd.compiler.kernels.conv_gemm import ConvGemmProblem, conv_gemm_plan
+from vkumd.compiler.kernels.conv_route import conv_route
 from vkumd.compiler.kernels.limits import CONV_DTYPES
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.graph.dims import Dim, constant_part, divide_exact, format_shape
@@ -271,12 +271,21 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None,
                               f"{format_shape(w.shape)} is empty but the output "
                               f"{format_shape(shape)} is not (padding alone); give at least "
                               "one input element and one kernel tap")
-    if conv2d_is_gemm(w.shape[2:], tuple(stride), tuple(pads), int(groups), w.shape[0]):
+    route = conv_route(x.context.caps, x.dtype.name, x.shape, w.shape, shape[2:],
+                       tuple(stride), tuple(dilation), tuple(pads), int(groups))
+    if route.path == "gemm":
         _group_gemm(w, reshape(x, (x.shape[0], x.shape[1], x.shape[2] * x.shape[3])), bias,
                     residual, out, int(groups), epilogue)
         return out
-    blocks = im2col_blocks(x.shape, w.shape, shape[2:], int(groups), x.dtype.itemsize)
-    if blocks is not None:
+    if route.path == "implicit":
+        problem = ConvGemmProblem(x.dtype.name, x.shape, w.shape, shape[2:], tuple(stride),
+                                  tuple(dilation), (pads[0], pads[1]), int(groups),
+                                  bias is not None, epilogue, w.address % 16 == 0)
+        x.context.run(conv_gemm_plan(x.context.caps, problem), (x, w, bias, out, residual))
+        return out
+    if route.path == "im2col":
+        blocks = route.blocks
+        assert blocks is not None
         # Blocks accumulate, so their epilogue comes after the last; an activation then
         # reads the sums from a scratch tensor (the ops do not overwrite their input).
         sums = out if len(blocks) == 1 or activation is None else x.context.empty(
@@ -287,7 +296,7 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None,
             apply_epilogue(sums, out, bias, residual, activation, params,
                            bool(residual_first))
         return out
-    if depthwise_fits(x.shape[1], w.shape, tuple(stride), tuple(dilation), int(groups)):
+    if route.path == "depthwise":
         plan = depthwise_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape[2],
                               shape[2:], stride[0], (pads[0], pads[1]), bias is not None,
                               epilogue=epilogue)
