@@ -31,6 +31,7 @@ from vkumd.framework.frontends.onnx import (  # noqa: F401
     ops_reduce,
     ops_resample,
     ops_rows,
+    ops_sequence,
     ops_shape,
     ops_vision,
 )
