@@ -1,5 +1,6 @@
 """Converters of ONNX's sequence-model state operators (opset 24 on): TensorScatter (a KV
-cache update) and CausalConvWithState (Mamba-style short convolution with carried state).
+cache update), CausalConvWithState (Mamba-style short convolution with carried state) and
+LinearAttention (a recurrent state updated per token).
 
 Both are compositions of ops that exist:
 
@@ -12,6 +13,8 @@ Both are compositions of ops that exist:
 - CausalConvWithState is ``concat(past_state or zeros, input)`` along time, a depthwise
   ``conv2d`` (height 1, groups = channels, no padding), an optional SiLU, and the last
   ``k - 1`` columns of the padded input as the present state.
+- LinearAttention is its recurrence unrolled over the tokens (up to
+  :data:`MAX_UNROLLED_TOKENS`): matmuls and elementwise ops on ``[batch * kv_heads, ...]``.
 """
 
 from __future__ import annotations
@@ -119,4 +122,107 @@ def causal_conv_with_state(st: State, node: onnx.NodeProto, attrs: dict[str, Any
         present = st.b.slice(padded, 2, 0, 0)
     else:
         present = st.b.slice(padded, 2, length - (k - 1), length)
+    return [y, present]
+
+
+# LinearAttention's recurrence is unrolled, a few nodes per token: beyond this many tokens
+# the graph would be larger than a kernel of its own is worth writing (not yet done).
+MAX_UNROLLED_TOKENS = 256
+_RULES = ("linear", "gated", "delta", "gated_delta")
+
+
+def _heads_first(st: State, x: Value, batch: int, steps: int, heads: int, width: int
+                 ) -> Value:
+    """``[batch, steps, heads * width]`` as ``[batch * heads, steps, width]``."""
+    x = st.b.permute(st.b.reshape(x, (batch, steps, heads, width)), (0, 2, 1, 3))
+    return st.b.reshape(x, (batch * heads, steps, width))
+
+
+@converter("LinearAttention", attrs=("chunk_size", "kv_num_heads", "q_num_heads", "scale",
+                                     "update_rule"))
+def linear_attention(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
+                     ) -> list[Bound | None]:
+    """The linear-attention recurrence (``linear``, ``gated``, ``delta``, ``gated_delta``)
+    unrolled over the tokens, in float32: per token a decay ``mul``, the delta rule's
+    ``matmul`` read and correction, the state's outer-product ``mul``/``add``, and one
+    ``matmul`` read by the (grouped) queries. ``chunk_size`` is a hint with no effect."""
+    rule = attrs.get("update_rule", "gated_delta")
+    if rule not in _RULES:
+        raise Unsupported(f"update_rule {rule!r} (ONNX's are {', '.join(_RULES)})")
+    if "q_num_heads" not in attrs or "kv_num_heads" not in attrs:
+        raise Unsupported("q_num_heads and kv_num_heads are required")
+    q_heads, kv_heads = int(attrs["q_num_heads"]), int(attrs["kv_num_heads"])
+    if q_heads <= 0 or kv_heads <= 0 or q_heads % kv_heads:
+        raise Unsupported(f"q_num_heads {q_heads} is not a multiple of kv_num_heads {kv_heads}")
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    if gating != st.present(node, 4) or delta != st.present(node, 5):
+        given = [name for i, name in ((4, "decay"), (5, "beta")) if st.present(node, i)]
+        raise Unsupported(f"update_rule {rule!r} with inputs {given or 'none'} of decay and "
+                          "beta (gated rules need decay, delta rules beta, and no others)")
+    q, k, v = (st.value(node.input[i]) for i in range(3))
+    shapes = [_as_int_sizes(tuple(t.shape), name) for t, name in
+              ((q, "query"), (k, "key"), (v, "value"))]
+    if any(len(s) != 3 for s in shapes) or q.dtype.name not in ("float32", "float16",
+                                                                "bfloat16"):
+        raise Unsupported(f"query, key, value of shapes {shapes} (float [batch, tokens, "
+                          "heads * size] each)")
+    batch, steps, _ = shapes[0]
+    d_k, d_v = shapes[0][2] // q_heads, shapes[2][2] // kv_heads
+    group, n = q_heads // kv_heads, batch * kv_heads
+    if steps > MAX_UNROLLED_TOKENS:
+        raise Unsupported(f"{steps} tokens at once (the recurrence is unrolled up to "
+                          f"{MAX_UNROLLED_TOKENS}; feed longer inputs in pieces with the state)")
+    out_dtype = q.dtype.name
+
+    def f32(x: Value) -> Value:
+        return x if x.dtype.name == "float32" else st.b.cast(x, "float32")
+
+    scale = float(attrs.get("scale", 0.0)) or 1.0 / math.sqrt(d_k)
+    qs = _heads_first(st, st.b.scale(f32(q), scale), batch, steps, kv_heads, group * d_k)
+    ks = _heads_first(st, f32(k), batch, steps, kv_heads, d_k)
+    vs = _heads_first(st, f32(v), batch, steps, kv_heads, d_v)
+    if st.present(node, 3):
+        past = st.value(node.input[3])
+        state_dtype = past.dtype.name
+        state = st.b.reshape(f32(past), (n, d_k, d_v))
+    else:
+        state_dtype = out_dtype
+        state = st.constant(np.zeros((n, d_k, d_v), np.float32), "float32")
+    gates = betas = None
+    if gating:
+        decay = st.value(node.input[4])
+        width = decay.shape[2] // kv_heads
+        if width not in (1, d_k) or decay.shape[2] % kv_heads:
+            raise Unsupported(f"decay of shape {tuple(decay.shape)} (last dimension "
+                              f"kv_num_heads or kv_num_heads * d_k)")
+        gates = _heads_first(st, st.b.exp(f32(decay)), batch, steps, kv_heads, width)
+    if delta:
+        beta = f32(st.value(node.input[5]))
+        if beta.shape[2] == 1 and kv_heads > 1:
+            beta = st.b.add(beta, st.constant(np.zeros(kv_heads, np.float32), "float32"))
+        if beta.shape[2] != kv_heads:
+            raise Unsupported(f"beta of shape {tuple(beta.shape)} (last dimension "
+                              "kv_num_heads or 1)")
+        betas = _heads_first(st, beta, batch, steps, kv_heads, 1)
+    outs = []
+    for t in range(steps):
+        k_t = st.b.slice(ks, 1, t, t + 1)                                  # [n, 1, d_k]
+        v_t = st.b.slice(vs, 1, t, t + 1)                                  # [n, 1, d_v]
+        if gates is not None:
+            g_t = st.b.slice(gates, 1, t, t + 1)
+            state = st.b.mul(state, st.b.reshape(g_t, (n, g_t.shape[2], 1)))
+        if betas is not None:
+            read = st.b.matmul(k_t, state)                                 # [n, 1, d_v]
+            v_t = st.b.mul(st.b.slice(betas, 1, t, t + 1), st.b.sub(v_t, read))
+        state = st.b.add(state, st.b.mul(st.b.reshape(k_t, (n, d_k, 1)), v_t))
+        q_t = st.b.reshape(st.b.slice(qs, 1, t, t + 1), (n, group, d_k))
+        outs.append(st.b.reshape(st.b.matmul(q_t, state), (n, 1, group * d_v)))
+    y = outs[0] if steps == 1 else st.b.concat(outs, axis=1)              # [n, T, g * d_v]
+    y = st.b.permute(st.b.reshape(y, (batch, kv_heads, steps, group * d_v)), (0, 2, 1, 3))
+    y = st.b.reshape(y, (batch, steps, q_heads * d_v))
+    present = st.b.reshape(state, (batch, kv_heads, d_k, d_v))
+    if out_dtype != "float32":
+        y = st.b.cast(y, out_dtype)
+    if state_dtype != "float32":
+        present = st.b.cast(present, state_dtype)
     return [y, present]
