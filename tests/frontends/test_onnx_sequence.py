@@ -156,3 +156,66 @@ def test_causal_conv_with_an_unknown_activation_is_refused(ctx) -> None:
     with pytest.raises(UnsupportedModelError, match="activation 'gelu'"):
         vkumd.onnx.load(model("CausalConvWithState", feeds, ("y", "state"),
                               activation="gelu"), ctx=ctx)
+
+
+def _linear_attention(q, k, v, past, decay, beta, q_heads, kv_heads, scale):
+    """The recurrence, token by token, in float64 (state ``[b, kv, d_k, d_v]``)."""
+    b, steps, _ = q.shape
+    d_k, d_v = q.shape[2] // q_heads, v.shape[2] // kv_heads
+    group = q_heads // kv_heads
+    q4 = q.reshape(b, steps, q_heads, d_k).astype(np.float64)
+    k4 = k.reshape(b, steps, kv_heads, d_k).astype(np.float64)
+    v4 = v.reshape(b, steps, kv_heads, d_v).astype(np.float64)
+    state = np.zeros((b, kv_heads, d_k, d_v)) if past is None else past.astype(np.float64)
+    out = np.zeros((b, steps, q_heads, d_v))
+    for t in range(steps):
+        if decay is not None:
+            g = np.exp(decay[:, t].astype(np.float64)).reshape(b, kv_heads, -1)
+            state = state * g[..., None]
+        v_t = v4[:, t]
+        if beta is not None:
+            read = np.einsum("bhd,bhdm->bhm", k4[:, t], state)
+            v_t = beta[:, t].astype(np.float64).reshape(b, -1, 1) * (v_t - read)
+        state = state + k4[:, t][..., None] * v_t[..., None, :]
+        for h in range(q_heads):
+            out[:, t, h] = scale * np.einsum("bd,bdm->bm", q4[:, t, h], state[:, h // group])
+    return out.reshape(b, steps, q_heads * d_v), state
+
+
+@pytest.mark.parametrize(("rule", "q_heads", "kv_heads", "per_key_decay", "with_past"), [
+    ("linear", 2, 2, False, False), ("gated", 4, 2, True, True),
+    ("delta", 3, 3, False, True), ("gated_delta", 6, 2, False, False)])
+def test_linear_attention_matches_float64(ctx, rule: str, q_heads: int, kv_heads: int,
+                                          per_key_decay: bool, with_past: bool) -> None:
+    rng = np.random.default_rng()
+    b, steps, d_k, d_v = 2, 5, 6, 7
+    feeds = {"q": rng.standard_normal((b, steps, q_heads * d_k)),
+             "k": rng.standard_normal((b, steps, kv_heads * d_k)) * 0.3,
+             "v": rng.standard_normal((b, steps, kv_heads * d_v))}
+    names = ["q", "k", "v", "", "", ""]
+    if with_past:
+        feeds["past"] = rng.standard_normal((b, kv_heads, d_k, d_v))
+        names[3] = "past"
+    if rule in ("gated", "gated_delta"):
+        width = kv_heads * d_k if per_key_decay else kv_heads
+        feeds["decay"] = -rng.uniform(0.01, 0.5, (b, steps, width))
+        names[4] = "decay"
+    if rule in ("delta", "gated_delta"):
+        feeds["beta"] = rng.uniform(0.1, 0.9, (b, steps, kv_heads))
+        names[5] = "beta"
+    feeds = {n: a.astype(np.float32) for n, a in feeds.items()}
+    m = model("LinearAttention", feeds, ("y", "state"), names, q_num_heads=q_heads,
+              kv_num_heads=kv_heads, update_rule=rule)
+    got = vkumd.onnx.load(m, ctx=ctx)(**feeds)
+    want_y, want_state = _linear_attention(
+        feeds["q"], feeds["k"], feeds["v"], feeds.get("past"), feeds.get("decay"),
+        feeds.get("beta"), q_heads, kv_heads, 1 / np.sqrt(d_k))
+    assert rel_error(got["y"], want_y) < 1e-5
+    assert rel_error(got["state"], want_state) < 1e-5
+
+
+def test_linear_attention_without_its_decay_is_refused(ctx) -> None:
+    feeds = {n: np.ones((1, 2, 4), np.float32) for n in "qkv"}
+    with pytest.raises(UnsupportedModelError, match="gated rules need decay"):
+        vkumd.onnx.load(model("LinearAttention", feeds, ("y", "state"), q_num_heads=1,
+                              kv_num_heads=1, update_rule="gated"), ctx=ctx)
