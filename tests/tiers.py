@@ -185,6 +185,10 @@ TRANSFERS: dict[str, str] = {
     "tests/frontends/test_onnx_norms.py": "ONNX RMS, group, instance, MVN and L1 norms and "
                                           "RotaryEmbedding end to end",
     "tests/frontends/test_onnx_reduce.py": "ONNX Reduce* end to end",
+    "tests/frontends/test_onnx_signal.py": "ONNX DFT, STFT, windows and MelWeightMatrix end "
+                                           "to end",
+    "tests/frontends/test_onnx_sequence.py": "ONNX SwiGLU, TensorScatter and "
+                                             "CausalConvWithState end to end",
     "tests/frontends/test_onnx_index.py": "ONNX gathers, scatters, Trilu, Tile, OneHot and "
                                           "depth/space moves end to end",
     "tests/frontends/test_onnx_casts.py": "ONNX CastLike, Size, Range, Mod, Pow, EyeLike, integer, "

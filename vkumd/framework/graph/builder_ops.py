@@ -21,6 +21,7 @@ import numpy as np
 
 from vkumd.errors import VkumdTypeError
 from vkumd.framework.graph.dims import Dim, as_dim
+from vkumd.framework.graph.einsum import einsum_graph
 from vkumd.framework.graph.ir import Value
 from vkumd.framework.graph.registry import OPS, OpDef
 
@@ -286,6 +287,11 @@ class OpMethods:
             GraphError: shapes that differ off the axis. GraphTypeError: dtypes that differ.
         """
         return self._apply("concat", list(xs), {"axis": axis})
+
+    def einsum(self, equation: str, *xs: Value) -> Value:
+        """Einstein summation over ``xs`` (``vkumd.ops.einsum``): sums, permutes, reshapes
+        and one matmul per pair of operands (:mod:`vkumd.framework.graph.einsum`)."""
+        return einsum_graph(self, equation, xs)
 
     def split(self, x: Value, sizes: Sequence[object], axis: int) -> tuple[Value, ...]:
         """``x`` cut along ``axis`` into pieces of ``sizes``.

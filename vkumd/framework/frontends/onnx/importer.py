@@ -31,7 +31,9 @@ from vkumd.framework.frontends.onnx import (  # noqa: F401
     ops_reduce,
     ops_resample,
     ops_rows,
+    ops_sequence,
     ops_shape,
+    ops_signal,
     ops_vision,
 )
 from vkumd.framework.frontends.onnx.derived import Derived

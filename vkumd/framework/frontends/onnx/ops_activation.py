@@ -1,5 +1,5 @@
 """Converters of ONNX's activations with parameters (Clip, HardSigmoid, LeakyRelu, PRelu, Elu,
-Selu, Celu, ThresholdedRelu), its one-input math operators, and IsInf.
+Selu, Celu, ThresholdedRelu), its one-input math operators, IsInf and SwiGLU.
 
 Each becomes one IR op that runs as a generated elementwise kernel (float tensors), so it
 fuses with its neighbours; the attributes become the op's numeric attributes.
@@ -154,3 +154,19 @@ def is_inf(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
         return [st.b.eq(st.b.op("abs", x), st.constant(np.float32(np.inf), x.dtype.name))]
     target = np.inf if positive else -np.inf if negative else np.nan  # NaN equals nothing
     return [st.b.eq(x, st.constant(np.float32(target), x.dtype.name))]
+
+
+@converter("SwiGLU", attrs=("alpha",))
+def swiglu(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """``a * sigmoid(alpha * a) * b`` of equal shapes (ONNX does not broadcast here): the
+    ``swiglu`` op for alpha 1, ``swish`` times b otherwise (one generated kernel either way,
+    once fused)."""
+    a = _float_input(st, node)
+    b = st.value(node.input[1])
+    if tuple(a.shape) != tuple(b.shape):
+        raise Unsupported(f"SwiGLU of shapes {tuple(a.shape)} and {tuple(b.shape)} (ONNX asks "
+                          "for equal shapes; it does not broadcast)")
+    alpha = float(attrs.get("alpha", 1.0))
+    if alpha == 1.0:
+        return [st.b.op("swiglu", a, b)]
+    return [st.b.mul(st.b.op("swish", a, alpha=alpha), b)]

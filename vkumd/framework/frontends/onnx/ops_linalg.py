@@ -1,4 +1,4 @@
-"""Converters of MatMul, Gemm, Softmax, LayerNormalization and LpNormalization (the
+"""Converters of MatMul, Gemm, Einsum, Softmax, LayerNormalization and LpNormalization (the
 reductions: ops_reduce.py).
 
 vkumd's row kernels work over the last axis; other axes are permuted (or reshaped) there
@@ -12,9 +12,11 @@ from typing import Any
 import numpy as np
 import onnx
 
+from vkumd.errors import VkumdValueError
 from vkumd.framework.frontends.onnx.errors import Unsupported
 from vkumd.framework.frontends.onnx.state import Bound, State, converter
 from vkumd.framework.graph import Value, product
+from vkumd.framework.graph.einsum import einsum_graph
 
 
 def _axis(axis: int, ndim: int, what: str = "axis") -> int:
@@ -278,3 +280,15 @@ def lp_normalization(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
     unit = st.constant(np.full(n, n ** -0.5, np.float32), x.dtype.name)
     y = st.b.rms_norm(moved, unit, eps=1e-24 / n)
     return [y if inverse is None else st.b.permute(y, inverse)]
+
+
+@converter("Einsum", attrs=("equation",))
+def einsum(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """Einsum lowered to sums, permutes, reshapes and one matmul per pair of operands
+    (:mod:`vkumd.framework.graph.einsum`); a diagonal (an index repeated within one
+    operand) and size-1 broadcasting are refused."""
+    operands = [st.value(name) for name in node.input]
+    try:
+        return [einsum_graph(st.b, str(attrs["equation"]), operands)]
+    except VkumdValueError as exc:
+        raise Unsupported(str(exc)) from exc
