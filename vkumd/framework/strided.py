@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from vkumd.compiler.kernels.elementwise import storage_widths
-from vkumd.compiler.kernels.permute import gather_plan
+from vkumd.compiler.kernels.permute import strided_read_plan
 from vkumd.compiler.kernels.strided import strided_copy_plan
 from vkumd.errors import VkumdIndexError, VkumdTypeError, VkumdValueError
 
@@ -203,7 +203,7 @@ def launch_copy(src: Any, dst: Any) -> None:
             and min(src.element_strides, default=0) >= 0
             and width in storage_widths(caps)):
         try:
-            plan = gather_plan(caps, "contiguous", width, dst.shape, src.element_strides)
+            plan = strided_read_plan(caps, "contiguous", width, dst.shape, src.element_strides)
         except VkumdValueError:  # more dimensions than the permute kernel walks
             pass
         else:

@@ -20,6 +20,7 @@ from vkumd.framework.strided import (
     launch_copy,
 )
 from vkumd.framework.tensor_methods import EagerMethods
+from vkumd.framework.tensor_views import ViewMethods
 from vkumd.runtime.memory import Allocation
 from vkumd.vk.handle import Handle
 
@@ -67,7 +68,7 @@ class _SharedMemory:
             return self.count == 0
 
 
-class Tensor(EagerMethods, Handle):
+class Tensor(EagerMethods, ViewMethods, Handle):
     """A strided array in device memory: ``shape``, element strides and an element offset
     over an allocation, as a PyTorch tensor over its storage.
 
@@ -103,8 +104,8 @@ class Tensor(EagerMethods, Handle):
         """Number of elements."""
         self.nbytes = self.size * dtype.itemsize
         """Bytes of the elements (a view's, not its storage's)."""
-        self.element_strides = contiguous_strides(shape) if strides is None else strides
-        """Element strides, as ``torch.Tensor.stride()`` (read-only)."""
+        # None: row-major (worked out when asked: most tensors are never asked).
+        self._strides = strides
         self.element_offset = offset
         """The first element's index in the allocation, as ``storage_offset()`` (read-only)."""
         self.capacity = self.size if capacity is None else capacity
@@ -188,6 +189,12 @@ class Tensor(EagerMethods, Handle):
                 result.release()
                 raise
         return result
+
+    @property
+    def element_strides(self) -> tuple[int, ...]:
+        """Element strides, as ``torch.Tensor.stride()``."""
+        strides = self._strides
+        return contiguous_strides(self.shape) if strides is None else strides
 
     @property
     def ndim(self) -> int:

@@ -77,11 +77,11 @@ def permute_plan(caps: DeviceCaps, op: str, width: int, shape: tuple[int, ...],
     """
     out_shape = tuple(shape[d] for d in order)
     source_strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
-    return gather_plan(caps, op, width, out_shape, tuple(source_strides[d] for d in order))
+    return strided_read_plan(caps, op, width, out_shape, tuple(source_strides[d] for d in order))
 
 
 @functools.lru_cache(maxsize=PLANS)
-def gather_plan(caps: DeviceCaps, op: str, width: int, out_shape: tuple[int, ...],
+def strided_read_plan(caps: DeviceCaps, op: str, width: int, out_shape: tuple[int, ...],
                 strides: tuple[int, ...]) -> FixedLaunch:
     """A contiguous copy of the ``out_shape`` elements of a source read with element
     ``strides`` (non-negative; 0 repeats an element) from its binding's first element: a
