@@ -1,4 +1,5 @@
-"""Views and windows: reshape views share memory and lifetime; slices, concat and split copy.
+"""Views and windows: reshape views and slices share memory and lifetime; ops.slice,
+concat and split copy.
 
 Hazard tracking is checked by the synchronization validation the suite turns on
 (``tests/conftest.py``): a chain of ops alternating a tensor and its view must be ordered,
@@ -154,15 +155,16 @@ INDICES = [
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("key", INDICES, ids=str)
-def test_slicing_matches_numpy_and_copies(ctx, rng, dtype, key) -> None:
+def test_slicing_matches_numpy_and_shares_memory(ctx, rng, dtype, key) -> None:
     t, h = put(ctx, rng, dtype, (5, 7, 9, 6))
     got = t[key]
     want = h[key]
     assert got.shape == want.shape and got.dtype is t.dtype
     np.testing.assert_array_equal(got.numpy(), want)
     if got.size:
-        assert got.allocation is not t.allocation
-        ops.fill(got, 0)  # a copy: the source keeps its values
+        assert got.allocation is t.allocation
+        got.copy_(0)  # a view: the zeros land in the source, as numpy's view
+        h[key] = 0
         np.testing.assert_array_equal(t.numpy(), h)
 
 
@@ -177,10 +179,8 @@ def test_slice_op_with_out_and_axes(ctx, rng) -> None:
 
 def test_bad_slices_are_clear_errors(ctx) -> None:
     t = ctx.tensor(np.ones((3, 4), np.float32))
-    with pytest.raises(vkumd.VkumdValueError, match="step 1 only"):
-        t[::2]
-    with pytest.raises(vkumd.VkumdValueError, match="step 1 only"):
-        t[:, ::-1]
+    with pytest.raises(vkumd.VkumdValueError, match="step 0"):
+        t[::0]
     for fancy in ([0, 1], np.array([0]), t, True, 1.0, "a"):
         with pytest.raises(vkumd.VkumdTypeError, match="not supported"):
             t[fancy]
@@ -193,8 +193,8 @@ def test_bad_slices_are_clear_errors(ctx) -> None:
         t[..., 0, ...]
     with pytest.raises(vkumd.VkumdTypeError, match="bounds"):
         t[0.5:2]
-    with pytest.raises(vkumd.VkumdTypeError, match="not supported"):
-        t[0] = 1.0
+    with pytest.raises(vkumd.VkumdValueError, match="broadcast"):
+        t[0] = np.ones(5, np.float32)
     with pytest.raises(vkumd.VkumdValueError, match="starts"):
         ops.slice(t, [0, 1], [1])
     with pytest.raises(vkumd.VkumdValueError, match="repeat"):

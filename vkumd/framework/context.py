@@ -17,6 +17,7 @@ from vkumd.errors import (
 from vkumd.framework import dtypes
 from vkumd.framework.dlpack_check import checked_producer
 from vkumd.framework.opset import unary
+from vkumd.framework.strided import contiguous_operands
 from vkumd.framework.tensor import Tensor, normalize_shape
 from vkumd.runtime.context import RuntimeContext
 
@@ -50,6 +51,12 @@ class Context(RuntimeContext):
             t = ctx.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
             print(t.numpy())
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Kernels bind contiguous memory: a strided view among a launch's operands is copied
+        # first (vkumd.framework.strided), in the one place every op's launches pass.
+        self.run = contiguous_operands(self.run)
 
     def _new_tensor(self, shape: tuple[int, ...], dtype: dtypes.DType, zero: bool) -> Tensor:
         self.check_open("creating a tensor")

@@ -12,7 +12,15 @@ import numpy as np
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.dtypes import DType, as_array
+from vkumd.framework.strided import (
+    check_span,
+    contiguous_strides,
+    copy_into,
+    is_row_major,
+    launch_copy,
+)
 from vkumd.framework.tensor_methods import EagerMethods
+from vkumd.framework.tensor_views import ViewMethods
 from vkumd.runtime.memory import Allocation
 from vkumd.vk.handle import Handle
 
@@ -60,13 +68,17 @@ class _SharedMemory:
             return self.count == 0
 
 
-class Tensor(EagerMethods, Handle):
-    """A contiguous, row-major array in device memory.
+class Tensor(EagerMethods, ViewMethods, Handle):
+    """A strided array in device memory: ``shape``, element strides and an element offset
+    over an allocation, as a PyTorch tensor over its storage.
 
     Create tensors through a context (``ctx.tensor``, ``ctx.empty``, ``ctx.zeros``); the memory
     returns to the context's pool when the tensor is released or garbage-collected. Several
-    tensors may view one allocation (:meth:`alias`, behind ``reshape``/``view``): the memory
-    returns to the pool once every one of them is released, in any order.
+    tensors may view one allocation (:meth:`as_strided`, behind ``reshape``/``view``,
+    ``transpose``/``permute``/``.T``, ``expand``, ``t[...]``, ``narrow``, ``diagonal``): the
+    memory returns to the pool once every one of them is released, in any order. A view that
+    is not contiguous from its allocation's start is copied (one strided-copy launch) before
+    a kernel reads it; see :mod:`vkumd.framework.strided`.
 
     Operators and methods (``+``, ``@``, ``reshape``, ``t[1:3]``, ``sum`` …) come from
     :class:`~vkumd.framework.graph.methods.TensorMethods` (shared with the tracer's tensor)
@@ -80,7 +92,8 @@ class Tensor(EagerMethods, Handle):
     """
 
     def __init__(self, context: RuntimeContext, shape: tuple[int, ...], dtype: DType,
-                 allocation: Allocation | None) -> None:
+                 allocation: Allocation | None, strides: tuple[int, ...] | None = None,
+                 offset: int = 0, capacity: int | None = None) -> None:
         super().__init__()
         self.context = context
         self.shape = shape
@@ -90,16 +103,26 @@ class Tensor(EagerMethods, Handle):
         self.size = math.prod(shape)
         """Number of elements."""
         self.nbytes = self.size * dtype.itemsize
-        """Bytes of storage."""
+        """Bytes of the elements (a view's, not its storage's)."""
+        # None: row-major (worked out when asked: most tensors are never asked).
+        self._strides = strides
+        self.element_offset = offset
+        """The first element's index in the allocation, as ``storage_offset()`` (read-only)."""
+        self.capacity = self.size if capacity is None else capacity
+        """Elements of the allocation this tensor views (read-only)."""
+        self._row_major = strides is None or is_row_major(shape, strides)
         # A zero-size tensor owns no memory; `handle` still marks it alive.
         self.handle = allocation if allocation is not None else False
         # Every launch binds it, so the binding is made once; a plain attribute, not a
         # property, because ops read it for each operand of each launch (0.08 us a read).
         self.binding: tuple[Any, int, int] | None = (
-            (allocation.buffer, allocation.offset, self.nbytes) if allocation is not None
+            (allocation.buffer, allocation.offset, self.nbytes)
+            if allocation is not None and self.size and self._row_major and offset == 0
             else None)
         """The ``(VkBuffer, offset, range)`` a kernel binds for this tensor (read-only); None
-        when it is empty (a zero-size tensor owns no memory) or released."""
+        when it is empty (a zero-size tensor owns no memory), released, or a view that is
+        not contiguous from its allocation's start (ops copy such a view first: see
+        :mod:`vkumd.framework.strided`)."""
         # None while this is the allocation's only tensor (the common case costs nothing).
         self._shared: _SharedMemory | None = None
 
@@ -108,7 +131,8 @@ class Tensor(EagerMethods, Handle):
     __array_ufunc__ = None
 
     def alias(self, shape: tuple[int, ...]) -> Tensor:
-        """A new tensor of ``shape`` over this tensor's memory, without a copy.
+        """A new tensor of ``shape`` over this tensor's memory, without a copy when this one
+        is contiguous (a copy in new memory otherwise, as ``torch.reshape``).
 
         Writes through either are seen by the other, and work on both is ordered (hazard
         tracking keys memory by its allocation, which they share). The memory is freed once
@@ -123,18 +147,54 @@ class Tensor(EagerMethods, Handle):
         Raises:
             VkumdValueError: the element counts differ, or the tensor was released.
         """
-        allocation = self._live_allocation("Tensor.alias()")
+        self._live_allocation("Tensor.alias()")
         if math.prod(shape) != self.size:
             raise VkumdValueError(f"cannot view a tensor of shape {self.shape} ({self.size} "
                                   f"elements) as shape {shape} ({math.prod(shape)} elements)")
-        view = Tensor(self.context, shape, self.dtype, allocation)
-        if allocation is not None:
+        if not self._row_major:
+            return self.copied().alias(shape)
+        return self.as_strided(shape, contiguous_strides(shape), self.element_offset)
+
+    def as_strided(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int
+                   ) -> Tensor:
+        """A view of ``shape`` with element ``strides`` from element ``offset`` of this
+        tensor's allocation, as ``torch.as_strided`` (no copy, no launch).
+
+        Raises:
+            VkumdValueError: the view reaches outside the allocation, or the tensor was
+                released.
+        """
+        allocation = self._live_allocation("Tensor.as_strided()")
+        shape, strides, offset = tuple(shape), tuple(strides), int(offset)
+        check_span("Tensor.as_strided()", shape, strides, offset, self.capacity)
+        view = Tensor(self.context, shape, self.dtype,
+                      allocation if math.prod(shape) else None, strides, offset, self.capacity)
+        if view.allocation is not None:
             with _SHARING:
                 if self._shared is None:
                     self._shared = _SharedMemory()
                 self._shared.count += 1
                 view._shared = self._shared
         return view
+
+    def copied(self) -> Tensor:
+        """A contiguous copy of this tensor in new memory, starting at its allocation's
+        first element, so kernels bind it (one strided-copy launch)."""
+        allocation = self._live_allocation("Tensor.copied()")
+        result = self.context.empty(self.shape, self.dtype)
+        if allocation is not None and self.size:
+            try:
+                launch_copy(self, result)
+            except BaseException:
+                result.release()
+                raise
+        return result
+
+    @property
+    def element_strides(self) -> tuple[int, ...]:
+        """Element strides, as ``torch.Tensor.stride()``."""
+        strides = self._strides
+        return contiguous_strides(self.shape) if strides is None else strides
 
     @property
     def ndim(self) -> int:
@@ -157,6 +217,9 @@ class Tensor(EagerMethods, Handle):
     def numpy(self) -> np.ndarray:
         """Copy the tensor to a new numpy array (bfloat16 comes back as float32)."""
         allocation = self._live_allocation("Tensor.numpy()")
+        if allocation is not None and self.binding is None:
+            # A strided view: its elements gathered on the device (one launch), then read.
+            return self.copied().numpy()
         self.context.before_host_access(self, "Tensor.numpy()")
         bits = np.empty(self.shape, dtype=self.dtype.storage)
         if allocation is not None:
@@ -186,6 +249,14 @@ class Tensor(EagerMethods, Handle):
         dtypes.host_array(source, dtype=self.dtype, what="Tensor.write() cannot write the array")
         if allocation is None:
             return
+        if self.binding is None:
+            # A strided view: uploaded whole, then scattered into place (one launch).
+            if stream is not None:
+                raise VkumdValueError("Tensor.write(stream=...): this tensor is a strided "
+                                      "view; write it without stream=, or copy_() a tensor "
+                                      "uploaded on that stream")
+            copy_into("Tensor.write()", self, self.context.tensor(source, dtype=self.dtype))
+            return
         bits = dtypes.to_storage(source, self.dtype)
         if stream is not None and getattr(stream, "context", None) is not self.context:
             raise VkumdValueError("Tensor.write(stream=...): the stream belongs to another "
@@ -213,6 +284,11 @@ class Tensor(EagerMethods, Handle):
                     f"t {symbol}= x: x of shape {tuple(shape)} does not broadcast into t's "
                     f"shape {self.shape}; an in-place op keeps t's shape and memory (write "
                     f"t = t {symbol} x for a new tensor)")
+        if self.binding is None and self.size:
+            # A strided view: the result is computed into new memory, then written through
+            # the view into the base's memory (one more launch).
+            self._live_allocation(f"t {symbol}= x")
+            return self.copy_(getattr(self._ops, op)(self, other, **kwargs))
         return getattr(self._ops, op)(self, other, out=self, **kwargs)
 
     def __iadd__(self, other: Any) -> Tensor:
@@ -282,6 +358,7 @@ class Tensor(EagerMethods, Handle):
                                   "use .numpy(), which converts to float32")
         if allocation is None:
             return np.empty(self.shape, dtype=self.dtype.storage)
+        count = self.size if self.binding is not None else self.capacity
         if not allocation.host_visible:
             raise VkumdValueError(
                 f"{what}: this tensor is in device memory the host cannot map (a discrete GPU, "
@@ -289,13 +366,20 @@ class Tensor(EagerMethods, Handle):
                 "without a copy; copy it to the host with .numpy() instead")
         self.context.before_host_access(self, what)
         allocation.invalidate()
-        flat = np.frombuffer(allocation.host_view(), dtype=self.dtype.storage, count=self.size)
+        flat = np.frombuffer(allocation.host_view(), dtype=self.dtype.storage, count=count)
         # Every view the consumer makes keeps `flat` alive, and `flat` is the one owner of the
         # memoryview over the mapping; when it dies, no view is left.
         self.context.pin_host_view(allocation)
         done = weakref.finalize(flat, self.context.unpin_host_view, allocation)
         done.atexit = False  # at exit the process frees everything; views may outlive this
-        return flat.reshape(self.shape)
+        if self.binding is not None:
+            return flat.reshape(self.shape)
+        # A strided view exports its strides (DLPack carries them): the consumer sees the
+        # very elements this view does, in the allocation's memory.
+        item = self.dtype.storage.itemsize
+        return np.lib.stride_tricks.as_strided(
+            flat[self.element_offset:], self.shape,
+            tuple(s * item for s in self.element_strides), writeable=flat.flags.writeable)
 
     # -- lifetime -----------------------------------------------------------------------
     def _release(self) -> None:
@@ -309,7 +393,9 @@ class Tensor(EagerMethods, Handle):
 
     def __repr__(self) -> str:
         state = " released" if self.released else ""
-        return f"<vkumd.Tensor shape={self.shape} dtype={self.dtype.name}{state}>"
+        layout = ("" if self.binding is not None or self.size == 0 else
+                  f" strides={self.element_strides} offset={self.element_offset}")
+        return f"<vkumd.Tensor shape={self.shape} dtype={self.dtype.name}{layout}{state}>"
 
     def __len__(self) -> int:
         if not self.shape:

@@ -25,6 +25,7 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     rope,
     scan,
     softmax,
+    strided,
     topk,
 )
 from vkumd.compiler.kernels.elementwise import (

@@ -49,6 +49,8 @@ ROW_DTYPES = FLOAT_DTYPES
 SOFTMAX_MAX_LEAD = 5
 # Outer dimensions permute indexes (the innermost is the row it walks).
 PERMUTE_MAX_OUTER = 5
+# Dimensions the strided copy indexes after merging the ones both sides keep adjacent.
+STRIDED_MAX_DIMS = 6
 
 # The fused attention kernels (attention.py): head_dim is a specialization constant, any
 # multiple of ATTENTION_HEAD_DIM_MULTIPLE from that multiple up to ATTENTION_MAX_HEAD_DIM.

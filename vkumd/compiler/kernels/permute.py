@@ -75,17 +75,31 @@ def permute_plan(caps: DeviceCaps, op: str, width: int, shape: tuple[int, ...],
         VkumdValueError: the reordering needs more than ``PERMUTE_MAX_OUTER + 1`` dimensions
             after merging the ones that stay adjacent.
     """
-    out_shape = [shape[d] for d in order]
+    out_shape = tuple(shape[d] for d in order)
     source_strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
-    merged_shape, merged_strides = _merged(out_shape, [source_strides[d] for d in order])
+    return strided_read_plan(caps, op, width, out_shape, tuple(source_strides[d] for d in order))
+
+
+@functools.lru_cache(maxsize=PLANS)
+def strided_read_plan(caps: DeviceCaps, op: str, width: int, out_shape: tuple[int, ...],
+                strides: tuple[int, ...]) -> FixedLaunch:
+    """A contiguous copy of the ``out_shape`` elements of a source read with element
+    ``strides`` (non-negative; 0 repeats an element) from its binding's first element: a
+    permute, or any strided view that starts there. Operands: x, out.
+
+    Raises:
+        VkumdValueError: the layout needs more than ``PERMUTE_MAX_OUTER + 1`` dimensions
+            after merging the ones that stay adjacent.
+    """
+    merged_shape, merged_strides = _merged(list(out_shape), list(strides))
     most = PERMUTE_MAX_OUTER + 1
     if len(merged_shape) > most:
-        raise VkumdValueError(f"{op}: this reordering of shape {shape} needs "
+        raise VkumdValueError(f"{op}: this layout of shape {out_shape} needs "
                               f"{len(merged_shape)} dimensions after merging; at most {most}")
     # Outer dimensions locate a row of the innermost one; the kernel walks that row.
     outer, outer_strides = merged_shape[:-1], merged_strides[:-1]
     cols = merged_shape[-1]
-    rows = math.prod(out_shape) // cols
+    rows = math.prod(out_shape) // max(cols, 1)
     # Rows that are contiguous runs starting at multiples of four move four elements a load
     # (a head permute's rows of 32): CPU drivers pay per load and store, not per byte.
     vec = 4 if (merged_strides[-1] == 1 and cols % 4 == 0

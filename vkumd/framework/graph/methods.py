@@ -28,16 +28,19 @@ Decisions:
 - ``clamp``/``clip`` take numbers (torch's tensor bounds are not taken); the one-input ops
   with parameters (``leaky_relu``, ``elu``, ...) are ``vkumd.ops`` functions only.
 - ``x.T`` of a 2-D tensor is ``transpose(0, 1)`` (which a compiled graph folds into a
-  following matmul), of any other rank ``permute`` of the reversed dimensions.
+  following matmul), of any other rank ``permute`` of the reversed dimensions. On eager
+  tensors ``transpose``/``permute``/``.T`` are views (:class:`~vkumd.framework.
+  tensor_methods.EagerMethods` overrides them); traced, they record permute nodes.
 - Reductions, ``softmax`` and the norms work over the last dimension only; another ``dim``
   is refused with a message that says to permute it last.
 - ``**`` is refused: there is no power op (write ``x * x``).
 - Not shared, by design: ``==``/``!=`` (identity on eager tensors, so containers and ``in``
   work; a recorded ``eq``/``ne`` node on traced ones, whose values only exist later; both
   classes have :meth:`~TensorMethods.eq` and :meth:`~TensorMethods.ne`), indexing ``t[...]``
-  (eager slices take step 1 and copy through ``vkumd.ops.slice``; the tracer also takes
-  steps and symbolic dimensions), item assignment, and everything that reads data on the
-  host (``numpy()``, ``item()``, ``bool()``, ``len()``, ...).
+  (eager indexing makes views sharing memory, with any nonzero step; the tracer records
+  slice nodes, with positive steps and symbolic dimensions), item assignment (eager only),
+  and everything that reads data on the host (``numpy()``, ``item()``, ``bool()``,
+  ``len()``, ...).
 
 Errors: each class names the exception types its argument checks raise (``_value_error``,
 ``_type_error``): ``VkumdValueError``/``VkumdTypeError`` for eager tensors, ``TraceError``
@@ -246,9 +249,9 @@ class TensorMethods:
         """A view with a size-1 dimension inserted at ``dim`` (-1: the end)."""
         return self._ops.unsqueeze(self, dim)
 
-    # -- copies -------------------------------------------------------------------------
+    # -- views of eager tensors (PyTorch's); permute and slice nodes while tracing -------
     def transpose(self, dim0: int, dim1: int) -> Any:
-        """A copy with ``dim0`` and ``dim1`` swapped (PyTorch gives a view).
+        """``dim0`` and ``dim1`` swapped: a view of an eager tensor, a node while tracing.
 
         Raises:
             SymbolicDimError: a symbolic dimension as a dim.
@@ -258,7 +261,7 @@ class TensorMethods:
                                    self._int_arg(dim1, "dim1", "transpose"))
 
     def permute(self, *dims: Any) -> Any:
-        """A copy with dimensions reordered (PyTorch gives a view).
+        """Dimensions reordered: a view of an eager tensor, a node while tracing.
 
         Args:
             dims: a permutation of the dimensions: ``permute(1, 0)`` or ``permute((1, 0))``.
@@ -273,10 +276,31 @@ class TensorMethods:
 
     @property
     def T(self) -> Any:  # noqa: N802 - numpy's and PyTorch's name
-        """A copy with every dimension reversed (numpy's ``.T``; 2-D: ``transpose(0, 1)``)."""
+        """Every dimension reversed (numpy's ``.T``; 2-D: ``transpose(0, 1)``): a view of an
+        eager tensor, a node while tracing."""
         if self.ndim == 2:
             return self._ops.transpose(self, 0, 1)
         return self._ops.permute(self, tuple(range(self.ndim - 1, -1, -1)))
+
+    def narrow(self, dim: int, start: int, length: int) -> Any:
+        """``length`` entries of ``dim`` from ``start``, as ``torch.narrow``: a view of an
+        eager tensor, a slice node while tracing.
+
+        Raises:
+            VkumdValueError: ``dim`` out of range, or the window outside the dimension.
+        """
+        d = self._int_arg(dim, "dim", "narrow")
+        first, count = self._int_arg(start, "start", "narrow"), self._int_arg(length, "length",
+                                                                              "narrow")
+        if not -self.ndim <= d < self.ndim:
+            raise self._value_error(f"{type(self).__name__}.narrow: dim={dim} is out of range "
+                                    f"for a {self.ndim}-d tensor{at_site()}")
+        n = self.shape[d]
+        first += n if first < 0 and not isinstance(n, Dim) else 0
+        if not isinstance(n, Dim) and (first < 0 or count < 0 or first + count > n):
+            raise self._value_error(f"{type(self).__name__}.narrow: start={start}, length="
+                                    f"{length} is outside dimension {d} of size {n}{at_site()}")
+        return self[(slice(None),) * (d % self.ndim) + (slice(first, first + count),)]
 
     def astype(self, dtype: Any) -> Any:
         """A copy converted to ``dtype``, as :func:`vkumd.ops.cast`.
@@ -318,7 +342,8 @@ class TensorMethods:
         return self._ops.split(self, sizes_or_sections, dim)
 
     def __iter__(self) -> Iterator[Any]:
-        # Rows, each a copy (``len`` refuses 0-d tensors and symbolic first dimensions).
+        # Rows, each a view of an eager tensor (``len`` refuses 0-d tensors and symbolic
+        # first dimensions).
         for i in range(len(self)):  # type: ignore[arg-type]
             yield self[i]  # type: ignore[index]
 

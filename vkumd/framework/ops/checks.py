@@ -173,9 +173,15 @@ def output(op: str, context: Any, out: Any, shape: tuple[int, ...], dtype: dtype
         raise VkumdTypeError(f"{op}: out= is {out.dtype.name}; the result is {dtype.name} "
                              f"(shape {shape}). Pass an out= of {dtype.name}, or cast after")
     allocation = out.allocation
+    if allocation is not None and out.binding is None:
+        raise VkumdValueError(
+            f"{op}: out= is a strided view (shape {out.shape}, strides {out.element_strides}, "
+            f"offset {out.element_offset}), which kernels cannot write; compute into a new "
+            "tensor and write it through the view with out.copy_(result)")
     if allocation is not None:
         for t in inputs:
-            if t is not None and t.allocation is allocation:
+            # A strided input is copied to new memory before the kernel reads it.
+            if t is not None and t.allocation is allocation and t.binding is not None:
                 raise VkumdValueError(f"{op}: out= is the same tensor as an input; the kernel "
                                       "would read what it overwrites. Use a new output")
     return out

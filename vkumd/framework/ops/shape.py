@@ -1,8 +1,9 @@
 """New shapes over the same memory: flatten, squeeze and unsqueeze (reshape, a graph op, is
 :mod:`vkumd.framework.opset.layout`'s).
 
-Every vkumd tensor is contiguous and row-major, so each of these is a view: a new
-:class:`~vkumd.framework.tensor.Tensor` over the same allocation (no launch, no copy).
+``squeeze`` and ``unsqueeze`` are always views: a new :class:`~vkumd.framework.tensor.Tensor`
+over the same allocation with size-1 dimensions dropped or inserted (no launch, no copy).
+``flatten`` is a view of contiguous data and a copy of a strided view, as ``torch.flatten``.
 Writes through the view are seen by the original and the reverse, work on both is ordered
 (hazard tracking keys memory by its allocation), and the memory goes back to the pool once
 every tensor over it has been released.
@@ -70,11 +71,12 @@ def squeeze(x: Tensor, dim: int | None = None) -> Tensor:
     """
     x = check_tensor("squeeze", x, "x")
     if dim is None:
-        return x.alias(tuple(n for n in x.shape if n != 1))
-    d = dim_index("squeeze", dim, x.ndim)
-    if x.ndim == 0 or x.shape[d] != 1:
-        return x.alias(x.shape)
-    return x.alias(x.shape[:d] + x.shape[d + 1:])
+        kept = [i for i, n in enumerate(x.shape) if n != 1]
+    else:
+        d = dim_index("squeeze", dim, x.ndim)
+        kept = [i for i in range(x.ndim) if x.ndim == 0 or i != d or x.shape[d] != 1]
+    return x.as_strided(tuple(x.shape[i] for i in kept),
+                        tuple(x.element_strides[i] for i in kept), x.element_offset)
 
 
 def unsqueeze(x: Tensor, dim: int) -> Tensor:
@@ -86,7 +88,11 @@ def unsqueeze(x: Tensor, dim: int) -> Tensor:
     """
     x = check_tensor("unsqueeze", x, "x")
     d = dim_index("unsqueeze", dim, x.ndim + 1)
-    return x.alias(x.shape[:d] + (1,) + x.shape[d:])
+    # The new dimension's stride is what PyTorch gives it (it never moves).
+    inner = x.shape[d] * x.element_strides[d] if d < x.ndim else 1
+    return x.as_strided(x.shape[:d] + (1,) + x.shape[d:],
+                        x.element_strides[:d] + (inner,) + x.element_strides[d:],
+                        x.element_offset)
 
 
 __all__ = ["flatten", "squeeze", "unsqueeze"]

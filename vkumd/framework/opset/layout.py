@@ -2,10 +2,11 @@
 ``-1`` and symbolic dims) and embedding (rows of a table gathered by int32 ids; out-of-range
 ids give zero rows).
 
-Embedding, transpose and permute copy stored bits unchanged (NaN payloads and -0.0
-included) and write contiguous row-major outputs; element types float32, float16, bfloat16
-and int32. Reshape is a view over the same allocation (no launch, no copy), as
-:mod:`vkumd.framework.ops.shape`'s flatten, squeeze and unsqueeze.
+Transpose and permute are views sharing x's memory (no launch), as PyTorch's; with ``out=``
+(the graph's lowering) they copy stored bits unchanged (NaN payloads and -0.0 included) into
+a contiguous row-major output, as embedding writes its rows; element types float32, float16,
+bfloat16 and int32. Reshape is a view over the same allocation (no launch, no copy) of
+contiguous data and a copy of a strided view, as :mod:`vkumd.framework.ops.shape`'s flatten.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_context, check_dtype, check_tensor, output
 from vkumd.framework.opset.common import attrs_of, binary
 from vkumd.framework.opset.unary import fill
+from vkumd.framework.strided import copy_into
 from vkumd.framework.tensor import Tensor
 
 
@@ -90,7 +92,8 @@ def _normalize_dims(op: str, dims: Any, ndim: int) -> list[int]:
 
 
 def permute(x: Tensor, dims: Sequence[int], *, out: Tensor | None = None) -> Tensor:
-    """``x`` with its dimensions reordered (numpy's ``transpose(x, dims)``), made contiguous.
+    """``x`` with its dimensions reordered (numpy's ``transpose(x, dims)``): a view sharing
+    x's memory (no launch), as ``torch.permute``; with ``out=``, a copy into ``out``.
 
     Args:
         x: a float32, float16, bfloat16 or int32 tensor.
@@ -98,7 +101,7 @@ def permute(x: Tensor, dims: Sequence[int], *, out: Tensor | None = None) -> Ten
         out: optional output of the permuted shape and x's dtype.
 
     Returns:
-        A new contiguous tensor (or ``out``) of shape ``[x.shape[d] for d in dims]``.
+        The view (or ``out``) of shape ``[x.shape[d] for d in dims]``.
 
     Raises:
         VkumdTypeError: x of an unsupported dtype; dims not ints; out of another dtype.
@@ -113,7 +116,8 @@ def permute(x: Tensor, dims: Sequence[int], *, out: Tensor | None = None) -> Ten
 
 
 def transpose(x: Tensor, dim0: int, dim1: int, *, out: Tensor | None = None) -> Tensor:
-    """``x`` with dimensions ``dim0`` and ``dim1`` swapped, made contiguous.
+    """``x`` with dimensions ``dim0`` and ``dim1`` swapped: a view sharing x's memory, as
+    ``torch.transpose``; with ``out=``, a copy into ``out``.
 
     Args:
         x: a float32, float16, bfloat16 or int32 tensor, at least 1-D.
@@ -122,7 +126,7 @@ def transpose(x: Tensor, dim0: int, dim1: int, *, out: Tensor | None = None) -> 
         out: optional output of the transposed shape and x's dtype.
 
     Returns:
-        A new contiguous tensor (or ``out``).
+        The view (or ``out``).
 
     Raises:
         As :func:`permute`.
@@ -146,8 +150,16 @@ def transpose(x: Tensor, dim0: int, dim1: int, *, out: Tensor | None = None) -> 
 
 def _permute(op: str, x: Tensor, order: list[int], out: Tensor | None) -> Tensor:
     shape = tuple(x.shape[d] for d in order)
+    if out is None:  # a view sharing x's memory, as torch.permute (no launch)
+        strides = x.element_strides
+        return x.as_strided(shape, tuple(strides[d] for d in order), x.element_offset)
     out = output(op, x.context, out, shape, x.dtype, (x,))
     if out.size == 0:
+        return out
+    if x.binding is None:  # a strided x: one strided copy of the permuted view
+        strides = x.element_strides
+        copy_into(op, out, x.as_strided(shape, tuple(strides[d] for d in order),
+                                        x.element_offset))
         return out
     plan = permute_plan(x.context.caps, op, 8 * x.dtype.itemsize, x.shape, tuple(order))
     x.context.run(plan, (x, out))

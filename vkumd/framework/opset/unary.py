@@ -43,6 +43,7 @@ from vkumd.framework.ops.checks import (
     output,
 )
 from vkumd.framework.opset.common import attrs_of
+from vkumd.framework.strided import copy_into
 from vkumd.framework.tensor import Tensor
 
 _INT32 = np.iinfo(np.int32)
@@ -156,6 +157,19 @@ def copy(src: Tensor, out: Tensor | None = None) -> Tensor:
     if out is not None and isinstance(out, Tensor) and out.dtype is not src.dtype:
         raise VkumdTypeError(f"copy: out= is {out.dtype.name} and src is {src.dtype.name}; "
                              "use cast() to convert")
+    if isinstance(out, Tensor) and out.binding is None and out.size and not out.released:
+        # Into a strided view: one strided-copy launch writes through it.
+        check_tensor("copy", out, "out=")
+        if out.context is not src.context:
+            raise VkumdValueError("copy: out= belongs to a different context than src")
+        copy_into("copy", out, src)
+        return out
+    if src.binding is None and src.size and (out is None or isinstance(out, Tensor)):
+        # From a strided view: one strided-copy launch reads it (and broadcasts it).
+        out = output("copy", src.context, out, src.shape if out is None else out.shape,
+                     src.dtype)
+        copy_into("copy", out, src)
+        return out
     if out is None or (isinstance(out, Tensor) and out.shape == src.shape):
         out = output("copy", src.context, out, src.shape, src.dtype)
         if out.size == 0:
