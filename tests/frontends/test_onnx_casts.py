@@ -156,6 +156,22 @@ def test_bad_range_nodes_are_refused(ctx) -> None:
     refused(ctx, zero, "delta is 0")
 
 
+def test_range_to_a_run_time_limit_is_specialized_per_value(ctx) -> None:
+    """Range(0, n, 1) + x[:n]: n a run-time int64 input, so the model is imported again for
+    each value of n (OnnxModel's specialization) and the length follows the call."""
+    m = model([helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+               helper.make_node("Cast", ["r"], ["rf"], to=T.FLOAT),
+               helper.make_node("Add", ["rf", "x"], ["y"])],
+              {"n": (T.INT64, []), "x": (T.FLOAT, [1])}, T.FLOAT,
+              {"zero": np.array(0, np.int64), "one": np.array(1, np.int64)})
+    loaded = vkumd.onnx.load(m, ctx=ctx)
+    x = np.random.default_rng().standard_normal(1).astype(np.float32)
+    for n in (5, 9, 5):
+        got = np.asarray(loaded(n=np.array(n, np.int64), x=x)["y"])
+        np.testing.assert_allclose(got, np.arange(n, dtype=np.float32) + x, rtol=1e-6)
+    assert loaded.specialized_on == ["n"]
+
+
 @pytest.mark.parametrize("n", [4, 7])
 def test_range_over_a_symbolic_size_follows_the_call(ctx, n: int) -> None:
     """Range(0, n) of a symbolic n is computed from each call's sizes (a derived input)."""

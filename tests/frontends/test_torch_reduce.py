@@ -40,3 +40,22 @@ def test_reductions_match_float64(recwarn: pytest.WarningsRecorder) -> None:
         assert got.dtype == torch.int64 and torch.equal(got, want)
     found = [w for w in recwarn if issubclass(w.category, vkumd.torch.VkumdFallbackWarning)]
     assert not found, [str(w.message) for w in found]
+
+
+class Truths(torch.nn.Module):
+    def forward(self, x: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (torch.any(x, dim=(0, 2)), torch.all(x, dim=1, keepdim=True), torch.any(x),
+                x.all(), torch.all(n, dim=-1), torch.any(n, dim=0))
+
+
+@torch.no_grad()
+def test_any_all_match_torch(recwarn: pytest.WarningsRecorder) -> None:
+    x = torch.randint(-2, 3, (3, 7, 5)).float() * 0.37  # about one in five is zero
+    x[:, 1] = 0
+    x[0] = torch.where(x[0] == 0, 1.0, x[0])
+    n = torch.randint(0, 3, (4, 6), dtype=torch.int64)
+    compiled = vkumd.torch.load_exported(torch.export.export(Truths(), (x, n)))
+    for i, (got, want) in enumerate(zip(compiled(x, n), Truths()(x, n), strict=True)):
+        assert got.dtype == torch.bool and torch.equal(got, want), i
+    found = [w for w in recwarn if issubclass(w.category, vkumd.torch.VkumdFallbackWarning)]
+    assert not found, [str(w.message) for w in found]

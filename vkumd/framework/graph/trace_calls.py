@@ -122,7 +122,7 @@ def _reduction(name: str) -> Callable[..., Any]:
 
 # The reductions of opset/reductions.py (named here: the graph layer imports no opset).
 _REDUCTIONS = ("sum", "mean", "max", "min", "prod", "sum_square", "l1_norm", "l2_norm",
-               "logsumexp", "log_sum", "var", "std")
+               "logsumexp", "log_sum", "var", "std", "any", "all")
 CALLS: Mapping[str, Callable[..., Any]] = {"flatten": flatten, "squeeze": squeeze,
                                            "unsqueeze": unsqueeze, "split": split,
                                            "slice": slice_,

@@ -14,6 +14,7 @@ Importing this package declares them all; ``vkumd.framework.ops`` does so on imp
 from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     activation,
     activation_params,
+    any_all,
     argmax,
     arith,
     attention,

@@ -48,7 +48,7 @@ from vkumd.framework.frontends.onnx.errors import (
     UnsupportedModelError,
 )
 from vkumd.framework.frontends.onnx.files import ordered_nodes, read_model
-from vkumd.framework.frontends.onnx.fold import too_big
+from vkumd.framework.frontends.onnx.fold import on_host, shape_like, too_big
 from vkumd.framework.frontends.onnx.patterns import attention_idioms, fuse_erf_gelu
 from vkumd.framework.frontends.onnx.schema import legacy_broadcast, undeclared_attributes
 from vkumd.framework.frontends.onnx.state import (
@@ -399,6 +399,14 @@ def _run_converter(st: State, node: onnx.NodeProto, spec: Any, static: bool, bou
                    refusals: list[Refusal], poisoned: set[str]) -> Any:
     """The node's results from its converter, or from the host; :data:`_REFUSED` when it is
     refused (recorded in ``refusals``)."""
+    if spec is not None and static and shape_like(bounds):
+        # Shape arithmetic (Equal, Not, Where, Mod on shape vectors): folded by ONNX's
+        # reference implementation, since a converter would make device work of it and
+        # leave what depends on it (an Expand's shape, a Reshape's) unknown at import.
+        try:
+            return [on_host(st, node)]
+        except Unsupported:
+            pass  # several outputs, or the reference refuses it: the converter decides
     try:
         if spec is None or (static and not spec.derived
                             and any(isinstance(b, Derived) for b in bounds)):
@@ -411,7 +419,7 @@ def _run_converter(st: State, node: onnx.NodeProto, spec: Any, static: bool, bou
     except (Unsupported, VkumdError) as exc:
         if static:
             try:
-                results = [_on_host(st, node)]
+                results = [on_host(st, node)]
             except Unsupported as host_exc:
                 exc = host_exc if isinstance(exc, OnHost) or isinstance(host_exc, TooBig) else exc
             else:
@@ -422,29 +430,3 @@ def _run_converter(st: State, node: onnx.NodeProto, spec: Any, static: bool, bou
             poisoned.update(node.output)
             return _REFUSED
     return results
-
-
-def _on_host(st: State, node: onnx.NodeProto) -> np.ndarray | Derived:
-    """``node`` computed by ONNX's reference implementation: folded now when its inputs hold
-    no symbol, else a :class:`Derived` of probed shape.
-
-    Raises:
-        Unsupported: several outputs, or the computation fails.
-    """
-    if len([n for n in node.output if n]) != 1:
-        raise Unsupported("a node of several outputs cannot be computed from the sizes")
-    what = f"{node.op_type} node {node.name or '(unnamed)'!r}"
-    try:
-        fn = derived_mod.node_fn(node)
-    except Exception as exc:  # noqa: BLE001 -- onnx.reference refuses a node as it likes
-        raise Unsupported(f"ONNX's reference implementation cannot run it "
-                          f"({type(exc).__name__}: {str(exc)[:200]})") from exc
-    derived = Derived(fn, list(node.input), what, size_of=derived_mod.node_size(node))
-    st.bind(node.output[0], derived)
-    try:
-        if not derived_mod.symbols_of(node.output[0], st.env):
-            return derived_mod.evaluate(node.output[0], st.env, {}, {})
-        derived_mod.probe_shape(node.output[0], st.env)
-    finally:
-        del st.env[node.output[0]]
-    return derived

@@ -14,7 +14,7 @@ import onnx
 from onnx import numpy_helper
 
 from vkumd.framework.frontends.onnx.derived import Derived
-from vkumd.framework.frontends.onnx.errors import OnHost, Unsupported
+from vkumd.framework.frontends.onnx.errors import NeedsConstant, OnHost, Unsupported
 from vkumd.framework.frontends.onnx.fold import check_fold
 from vkumd.framework.frontends.onnx.state import Bound, State, converter, is_symbolic, tidy
 from vkumd.framework.graph import Dim, Value, product
@@ -313,10 +313,18 @@ def range_(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
     """``start + i * delta`` for ``i < max(ceil((limit - start) / delta), 0)``, folded at
     import: the output's length is the inputs' values, so they must be known then."""
     known = [st.known(n) for n in node.input[:3]]
-    if len(node.input) != 3 or any(k is None for k in known):
-        raise Unsupported("start, limit and delta must be known at import time (constants, "
-                          "or computed from static shapes): the length of the output depends "
-                          "on their values, and vkumd sizes every tensor before running")
+    if len(node.input) != 3:
+        raise Unsupported("Range takes start, limit and delta")
+    unknown = [n for n, k in zip(node.input, known, strict=False) if k is None]
+    if unknown:
+        why = ("start, limit and delta must be known at import time (constants, or computed "
+               "from static shapes): the length of the output depends on their values, and "
+               "vkumd sizes every tensor before running")
+        if len(unknown) == 1:
+            # One bound from the inputs (a window's size): the model is imported again per
+            # distinct value of the inputs it comes from (OnnxModel specializes it).
+            raise NeedsConstant(why, unknown[0])
+        raise Unsupported(why)
     start, limit, delta = (tidy(k) for k in known)
     if any(is_symbolic(v) for v in (start, limit, delta)):
         # Computed from each call's sizes on the host (a derived input), where it can be.

@@ -1,6 +1,7 @@
 """The aten reductions: ``sum``, ``mean``, ``amax``, ``amin``, ``prod``, ``var``, ``std``,
-``logsumexp``, ``argmax`` and ``argmin`` over any set of axes, with ``keepdim``, each one
-vkumd reduction (``opset/reductions.py`` reads a contiguous run of axes in place).
+``logsumexp``, ``argmax``, ``argmin``, ``any`` and ``all`` over any set of axes, with
+``keepdim``, each one vkumd reduction (``opset/reductions.py`` reads a contiguous run of axes
+in place; ``opset/any_all.py`` builds any/all on them).
 Registered into :data:`~.aten_map.HANDLERS` on import.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import fx
 
 from vkumd.framework.frontends.torch.aten_map import Handler, arg, aten, meta, on
@@ -122,3 +124,20 @@ on(aten.var.dim, check=_float_reduction)(_unbiased("var"))
 on(aten.std.dim, check=_float_reduction)(_unbiased("std"))
 on(aten.var.default, check=_float_reduction)(_unbiased_all("var"))
 on(aten.std.default, check=_float_reduction)(_unbiased_all("std"))
+
+
+def _truth_input(node: fx.Node) -> str | None:
+    """Refuse what vkumd's any/all do not take: bool, 8-bit and other non-float, non-int32
+    inputs (int64 runs as int32)."""
+    x = _input_meta(node)
+    if x is None or not (x.dtype.is_floating_point or x.dtype in (torch.int32, torch.int64)):
+        return "needs a floating-point or int32/int64 input (vkumd's any/all)"
+    return None
+
+
+on(aten.any.dims, check=_truth_input)(_reduce("any"))
+on(aten.all.dims, check=_truth_input)(_reduce("all"))
+on(aten.any.dim, check=_truth_input)(_reduce("any"))
+on(aten.all.dim, check=_truth_input)(_reduce("all"))
+on(aten.any.default, check=_truth_input)(_reduce_all("any"))
+on(aten.all.default, check=_truth_input)(_reduce_all("all"))
