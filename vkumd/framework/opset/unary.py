@@ -50,7 +50,7 @@ from vkumd.framework.tensor import Tensor
 _INT32 = np.iinfo(np.int32)
 CAST_TARGETS = ("float32", "float16", "bfloat16", "int32", *FLOAT8_CODES)
 # What a float8 format converts to and from on the device: the float types and the formats.
-_FLOAT8_PARTNERS = ("float32", "float16", "bfloat16", *FLOAT8_CODES)
+FLOAT8_PARTNERS = ("float32", "float16", "bfloat16", *FLOAT8_CODES)
 
 
 def broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -211,10 +211,10 @@ def cast(t: Tensor, dtype: Any, out: Tensor | None = None, *, saturate: bool = T
 
 def _check_float8_pair(source: dtypes.DType, target: dtypes.DType) -> None:
     """Refuse a float8 format paired with int32 (no kernel converts those)."""
-    if (source.is_float8 or target.is_float8) and not (source.name in _FLOAT8_PARTNERS
-                                                       and target.name in _FLOAT8_PARTNERS):
+    if (source.is_float8 or target.is_float8) and not (source.name in FLOAT8_PARTNERS
+                                                       and target.name in FLOAT8_PARTNERS):
         raise VkumdTypeError(f"cast: {source.name} to {target.name} is not supported; the "
-                             f"float8 formats convert to and from {', '.join(_FLOAT8_PARTNERS)}"
+                             f"float8 formats convert to and from {', '.join(FLOAT8_PARTNERS)}"
                              " (cast through float32)")
 
 
@@ -302,7 +302,7 @@ def _cast_reference(a: list[np.ndarray], attrs: dict[str, Any], s: Any) -> list[
 def _cast_refuse(node: Node) -> str | None:
     """Why the unary kernel cannot run this cast (a float8 format with its partners passes)."""
     ends = [v.dtype for v in (node.inputs[0], node.outputs[0]) if v is not None]
-    if any(d.is_float8 for d in ends) and all(d.name in _FLOAT8_PARTNERS for d in ends):
+    if any(d.is_float8 for d in ends) and all(d.name in FLOAT8_PARTNERS for d in ends):
         rank = max(len(v.shape) for v in (*node.inputs, *node.outputs) if v is not None)
         if rank > ELEMENTWISE_MAX_DIMS:
             return (f"cast of more dimensions than the elementwise kernels index ({rank}; at "
