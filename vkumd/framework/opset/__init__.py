@@ -34,6 +34,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     matmul,
     norms,
     pool,
+    qlinear,
     quantized,
     recurrent,
     reductions,
