@@ -90,7 +90,7 @@ def _check(op: str, x: Tensor, scale: Tensor, zero_point: Tensor | None, qtype: 
         if zero_point.dtype.name != qtype:
             raise VkumdTypeError(f"{op}: zero_point is {zero_point.dtype.name}; it must be "
                                  f"{qtype}, the quantized type")
-        if zero_point.shape != scale.shape:
+        if zero_point.shape != scale.shape and not zero_point.size == scale.size == 1:
             raise VkumdValueError(f"{op}: zero_point has shape {format_shape(zero_point.shape)}"
                                   f"; it must have the scale's, {format_shape(scale.shape)}")
     for name in {qtype, x.dtype.name}:
