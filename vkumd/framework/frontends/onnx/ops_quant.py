@@ -1,6 +1,7 @@
 """Converters of ONNX's quantization operators: QuantizeLinear, DequantizeLinear and
-DynamicQuantizeLinear (``opset/qlinear.py``'s kernel), MatMulInteger and QLinearMatMul
-(dequantized to exact integers in float32, multiplied by vkumd's matmul, requantized).
+DynamicQuantizeLinear (``opset/qlinear.py``'s kernel), MatMulInteger, QLinearMatMul,
+ConvInteger and QLinearConv (dequantized to exact integers in float32, multiplied by vkumd's
+matmul or convolution, requantized).
 
 Quantized types: uint8, int8 and the float8 formats; the scale is converted to float32 first
 (the kernel's), and a bfloat16 result is computed in float32 and rounded once.
@@ -15,6 +16,7 @@ import onnx
 
 from vkumd.compiler.kernels.limits import QLINEAR_QUANT_DTYPES
 from vkumd.framework.frontends.onnx.errors import Unsupported
+from vkumd.framework.frontends.onnx.ops_vision import conv_of
 from vkumd.framework.frontends.onnx.state import Bound, State, converter, ir_dtype
 from vkumd.framework.graph import Value
 
@@ -167,3 +169,49 @@ def qlinear_matmul(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
         raise Unsupported("QLinearMatMul: a y_zero_point of more than one value")
     return [st.b.quantize_linear(st.b.mul(product, multiplier), ones,
                                  st.b.reshape(zero, ()), dtype=qtype)]
+
+
+_CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+
+def _integer_conv(st: State, node: onnx.NodeProto, x_index: int, w_index: int, x_zero: int,
+                  w_zero: int, bias: Value | None, attrs: dict[str, Any]) -> Value:
+    """``conv(x - x_zero, w - w_zero) (+ bias)``, exact in float32 (x's zero point one value,
+    w's one or one per output channel)."""
+    w_shape = st.shape(node.input[w_index])
+    products = 1
+    for d in w_shape[1:]:
+        products = products * d if isinstance(d, int) else _EXACT_K + 1
+    if products > _EXACT_K:
+        raise Unsupported(f"{node.op_type} over {products} products per output: float32 "
+                          f"sums are exact over at most {_EXACT_K}")
+    x = _exact(st, node, x_index, x_zero, 1)
+    w = _exact(st, node, w_index, w_zero, 0)
+    return conv_of(st, x, w, bias, attrs)
+
+
+@converter("ConvInteger", attrs=_CONV_ATTRS)
+def conv_integer(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """``conv(x - x_zero_point, w - w_zero_point)`` in int32 (exact: float32 sums of at most
+    258 products of 8-bit values)."""
+    return [st.b.cast(_integer_conv(st, node, 0, 1, 2, 3, None, attrs), "int32")]
+
+
+@converter("QLinearConv", attrs=_CONV_ATTRS)
+def qlinear_conv(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """``saturate(round((conv(x - x_zp, w - w_zp) + B) * (x_scale * w_scale / y_scale)) +
+    y_zp)`` as ONNX's reference (w_scale one or one per output channel)."""
+    bias = _float32(st, node.input[8]) if st.present(node, 8) else None
+    conv = _integer_conv(st, node, 0, 3, 2, 5, bias, attrs)
+    x_scale, w_scale, y_scale = (_float32(st, node.input[i]) for i in (1, 4, 6))
+    if len(w_scale.shape) == 1 and w_scale.shape != (1,):
+        w_scale = st.b.reshape(w_scale, (w_scale.shape[0], *([1] * (len(conv.shape) - 2))))
+    multiplier = st.b.div(st.b.mul(x_scale, w_scale), y_scale)
+    qtype = _qtype(st, node, 7, st.value(node.input[0]).dtype.name)
+    ones = st.constant(np.ones((), np.float32), "float32")
+    zero = _zero(st, node, 7)
+    if zero is not None:
+        if len(zero.shape) != 0 and zero.shape != (1,):
+            raise Unsupported("QLinearConv: a y_zero_point of more than one value")
+        zero = st.b.reshape(zero, ())
+    return [st.b.quantize_linear(st.b.mul(conv, multiplier), ones, zero, dtype=qtype)]
