@@ -185,6 +185,7 @@ TRANSFERS: dict[str, str] = {
     "tests/frontends/test_onnx_symbolic_sizes.py": "an ONNX conv net at several page sizes",
     "tests/frontends/test_onnx_activations.py": "ONNX activations and unary math end to end",
     "tests/frontends/test_onnx_light_ops.py": "ONNX LRN, Dropout, Sum and Mean end to end",
+    "tests/frontends/test_onnx_quant.py": "ONNX DequantizeLinear and MatMulInteger end to end",
     "tests/frontends/test_onnx_attention.py": "ONNX Attention end to end",
     "tests/frontends/test_onnx_norms.py": "ONNX RMS, group, instance, MVN and L1 norms and "
                                           "RotaryEmbedding end to end",
