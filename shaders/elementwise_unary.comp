@@ -3,7 +3,9 @@
 // repeats a dimension). One pipeline per SRC/DST/OP serves every shape: shape, strides and
 // alpha are push constants.
 //
-// SRC and DST (F32, F16, BF16, I32; see elementwise_types.glsl) are the element types. OP 0
+// SRC and DST (F32, F16, BF16, I32, the float8 formats; see elementwise_types.glsl) are the
+// element types (float8 converts to and from the float types alone, through float32, which
+// holds each float8 value exactly; to float8, alpha's bit 0 says whether to saturate). OP 0
 // converts: equal types copy the stored bits unchanged; float -> int32 truncates toward zero
 // (out-of-range values and NaN are undefined, as in GLSL); everything else goes through
 // float32, rounding to nearest even (int32 -> float16/bfloat16 rounds twice, once to float32:
@@ -15,6 +17,7 @@
 // whole output). Slicing, concatenation and split are such copies.
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 #extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_8bit_storage : require
 #include "common.glsl"
 #include "elementwise_types.glsl"
 
@@ -41,8 +44,12 @@
 #define SRC_ELEM int
 #define SRC_ELEM4 ivec4
 #define SRC_FLOAT(x) float(x)
+#elif IS_FLOAT8(SRC)
+#define SRC_ELEM uint8_t
+#define SRC_ELEM4 u8vec4
+#define SRC_FLOAT(x) f8_to_float(uint(x), SRC)
 #else
-#error "SRC must be F32, F16, BF16 or I32"
+#error "SRC must be F32, F16, BF16, I32 or a float8 format"
 #endif
 
 #if DST == F32
@@ -61,8 +68,13 @@
 #define DST_ELEM int
 #define DST_ELEM4 ivec4
 #define FROM_FLOAT(v) int(v)
+#elif IS_FLOAT8(DST)
+// alpha's bit 0 is Cast's saturate (vkumd/framework/float8.py gives the rules).
+#define DST_ELEM uint8_t
+#define DST_ELEM4 u8vec4
+#define FROM_FLOAT(v) uint8_t(float_to_f8(v, DST, (pc.alpha & 1u) != 0u))
 #else
-#error "DST must be F32, F16, BF16 or I32"
+#error "DST must be F32, F16, BF16, I32 or a float8 format"
 #endif
 
 layout(local_size_x_id = 0) in;
@@ -87,7 +99,7 @@ layout(push_constant) uniform Shape {
     uint ndim;        // dimensions used (<= 6), innermost last; 0: source contiguous
     uint shape[6];    // output shape
     uint stride[6];   // src element strides in the output's coordinates
-    uint alpha;       // OP 1: float32 bits, or an int for int32
+    uint alpha;       // OP 1: float32 bits, or an int for int32; OP 0 to float8: saturate
     uint src_offset;  // elements of src before the first one read
     uint dst_offset;  // elements of out before the first one written
     uint dst_stride[6];  // out element strides (row-major of shape unless out is a slice)

@@ -43,7 +43,7 @@ class Env:
     def t(self, shape: Any = (2, 3), dtype: str = "float32", ctx: Any = None) -> Any:
         """A new tensor of ones (of ``ctx``, default the shared one)."""
         context = ctx if ctx is not None else self.ctx
-        storage = "float32" if dtype == "bfloat16" else dtype
+        storage = "float32" if dtype == "bfloat16" or dtype.startswith("float8") else dtype
         return context.tensor(np.ones(shape, dtype=storage), dtype=dtype)
 
     def ints(self, values: Any) -> Any:

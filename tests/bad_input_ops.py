@@ -35,6 +35,8 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "mul": lambda e, x: ops.mul(x, e.t()),
     "div": lambda e, x: ops.div(e.t(), x),
     "cast": lambda e, x: ops.cast(x, "float16"),
+    "quantize_linear": lambda e, x: ops.quantize_linear(x, e.t(())),
+    "dequantize_linear": lambda e, x: ops.dequantize_linear(x, e.t(())),
     "copy": lambda e, x: ops.copy(x),
     "fill": lambda e, x: ops.fill(x, 1.0),
     "scale": lambda e, x: ops.scale(x, 2.0),
@@ -182,6 +184,36 @@ DTYPES = [
     C("cast_to_int8", lambda e: ops.cast(e.t(), "int8"), TE, "cast takes"),
     C("cast_from_uint8", lambda e: ops.cast(e.t(dtype="uint8"), "float32"), TE,
       "not supported"),
+    C("quantize_linear_int32_x", lambda e: ops.quantize_linear(e.t(dtype="int32"), e.t(())),
+      TE, "is not supported"),
+    C("quantize_linear_to_int32", lambda e: ops.quantize_linear(e.t(), e.t(()), dtype="int32"),
+      TE, "is not supported"),
+    C("quantize_linear_scale_float16", lambda e: ops.quantize_linear(
+        e.t(), e.t((), "float16")), TE, "must be float32"),
+    C("quantize_linear_zero_point_type", lambda e: ops.quantize_linear(
+        e.t(), e.t(()), e.t((), "int8")), TE, "it must be uint8"),
+    C("quantize_linear_scale_shape", lambda e: ops.quantize_linear(e.t((2, 3)), e.t((2,))),
+      VE, "per axis it must be [3]"),
+    C("quantize_linear_axis_out_of_range", lambda e: ops.quantize_linear(
+        e.t((2, 3)), e.t((3,)), axis=2), VE, "out of range"),
+    C("quantize_linear_block_shape", lambda e: ops.quantize_linear(
+        e.t((2, 5)), e.t((2, 2)), axis=1, block_size=2), VE, "need [2, 3]"),
+    C("quantize_linear_block_negative", lambda e: ops.quantize_linear(
+        e.t((2, 5)), e.t((2, 3)), axis=1, block_size=-1), VE, "block_size must be >= 0"),
+    C("quantize_linear_axis_not_int", lambda e: ops.quantize_linear(
+        e.t((2, 3)), e.t((3,)), axis=1.0), TE, "axis must be an int"),
+    C("quantize_linear_zero_point_shape", lambda e: ops.quantize_linear(
+        e.t((2, 3)), e.t((3,)), e.t((2,), "uint8")), VE, "it must have the scale's"),
+    C("dequantize_linear_float_x", lambda e: ops.dequantize_linear(e.t(), e.t(())), TE,
+      "is not supported"),
+    C("dequantize_linear_to_int8", lambda e: ops.dequantize_linear(
+        e.t(dtype="uint8"), e.t(()), dtype="int8"), TE, "is not supported"),
+    C("dequantize_linear_scale_other_context", lambda e: ops.dequantize_linear(
+        e.t(dtype="uint8"), e.t((), ctx=e.other)), VE, "different context"),
+    C("cast_float8_to_int32", lambda e: ops.cast(e.t(dtype="float8_e4m3fn"), "int32"), TE,
+      "float8 formats convert"),
+    C("cast_int32_to_float8", lambda e: ops.cast(e.t(dtype="int32"), "float8_e5m2fnuz"), TE,
+      "float8 formats convert"),
     C("copy_out_other_dtype", lambda e: ops.copy(e.t(), out=e.t(dtype="int32")), TE,
       "use cast()"),
     C("relu_int32", lambda e: ops.relu(e.t(dtype="int32")), TE, "not supported"),

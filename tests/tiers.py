@@ -32,6 +32,9 @@ SMOKE: dict[str, str] = {
         "binary, 2-D grid",
     "tests/framework/test_elementwise.py::test_copy_is_bit_exact": "copy",
     "tests/framework/test_elementwise.py::test_cast_to_bfloat16_rounds_to_nearest_even": "cast",
+    "tests/framework/test_float8.py::test_cast_to_float8_on_device": "cast to float8",
+    "tests/framework/test_qlinear.py::test_quantize_matches_the_reference":
+        "quantize_linear (qlinear)",
     "tests/framework/test_elementwise.py::test_int32_division_rounds_as_asked": "int32 division",
     "tests/framework/test_binary_vector.py::test_views_at_offsets_off_the_pool_alignment":
         "binary vector variant",
@@ -151,6 +154,7 @@ FAST: dict[str, str] = {
 TRANSFERS: dict[str, str] = {
     "tests/framework/test_tensor.py": "upload and read back, every dtype and shape",
     "tests/framework/test_views.py": "views at offsets, slices, split and concat, DLPack",
+    "tests/framework/test_float8.py": "float8 tensors uploaded and read back as float32",
     "tests/runtime/test_device_only_memory.py": "the staging paths themselves",
     "tests/runtime/test_memory.py": "which memory tensors live in, mapped or not",
     "tests/runtime/test_lifetime.py": "staging and DLPack memory outliving tensors",
@@ -181,6 +185,7 @@ TRANSFERS: dict[str, str] = {
     "tests/frontends/test_onnx_symbolic_sizes.py": "an ONNX conv net at several page sizes",
     "tests/frontends/test_onnx_activations.py": "ONNX activations and unary math end to end",
     "tests/frontends/test_onnx_light_ops.py": "ONNX LRN, Dropout, Sum and Mean end to end",
+    "tests/frontends/test_onnx_quant.py": "ONNX DequantizeLinear and MatMulInteger end to end",
     "tests/frontends/test_onnx_attention.py": "ONNX Attention end to end",
     "tests/frontends/test_onnx_norms.py": "ONNX RMS, group, instance, MVN and L1 norms and "
                                           "RotaryEmbedding end to end",

@@ -334,3 +334,32 @@ def test_eye_like_is_a_constant(ctx, shape, k, dtype) -> None:
     symbolic = model([helper.make_node("EyeLike", ["x"], ["y"], name="the_node")],
                      {"x": (T.FLOAT, ["n", 3])}, T.FLOAT)
     refused(ctx, symbolic, "static shape")
+
+
+@pytest.mark.parametrize("saturate", [0, 1])
+@pytest.mark.parametrize("target", [T.FLOAT8E4M3FN, T.FLOAT8E4M3FNUZ, T.FLOAT8E5M2,
+                                    T.FLOAT8E5M2FNUZ])
+def test_cast_to_float8_and_back_on_the_device(ctx, target: int, saturate: int) -> None:
+    """Cast float32 -> float8 (saturating or not) -> float16: both casts run as kernels; the
+    result is what vkumd's float8 reference gives (itself checked against ml_dtypes)."""
+    from vkumd.framework.float8 import FORMATS, float8_bits_to_float32, float32_to_float8_bits
+    from vkumd.framework.frontends.onnx.state import FLOAT8_IR_DTYPES
+
+    m = model([helper.make_node("Cast", ["x"], ["q"], to=target, saturate=saturate),
+               helper.make_node("Cast", ["q"], ["y"], to=T.FLOAT16)],
+              {"x": (T.FLOAT, [5, 37])}, T.FLOAT16)
+    rng = np.random.default_rng()
+    x = (rng.standard_normal((5, 37)) * rng.choice([1e-4, 1.0, 1e3, 1e5], (5, 37)))
+    x = x.astype(np.float32)
+    x[0, :4] = [np.inf, -np.inf, np.nan, -0.0]
+    fmt = FORMATS[FLOAT8_IR_DTYPES[target]]
+    want = float8_bits_to_float32(float32_to_float8_bits(x, fmt, bool(saturate)), fmt)
+    got = run(ctx, m, x=x)
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got.astype(np.float32), want)
+
+
+def test_cast_float8_to_int32_is_refused(ctx) -> None:
+    m = model([helper.make_node("Cast", ["x"], ["y"], to=T.INT32, name="the_node")],
+              {"x": (T.FLOAT8E5M2, [3])}, T.INT32)
+    refused(ctx, m, "float8 formats convert to and from the float types only")

@@ -9,6 +9,7 @@ import numpy as np
 
 from vkumd.compiler.kernels.type_codes import ELEMENT_TYPES
 from vkumd.errors import VkumdTypeError, VkumdValueError
+from vkumd.framework.float8 import FORMATS, float8_bits_to_float32, float32_to_float8_bits
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,13 @@ class DType:
     @property
     def is_float(self) -> bool:
         """Whether the type holds floating-point values."""
-        return self.name in ("float32", "float16", "bfloat16")
+        return self.name in ("float32", "float16", "bfloat16") or self.is_float8
+
+    @property
+    def is_float8(self) -> bool:
+        """Whether the type is one of the float8 formats (stored as its byte, read back as
+        float32; only casts compute on it)."""
+        return self.name in FORMATS
 
 
 float32 = DType("float32", np.dtype(np.float32), np.dtype(np.float32))
@@ -57,7 +64,15 @@ int32 = DType("int32", np.dtype(np.int32), np.dtype(np.int32))
 int8 = DType("int8", np.dtype(np.int8), np.dtype(np.int8))
 uint8 = DType("uint8", np.dtype(np.uint8), np.dtype(np.uint8))
 
+# The float8 formats: a byte of bits each, float32 to numpy (vkumd/framework/float8.py).
+float8_e4m3fn = DType("float8_e4m3fn", np.dtype(np.uint8), np.dtype(np.float32))
+float8_e4m3fnuz = DType("float8_e4m3fnuz", np.dtype(np.uint8), np.dtype(np.float32))
+float8_e5m2 = DType("float8_e5m2", np.dtype(np.uint8), np.dtype(np.float32))
+float8_e5m2fnuz = DType("float8_e5m2fnuz", np.dtype(np.uint8), np.dtype(np.float32))
+FLOAT8: tuple[DType, ...] = (float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz)
+
 ALL: tuple[DType, ...] = (float32, float16, bfloat16, int32, int8, uint8)
+ALL += FLOAT8
 _BY_NAME = {d.name: d for d in ALL}
 _FROM_NUMPY = {np.dtype(np.float32): float32, np.dtype(np.float16): float16,
                np.dtype(np.int32): int32, np.dtype(np.int8): int8, np.dtype(np.uint8): uint8}
@@ -140,6 +155,11 @@ def host_array(data: Any, *, dtype: object | None = None, expected: DType | None
     """
     array = data if type(data) is np.ndarray else as_array(data, what)
     source = array.dtype
+    if source.name in FORMATS:  # ml_dtypes' float8 arrays: widened exactly, stored back
+        own = _BY_NAME[source.name]
+        array, source = array.astype(np.float32), _F32
+        if expected is None and dtype is None:
+            return array, own
     if expected is not None:
         if stored_exactly(source, expected):
             return array, expected
@@ -179,8 +199,8 @@ def stored_exactly(source: Any, expected: DType) -> bool:
         numpy_type = np.dtype(source)
     except TypeError:
         return False
-    return _FROM_NUMPY.get(numpy_type) is expected or (expected is bfloat16
-                                                       and numpy_type == _F32)
+    return _FROM_NUMPY.get(numpy_type) is expected or (numpy_type == _F32 and
+                                                       expected.storage != expected.numpy)
 
 
 def _refuse(array: np.ndarray, what: str, advice: str) -> None:
@@ -239,6 +259,10 @@ def to_storage(array: np.ndarray, target: DType) -> np.ndarray:
     """Convert ``array`` to contiguous storage bits of ``target``."""
     if target is bfloat16:
         return float32_to_bfloat16_bits(np.asarray(array, dtype=np.float32))
+    if target.is_float8:
+        # As numpy's astype would (ml_dtypes'): past the range is infinity or NaN, not clamped.
+        return float32_to_float8_bits(np.asarray(array, dtype=np.float32), FORMATS[target.name],
+                                      saturate=False)
     return np.ascontiguousarray(array, dtype=target.storage)
 
 
@@ -246,4 +270,6 @@ def from_storage(bits: np.ndarray, source: DType) -> np.ndarray:
     """Turn storage bits of ``source`` into the numpy array users see."""
     if source is bfloat16:
         return bfloat16_bits_to_float32(bits)
+    if source.is_float8:
+        return float8_bits_to_float32(bits, FORMATS[source.name])
     return bits

@@ -353,9 +353,9 @@ class Tensor(EagerMethods, ViewMethods, Handle):
     def _host_array(self, what: str) -> np.ndarray:
         """A numpy array over the tensor's mapped memory that pins it while it lives."""
         allocation = self._live_allocation(what)
-        if self.dtype is dtypes.bfloat16:
-            raise VkumdValueError(f"{what}: bfloat16 tensors cannot be shared with numpy; "
-                                  "use .numpy(), which converts to float32")
+        if self.dtype.storage != self.dtype.numpy:  # bfloat16, the float8 formats
+            raise VkumdValueError(f"{what}: {self.dtype.name} tensors cannot be shared with "
+                                  "numpy; use .numpy(), which converts to float32")
         if allocation is None:
             return np.empty(self.shape, dtype=self.dtype.storage)
         count = self.size if self.binding is not None else self.capacity

@@ -18,6 +18,7 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     norm,
     permute,
     pool,
+    qlinear,
     qmatmul,
     recurrent,
     reduce,

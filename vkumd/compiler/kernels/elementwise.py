@@ -6,6 +6,7 @@ from vkumd.compiler.kernels.limits import (
     BINARY_DTYPES,
     ELEMENTWISE_DTYPES,
     ELEMENTWISE_MAX_DIMS,
+    FLOAT8_DTYPES,
 )
 from vkumd.compiler.kernels.type_codes import type_codes
 from vkumd.compiler.push import PushLayout
@@ -75,11 +76,26 @@ ELEMENTWISE_BINARY = register(Kernel(
 
 
 ELEMENTWISE_UNARY_OPS = {"convert": 0, "scale": 1}
+# The float8 formats' codes: the unary kernel converts them to and from the float types.
+FLOAT8_CODES = type_codes(FLOAT8_DTYPES)
+FLOAT8_TYPES = tuple(FLOAT8_CODES.values())
+
+
+def _float8_pairs(caps: DeviceCaps) -> list[tuple[str, str]]:
+    """(SRC, DST) of the float8 conversions on ``caps`` (8-bit storage needed): each format
+    to and from each float type and each other format."""
+    if not caps.storage_8bit:
+        return []
+    floats = [t for t in _elementwise_types(caps) if t != "I32"]
+    pairs = [(f8, t) for f8 in FLOAT8_TYPES for t in floats + list(FLOAT8_TYPES)]
+    return pairs + [(t, f8) for f8 in FLOAT8_TYPES for t in floats]
 
 
 def _elementwise_unary_variants(caps: DeviceCaps) -> list[dict]:
     types = _elementwise_types(caps)
     converts = [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64} for src in types for dst in types]
+    converts += [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64}
+                 for src, dst in _float8_pairs(caps)]
     scales = [{"SRC": t, "DST": t, "OP": 1, WORKGROUP: 64} for t in types]
     # Each scalar variant and its vectorised twin for contiguous operands (VEC 4, BCAST 0).
     return [{**v, "VEC": vec, "BCAST": 0} for v in converts + scales for vec in (1, 4)]
@@ -90,7 +106,7 @@ ELEMENTWISE_UNARY = register(Kernel(
     source="elementwise_unary.comp",
     buffers=2,
     push=UNARY_PUSH,
-    defines={"SRC": ELEMENTWISE_TYPES, "DST": ELEMENTWISE_TYPES},
+    defines={"SRC": ELEMENTWISE_TYPES + FLOAT8_TYPES, "DST": ELEMENTWISE_TYPES + FLOAT8_TYPES},
     spec_constants={WORKGROUP: 0, "OP": 1, "VEC": 2, "BCAST": 3},
     variants=_elementwise_unary_variants,
 ))

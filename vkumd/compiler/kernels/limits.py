@@ -34,6 +34,14 @@ ELEMENTWISE_DTYPES = (*FLOAT_DTYPES, "int32")
 # elementwise_binary alone also takes 8-bit integers (with 8-bit storage), wrapping as numpy.
 BINARY_DTYPES = (*ELEMENTWISE_DTYPES, "int8", "uint8")
 ELEMENTWISE_MAX_DIMS = 6
+# The float8 formats (vkumd/framework/float8.py): elementwise_unary converts them to and from
+# the float types (and each other) when the device has 8-bit storage; no other kernel reads
+# them.
+FLOAT8_DTYPES = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+# The linear quantization kernel (qlinear.py): its quantized and float types (scales are
+# float32).
+QLINEAR_QUANT_DTYPES = ("uint8", "int8", *FLOAT8_DTYPES)
+QLINEAR_FLOAT_DTYPES = ("float32", "float16")
 
 # The generated fused elementwise kernels (fused_elementwise.py). Inputs a kernel takes: its
 # push block is 8 + 6 * k words, 224 bytes at 8, within the 256 bytes lavapipe, NVIDIA, AMD

@@ -39,6 +39,15 @@ ELEMENT_TYPES: dict[str, ElementType] = {
     "int8": ElementType("I8", "int8_t", 1),
     "uint8": ElementType("U8", "uint8_t", 1),
 }
+# The float8 formats (ONNX's FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2, FLOAT8E5M2FNUZ): a byte
+# of bits each, which only the conversion kernel reads (vkumd/framework/float8.py).
+FLOAT8_TYPES: dict[str, ElementType] = {
+    "float8_e4m3fn": ElementType("F8E4M3FN", "uint8_t", 1),
+    "float8_e4m3fnuz": ElementType("F8E4M3FNUZ", "uint8_t", 1),
+    "float8_e5m2": ElementType("F8E5M2", "uint8_t", 1),
+    "float8_e5m2fnuz": ElementType("F8E5M2FNUZ", "uint8_t", 1),
+}
+ELEMENT_TYPES.update(FLOAT8_TYPES)
 # Per type code: bytes of one element, and its GLSL storage type.
 CODE_BYTES = {t.code: t.itemsize for t in ELEMENT_TYPES.values()}
 CODE_GLSL = {t.code: t.glsl for t in ELEMENT_TYPES.values()}

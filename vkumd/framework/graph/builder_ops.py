@@ -197,9 +197,10 @@ class OpMethods:
         """``x * alpha`` for a real ``alpha``."""
         return self._apply("scale", [x], {"alpha": _as_float(alpha)})
 
-    def cast(self, x: Value, dtype: Any) -> Value:
-        """``x`` converted to ``dtype`` (float32, float16, bfloat16 or int32)."""
-        return self._apply("cast", [x], {"dtype": dtype})
+    def cast(self, x: Value, dtype: Any, *, saturate: bool = True) -> Value:
+        """``x`` converted to ``dtype`` (float32, float16, bfloat16, int32 or a float8 format;
+        ``saturate`` clamps what a float8 format cannot hold, as ONNX's Cast)."""
+        return self._apply("cast", [x], {"dtype": dtype, "saturate": bool(saturate)})
 
     # -- row-wise --------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     matmul,
     norms,
     pool,
+    qlinear,
     quantized,
     recurrent,
     reductions,

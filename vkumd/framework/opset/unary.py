@@ -26,10 +26,12 @@ from vkumd.compiler.kernels.elementwise import (
     BINARY_CODES,
     ELEMENTWISE_CODES,
     ELEMENTWISE_MAX_DIMS,
+    FLOAT8_CODES,
 )
 from vkumd.compiler.kernels.elementwise_plan import fill_plan, unary_plan
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
+from vkumd.framework.float8 import FORMATS, float32_to_float8_bits
 from vkumd.framework.graph.ir import Node
 from vkumd.framework.graph.operands import Types, only, real
 from vkumd.framework.graph.reference import round_to
@@ -47,7 +49,9 @@ from vkumd.framework.strided import copy_into
 from vkumd.framework.tensor import Tensor
 
 _INT32 = np.iinfo(np.int32)
-CAST_TARGETS = ("float32", "float16", "bfloat16", "int32")
+CAST_TARGETS = ("float32", "float16", "bfloat16", "int32", *FLOAT8_CODES)
+# What a float8 format converts to and from on the device: the float types and the formats.
+FLOAT8_PARTNERS = ("float32", "float16", "bfloat16", *FLOAT8_CODES)
 
 
 def broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -139,7 +143,7 @@ def _unary(op: str, src: Tensor, out: Tensor | None, dtype: dtypes.DType,
     out = output(op, context, out, out_shape, dtype)
     if out.size == 0:
         return out
-    codes = ELEMENTWISE_CODES
+    codes = {**ELEMENTWISE_CODES, **FLOAT8_CODES}
     plan = unary_plan(context.caps, kind, codes[src.dtype.name], codes[dtype.name], src.shape,
                       out_shape, alpha_bits)
     context.run(plan, (src, out))
@@ -185,8 +189,10 @@ def copy(src: Tensor, out: Tensor | None = None) -> Tensor:
     return _unary("copy", src, out, src.dtype, "convert")
 
 
-def cast(t: Tensor, dtype: Any, out: Tensor | None = None) -> Tensor:
-    """Convert ``t`` to ``dtype`` (float32, float16, bfloat16 or int32), like numpy's astype.
+def cast(t: Tensor, dtype: Any, out: Tensor | None = None, *, saturate: bool = True
+         ) -> Tensor:
+    """Convert ``t`` to ``dtype`` (float32, float16, bfloat16, int32 or a float8 format),
+    like numpy's astype.
 
     Float to int32 truncates toward zero; values out of int32's range and NaN give undefined
     results. Conversions to floats round to nearest even (bfloat16 as
@@ -194,17 +200,36 @@ def cast(t: Tensor, dtype: Any, out: Tensor | None = None) -> Tensor:
     first, which is exact up to 2**24. Casting to the same dtype copies. ``t`` broadcasts into
     ``out`` when given.
 
+    The float8 formats (``float8_e4m3fn``, ``float8_e4m3fnuz``, ``float8_e5m2``,
+    ``float8_e5m2fnuz``) convert to and from the float types and each other, as ONNX's Cast:
+    rounded to nearest even; with ``saturate`` (the default, as ONNX's) a value past the
+    format's range, infinity included, becomes its largest finite value; without it E5M2
+    gives infinity and the others NaN (:mod:`vkumd.framework.float8`). They need 8-bit
+    storage.
+
     Raises:
-        VkumdTypeError: ``dtype`` is unknown or not one of the four.
+        VkumdTypeError: ``dtype`` is unknown or not one of these, or a float8 format paired
+            with int32.
+        CapabilityMissing: a 16-bit or 8-bit type on a device that cannot store it.
     """
     check_tensor("cast", t, "the tensor")
     target = dtypes.dtype(dtype)
-    check_dtype("cast", t, "the tensor", ELEMENTWISE_CODES)
-    if target.name not in ELEMENTWISE_CODES:
+    check_dtype("cast", t, "the tensor", CAST_TARGETS)
+    if target.name not in CAST_TARGETS:
         raise VkumdTypeError(f"cast: {target.name} is not supported; cast takes "
-                             f"{', '.join(ELEMENTWISE_CODES)}")
+                             f"{', '.join(CAST_TARGETS)}")
+    _check_float8_pair(t.dtype, target)
     check_storage("cast", target, t.context)
-    return _unary("cast", t, out, target, "convert")
+    return _unary("cast", t, out, target, "convert", int(bool(saturate)))
+
+
+def _check_float8_pair(source: dtypes.DType, target: dtypes.DType) -> None:
+    """Refuse a float8 format paired with int32 (no kernel converts those)."""
+    if (source.is_float8 or target.is_float8) and not (source.name in FLOAT8_PARTNERS
+                                                       and target.name in FLOAT8_PARTNERS):
+        raise VkumdTypeError(f"cast: {source.name} to {target.name} is not supported; the "
+                             f"float8 formats convert to and from {', '.join(FLOAT8_PARTNERS)}"
+                             " (cast through float32)")
 
 
 def scale(t: Tensor, alpha: Any, out: Tensor | None = None) -> Tensor:
@@ -270,16 +295,38 @@ def _cast_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tensor
     if name not in CAST_TARGETS:
         raise VkumdTypeError(f"cast: dtype={target!r}; cast converts to "
                              f"{', '.join(CAST_TARGETS)}")
-    return [TensorType(only(ins).shape, dtypes.dtype(name))]
+    source = only(ins)
+    _check_float8_pair(source.dtype, dtypes.dtype(name))
+    return [TensorType(source.shape, dtypes.dtype(name))]
 
 
 def _cast_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
-    cast(ins[0], attrs_of(node)["dtype"], out=outs[0])
+    attrs = attrs_of(node)
+    cast(ins[0], attrs["dtype"], out=outs[0], saturate=attrs["saturate"])
 
 
-define("cast", ("x",), {"dtype": REQUIRED}, inplace=True, rule=_cast_rule,
-       reference=lambda a, attrs, s: [round_to(a[0], dtypes.dtype(attrs["dtype"]))],
-       lower=_cast_lower, refuse=kernel_dtypes, eager=cast,
+def _cast_reference(a: list[np.ndarray], attrs: dict[str, Any], s: Any) -> list[np.ndarray]:
+    target = dtypes.dtype(attrs["dtype"])
+    if target.is_float8:  # from float32, as the device reads it
+        bits = float32_to_float8_bits(a[0], FORMATS[target.name], bool(attrs["saturate"]))
+        return [np.asarray(dtypes.from_storage(bits, target), np.float64)]
+    return [round_to(a[0], target)]
+
+
+def _cast_refuse(node: Node) -> str | None:
+    """Why the unary kernel cannot run this cast (a float8 format with its partners passes)."""
+    ends = [v.dtype for v in (node.inputs[0], node.outputs[0]) if v is not None]
+    if any(d.is_float8 for d in ends) and all(d.name in FLOAT8_PARTNERS for d in ends):
+        rank = max(len(v.shape) for v in (*node.inputs, *node.outputs) if v is not None)
+        if rank > ELEMENTWISE_MAX_DIMS:
+            return (f"cast of more dimensions than the elementwise kernels index ({rank}; at "
+                    f"most {ELEMENTWISE_MAX_DIMS}: reshape to merge some)")
+        return None
+    return kernel_dtypes(node)
+
+
+define("cast", ("x",), {"dtype": REQUIRED, "saturate": True}, inplace=True, rule=_cast_rule,
+       reference=_cast_reference, lower=_cast_lower, refuse=_cast_refuse, eager=cast,
        elementwise=Elementwise(1, "{a}", params=("dtype",), glsl_params={
            "float32": "{a}",
            "float16": "unpackHalf2x16(packHalf2x16(vec2({a}, 0.0))).x",

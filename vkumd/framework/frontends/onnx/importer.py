@@ -27,6 +27,7 @@ from vkumd.framework.frontends.onnx import (  # noqa: F401
     ops_logic,
     ops_math,
     ops_norms,
+    ops_quant,
     ops_recurrent,
     ops_reduce,
     ops_resample,

@@ -186,8 +186,9 @@ def _input_array(name: str, elem: int, value: Any) -> np.ndarray:
     stored = IR_DTYPES.get(elem)
     if stored is None:
         return array  # the import refused the type already
-    if array.dtype.name == "bfloat16" and stored == "bfloat16":
-        array = array.astype(np.float32)  # ml_dtypes' type, widened exactly; stored rounds back
+    if array.dtype.name == stored and dtypes.dtype(stored).storage != dtypes.dtype(stored).numpy:
+        # ml_dtypes' bfloat16 or float8, widened exactly; stored rounds back
+        array = array.astype(np.float32)
     array, target = dtypes.host_array(array, expected=dtypes.dtype(stored), what=what)
     # Checked to fit, so the narrowing to the stored integer type is exact.
     return array.astype(target.storage, copy=False) if array.dtype.kind in "iu" else array

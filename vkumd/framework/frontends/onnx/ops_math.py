@@ -11,9 +11,18 @@ from typing import Any
 import numpy as np
 import onnx
 
+from vkumd.framework.float8 import FORMATS
 from vkumd.framework.frontends.onnx.errors import Unsupported
-from vkumd.framework.frontends.onnx.state import Bound, State, converter, ir_dtype, tidy
+from vkumd.framework.frontends.onnx.state import (
+    FLOAT8_IR_DTYPES,
+    Bound,
+    State,
+    converter,
+    ir_dtype,
+    tidy,
+)
 from vkumd.framework.graph import Value
+from vkumd.framework.opset.unary import FLOAT8_PARTNERS
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Equal": "eq",
            "Less": "lt", "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge"}
@@ -166,7 +175,8 @@ def cast(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
 # alike (the same values), uint8 stores UINT8 and BOOL (told apart in like_type).
 _ONNX_OF_IR = {"float32": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FLOAT16,
                "bfloat16": onnx.TensorProto.BFLOAT16, "int32": onnx.TensorProto.INT32,
-               "int8": onnx.TensorProto.INT8}
+               "int8": onnx.TensorProto.INT8,
+               **{name: elem for elem, name in FLOAT8_IR_DTYPES.items()}}
 
 
 def like_type(st: State, name: str, source: str) -> int | None:
@@ -211,17 +221,25 @@ def _cast_to(st: State, name: str, target: int, attrs: dict[str, Any]) -> Bound:
             raise Unsupported("a shape with symbolic dimensions cast to a non-integer type")
         return known
     want = ir_dtype(target)
+    saturate = bool(attrs.get("saturate", 1))
     if known is not None:
         np_type = onnx.helper.tensor_dtype_to_np_dtype(target)
         if np_type == np.float64:
             raise Unsupported("float64 tensors are not supported; use float32")
+        if want in FORMATS and saturate:  # ONNX's rule: clamp, then round to nearest even
+            limit = FORMATS[want].max
+            return np.clip(known.astype(np.float32), -limit, limit).astype(np_type)
         return known.astype(np_type)
     x = st.value(name)
     if target == onnx.TensorProto.BOOL:
         return st.b.ne(x, st.constant(np.zeros((), np.float32), x.dtype.name))
     if x.dtype.name == want:
         return x
-    return st.b.cast(x, want)
+    ends = (x.dtype.name, want)
+    if any(e in FORMATS for e in ends) and not all(e in FLOAT8_PARTNERS for e in ends):
+        raise Unsupported(f"Cast from {ends[0]} to {ends[1]}: the float8 formats convert to "
+                          "and from the float types only")
+    return st.b.cast(x, want, saturate=saturate)
 
 
 @converter("Sum", "Mean")

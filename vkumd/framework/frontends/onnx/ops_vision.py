@@ -90,6 +90,13 @@ def _pads_2d(pads: list[int], one_d: bool) -> tuple[int, int, int, int]:
 def conv(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """Convolution with optional bias, 1-D or 2-D, groups included."""
     x, w = st.value(node.input[0]), st.value(node.input[1])
+    bias = st.value(node.input[2]) if st.present(node, 2) else None
+    return [conv_of(st, x, w, bias, attrs)]
+
+
+def conv_of(st: State, x: Value, w: Value, bias: Value | None, attrs: dict[str, Any]
+            ) -> Value:
+    """Conv's body on graph values (ConvInteger and QLinearConv reuse it)."""
     n = _spatial("Conv", x)
     if len(w.shape) != n + 2:
         raise Unsupported(f"Conv weight of shape {tuple(w.shape)} for a {n}-D convolution")
@@ -100,7 +107,6 @@ def conv(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     strides = _ints(attrs, "strides", n, 1)
     dilations = _ints(attrs, "dilations", n, 1)
     pads = explicit_pads(attrs, tuple(x.shape[2:]), kernel, strides, dilations)
-    bias = st.value(node.input[2]) if st.present(node, 2) else None
     one_d = n == 1
     stride2 = (1, strides[0]) if one_d else (strides[0], strides[1])
     dilation2 = (1, dilations[0]) if one_d else (dilations[0], dilations[1])
@@ -109,7 +115,7 @@ def conv(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
                     groups=int(attrs.get("group", 1)))
     if one_d:
         y = st.b.reshape(y, (y.shape[0], y.shape[1], y.shape[3]))
-    return [y]
+    return y
 
 
 _POOL_ATTRS = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides")

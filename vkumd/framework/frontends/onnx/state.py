@@ -39,6 +39,14 @@ IR_DTYPES: dict[int, str] = {
     onnx.TensorProto.INT64: "int32", onnx.TensorProto.INT8: "int8",
     onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.BOOL: "uint8",
 }
+# The float8 formats: a byte each, read back as float32 (vkumd/framework/float8.py).
+FLOAT8_IR_DTYPES: dict[int, str] = {
+    onnx.TensorProto.FLOAT8E4M3FN: "float8_e4m3fn",
+    onnx.TensorProto.FLOAT8E4M3FNUZ: "float8_e4m3fnuz",
+    onnx.TensorProto.FLOAT8E5M2: "float8_e5m2",
+    onnx.TensorProto.FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
+}
+IR_DTYPES.update(FLOAT8_IR_DTYPES)
 
 
 def type_name(elem_type: int) -> str:
@@ -50,11 +58,12 @@ def ir_dtype(elem_type: int) -> str:
     """The IR dtype that stores ONNX ``elem_type``.
 
     Raises:
-        Unsupported: a type vkumd does not store (float64, strings, complex, float8...).
+        Unsupported: a type vkumd does not store (float64, strings, complex, int4...).
     """
     if elem_type not in IR_DTYPES:
         raise Unsupported(f"{type_name(elem_type)} tensors are not supported (vkumd stores "
-                          "float32, float16, bfloat16, int32, int8, uint8; int64 as int32, "
+                          "float32, float16, bfloat16, int32, int8, uint8, the float8 formats; "
+                          "int64 as int32, "
                           "bool as uint8)")
     return IR_DTYPES[elem_type]
 
@@ -245,8 +254,8 @@ class State:
             return array.astype(np.int32), "int32"
         if array.dtype == np.float64:
             raise Unsupported("float64 tensors are not supported; use float32")
-        if array.dtype.name == "bfloat16":
-            return array.astype(np.float32), "bfloat16"
+        if array.dtype.name == "bfloat16" or array.dtype.name in FLOAT8_IR_DTYPES.values():
+            return array.astype(np.float32), array.dtype.name  # exact; stored back as bits
         try:
             return array, dtypes.dtype(array.dtype).name
         except Exception as exc:
