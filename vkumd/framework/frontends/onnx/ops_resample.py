@@ -1,4 +1,4 @@
-"""Converters of ONNX's resampling operators: Resize (and opset 7-9's Upsample),
+"""Converters of ONNX's resampling operators: Resize (and opset 7-9's Upsample), GridSample,
 ConvTranspose and Pad.
 
 Resize runs on 4-D NCHW with its scales or sizes known at import time; the batch and channel
@@ -274,3 +274,30 @@ def pad(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | 
                           f"(it takes {2 * rank})")
     return [st.b.pad(x, pads=tuple(pads), mode=mode, value=value)]
 
+
+
+# GridSample's opset-16 mode names and the names vkumd (and opset 20 on) use.
+_GRID_MODES = {"bilinear": "linear", "bicubic": "cubic", "linear": "linear",
+               "cubic": "cubic", "nearest": "nearest"}
+
+
+@converter("GridSample", attrs=("mode", "padding_mode", "align_corners"))
+def grid_sample(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """Sampling of 4-D (and, from opset 20, 5-D) inputs at a grid; a grid of another float
+    type is cast to x's."""
+    x = st.value(node.input[0])
+    grid = st.value(node.input[1])
+    mode = attrs.get("mode", "bilinear" if st.opset < 20 else "linear")
+    if mode not in _GRID_MODES:
+        raise Unsupported(f"mode={mode!r}; ONNX defines {', '.join(_GRID_MODES)}")
+    padding = attrs.get("padding_mode", "zeros")
+    if padding not in ("zeros", "border", "reflection"):
+        raise Unsupported(f"padding_mode={padding!r}; ONNX defines zeros, border and "
+                          "reflection")
+    if len(x.shape) not in (4, 5):
+        raise Unsupported(f"a rank-{len(x.shape)} input: vkumd samples [N, C, H, W] and "
+                          "[N, C, D, H, W]")
+    if grid.dtype is not x.dtype:
+        grid = st.b.cast(grid, x.dtype.name)
+    return [st.b.grid_sample(x, grid, mode=_GRID_MODES[mode], padding=padding,
+                             align_corners=bool(int(attrs.get("align_corners", 0))))]
