@@ -220,3 +220,20 @@ def test_col2im(ctx, attrs: dict) -> None:
     got, want = run_both(ctx, model, x)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("output_shape", [None, [2, 3, 9, 10]], ids=str)
+def test_max_unpool_of_max_pool_indices(ctx, output_shape: list[int] | None) -> None:
+    pool = helper.make_node("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 3], strides=[2, 3])
+    ins = ["p", "i"] + (["shape"] if output_shape is not None else [])
+    unpool = helper.make_node("MaxUnpool", ins, ["y"], kernel_shape=[2, 3], strides=[2, 3])
+    inits = ([] if output_shape is None else
+             [numpy_helper.from_array(np.array(output_shape, np.int64), "shape")])
+    graph = helper.make_graph(
+        [pool, unpool], "g", [helper.make_tensor_value_info("x", T.FLOAT, [2, 3, 8, 9])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    got, want = run_both(ctx, model, np.random.default_rng().standard_normal(
+        (2, 3, 8, 9)).astype(np.float32))
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)

@@ -291,3 +291,39 @@ def col2im(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
                                   stride=tuple(strides), dilation=tuple(dilations),
                                   pads=tuple(pads), output_padding=tuple(extra),
                                   groups=channels)]
+
+
+@converter("MaxUnpool", attrs=("kernel_shape", "pads", "strides"))
+def max_unpool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """A ``scatter_elements`` of x's values, at their flat indices, into zeros of the output
+    shape (``output_shape`` when given, else the pooling's inverse)."""
+    x = st.value(node.input[0])
+    indices = st.value(node.input[1])
+    if any(isinstance(d, Dim) for d in x.shape):
+        raise Unsupported(f"x has symbolic dimensions {x.shape}; bind them")
+    spatial = len(x.shape) - 2
+    if "kernel_shape" not in attrs:
+        raise Unsupported("kernel_shape is required")
+    kernel = _ints(attrs, "kernel_shape", spatial, 1)
+    strides = _ints(attrs, "strides", spatial, 1)
+    pads = _ints(attrs, "pads", 2 * spatial, 0)
+    # The indices address the pooling's inverse shape; a larger output_shape pads its end
+    # (ONNX's reference; onnxruntime reads them in output_shape instead).
+    shape = [*map(int, x.shape[:2])] + [
+        (int(x.shape[2 + i]) - 1) * strides[i] - pads[i] - pads[spatial + i] + kernel[i]
+        for i in range(spatial)]
+    wanted = st.ints(node.input[2], "output_shape") if st.present(node, 2) else shape
+    if len(wanted) != len(shape) or wanted[:2] != shape[:2] or \
+            any(w < s for w, s in zip(wanted, shape, strict=True)):
+        raise Unsupported(f"output_shape={wanted} for x of shape {x.shape}: it takes at "
+                          f"least {shape}")
+    total = int(np.prod(shape))
+    count = int(np.prod([int(d) for d in x.shape]))
+    zeros = st.constant(np.zeros(total, np.float32), x.dtype.name)
+    flat = st.b.scatter_elements(zeros, st.b.reshape(indices, (count,)),
+                                 st.b.reshape(x, (count,)), axis=0)
+    y = st.b.reshape(flat, tuple(shape))
+    if wanted == shape:
+        return [y]
+    ends = tuple(w - s for w, s in zip(wanted, shape, strict=True))
+    return [st.b.pad(y, pads=(0,) * len(shape) + ends, mode="constant", value=0.0)]
