@@ -107,6 +107,7 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_scatters.py::test_scatter_nd": "scatter_nd, reductions",
     "tests/framework/test_rnn.py::test_each_step_path": "RNN cell, both step projections",
     "tests/framework/test_resize_modes.py::test_cubic_float16": "resize, bicubic",
+    "tests/framework/test_grid_sample.py::test_2d_matches_float64": "grid_sample, 2-D",
 }
 
 # Device-free modules, or ones that take a second or two, for the fast tier.
@@ -250,7 +251,8 @@ TORCH: dict[str, str] = {
     "tests/frontends/test_torch_fallback.py": "what falls back to torch, and why",
     "tests/frontends/test_torch_reduce.py": "the aten reductions over any axes",
     "tests/frontends/test_torch_activations.py": "the elementwise tail through torch.compile",
-    "tests/frontends/test_torch_resample.py": "resize, pad and transposed convolution from torch",
+    "tests/frontends/test_torch_resample.py": "resize, pad, grid sampling and transposed "
+                                              "convolution from torch",
     "tests/frontends/test_torch_cnn.py": "convolution, pooling and batch norm from torch",
     "tests/frontends/test_torch_index.py": "gather, scatters, triu and tril from torch",
     "tests/frontends/test_torch_rows.py": "log_softmax, cumsum and cumprod from torch",

@@ -185,3 +185,14 @@ def test_seven_dimensions(ctx) -> None:
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     with pytest.raises(NoDeviceKernel, match="more dimensions than the elementwise kernels"):
         vkumd.onnx.load(m, ctx=ctx)(**feeds)
+
+
+def test_reverse_sequence_with_fed_lengths(ctx) -> None:
+    rng = np.random.default_rng()
+    for time_axis in (0, 1):
+        shape = (7, 3, 2) if time_axis == 0 else (3, 7, 2)
+        x = rng.standard_normal(shape).astype(np.float32)
+        lens = np.array([7, 0, 4], np.int64)
+        m = model("ReverseSequence", {"x": x, "lens": lens}, batch_axis=1 - time_axis,
+                  time_axis=time_axis)
+        check(ctx, m, {"x": x, "lens": lens})

@@ -170,3 +170,19 @@ def test_max_and_min_broadcast_and_propagate_nan(ctx, op: str) -> None:
     got = vkumd.onnx.load(m, ctx=ctx)(**feed)["y"]
     assert np.isnan(want).sum() == 3 * 7
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (3, 2, 2), (2, 5, 3, 3), (4, 1, 1)], ids=str)
+def test_det_matches_float64(ctx, shape: tuple[int, ...]) -> None:
+    m = model([helper.make_node("Det", ["x"], ["y"])], {"x": shape}, ["y"], 22)
+    x = np.random.default_rng().standard_normal(shape).astype(np.float32)
+    got = vkumd.onnx.load(m, ctx=ctx)(x=x)["y"]
+    want = np.linalg.det(x.astype(np.float64))
+    assert got.shape == want.shape
+    assert rel_error(got, want) < 1e-5
+
+
+def test_det_of_a_large_matrix_is_refused() -> None:
+    m = model([helper.make_node("Det", ["x"], ["y"])], {"x": (4, 4)}, ["y"], 22)
+    with pytest.raises(VkumdError, match="composes them up to 3x3"):
+        vkumd.onnx.load(m)

@@ -202,3 +202,25 @@ def test_detector_nodes_import(package: str, parts: tuple[str, ...]) -> None:
     except UnsupportedModelError as exc:
         refused = {r.op_type for r in exc.refusals}
         assert not refused & {"Resize", "ConvTranspose", "Pad", "Upsample"}, str(exc)
+
+
+@pytest.mark.parametrize("size", [(2, 3, 5, 7), (3, 1, 1, 6), (2, 2, 3, 4, 5)], ids=str)
+@pytest.mark.parametrize("align", [0, 1])
+def test_affine_grid(ctx, size: tuple[int, ...], align: int) -> None:
+    rank = len(size) - 2
+    node = helper.make_node("AffineGrid", ["x", "size"], ["y"], align_corners=align)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", T.FLOAT, [size[0], rank, rank + 1])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)],
+        [numpy_helper.from_array(np.array(size, np.int64), "size")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    theta = np.random.default_rng().standard_normal((size[0], rank, rank + 1)).astype(F)
+    check(ctx, model, theta)
+
+
+@pytest.mark.parametrize("shape, axes", [((9, 4, 3), None), ((4, 11), [0, 1]),
+                                          ((5, 2), [-3, -2])], ids=str)
+def test_center_crop_pad(ctx, shape: tuple[int, ...], axes: list[int] | None) -> None:
+    attrs = {} if axes is None else {"axes": axes}
+    model = node_model("CenterCropPad", (8, 7, 3), [np.array(shape, np.int64)], 18, **attrs)
+    check(ctx, model, np.random.default_rng().standard_normal((8, 7, 3)).astype(F))

@@ -203,3 +203,37 @@ def test_max_pool_indices_of_3d_pooling_are_refused(ctx) -> None:
     with pytest.raises(VkumdError) as info:
         vkumd.onnx.load(model, ctx=ctx)
     assert "the_node" in str(info.value) and "Indices" in str(info.value)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"strides": [2, 3]}, {"pads": [1, 0, 2, 1]},
+                                   {"dilations": [2, 1], "strides": [1, 2]}], ids=str)
+def test_col2im(ctx, attrs: dict) -> None:
+    image, block = np.array([7, 9], np.int64), np.array([3, 2], np.int64)
+    strides, dil = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    counts = [(image[i] + pads[i] + pads[2 + i] - dil[i] * (block[i] - 1) - 1) // strides[i]
+              + 1 for i in (0, 1)]
+    shape = (2, 2 * 6, int(counts[0] * counts[1]))
+    model = single_node("Col2Im", shape, {"image": image, "block": block}, **attrs)
+    model.opset_import[0].version = 18
+    x = np.random.default_rng().standard_normal(shape).astype(np.float32)
+    got, want = run_both(ctx, model, x)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("output_shape", [None, [2, 3, 9, 10]], ids=str)
+def test_max_unpool_of_max_pool_indices(ctx, output_shape: list[int] | None) -> None:
+    pool = helper.make_node("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 3], strides=[2, 3])
+    ins = ["p", "i"] + (["shape"] if output_shape is not None else [])
+    unpool = helper.make_node("MaxUnpool", ins, ["y"], kernel_shape=[2, 3], strides=[2, 3])
+    inits = ([] if output_shape is None else
+             [numpy_helper.from_array(np.array(output_shape, np.int64), "shape")])
+    graph = helper.make_graph(
+        [pool, unpool], "g", [helper.make_tensor_value_info("x", T.FLOAT, [2, 3, 8, 9])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    got, want = run_both(ctx, model, np.random.default_rng().standard_normal(
+        (2, 3, 8, 9)).astype(np.float32))
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)

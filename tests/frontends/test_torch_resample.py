@@ -43,3 +43,31 @@ def test_resample_export(recwarn: pytest.WarningsRecorder) -> None:
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"output {i}")
     fallback = [w for w in recwarn if issubclass(w.category, vkumd.torch.VkumdFallbackWarning)]
     assert not fallback, [str(w.message) for w in fallback]
+
+
+class GridSample(torch.nn.Module):
+    def forward(self, x: torch.Tensor, grid: torch.Tensor, volume: torch.Tensor,
+                grid3: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros",
+                              align_corners=False),
+                F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection",
+                              align_corners=True),
+                F.grid_sample(x, grid, mode="nearest", padding_mode="border",
+                              align_corners=False),
+                F.grid_sample(x, grid, mode="bicubic", padding_mode="zeros",
+                              align_corners=True),
+                F.grid_sample(volume, grid3, mode="bilinear", padding_mode="border",
+                              align_corners=False))
+
+
+@torch.no_grad()
+def test_grid_sample_export(recwarn: pytest.WarningsRecorder) -> None:
+    model = GridSample().eval()
+    args = (torch.randn(2, 3, 5, 7), torch.rand(2, 4, 6, 2) * 3 - 1.5,
+            torch.randn(1, 2, 3, 4, 5), torch.rand(1, 2, 3, 4, 3) * 3 - 1.5)
+    compiled = vkumd.torch.load_exported(torch.export.export(model, args))
+    for i, (got, want) in enumerate(zip(compiled(*args), model(*args), strict=True)):
+        assert got.shape == want.shape, i
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=f"output {i}")
+    fallback = [w for w in recwarn if issubclass(w.category, vkumd.torch.VkumdFallbackWarning)]
+    assert not fallback, [str(w.message) for w in fallback]

@@ -12,6 +12,7 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     conv_gemm,
     fused_elementwise,
     gather,
+    grid_sample,
     index,
     kv_cache,
     nll,

@@ -116,6 +116,10 @@ RESIZE_ROUNDINGS = ("floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
 # Pad's modes and the most dimensions it takes once neighbouring unpadded ones are merged.
 PAD_MODES = ("constant", "reflect", "edge")
 PAD_MAX_RANK = 5
+# Grid sampling (grid_sample.py): ONNX's modes and padding modes; 2 or 3 spatial axes.
+GRID_SAMPLE_MODES = ("nearest", "linear", "cubic")
+GRID_SAMPLE_PADDINGS = ("zeros", "border", "reflection")
+GRID_SAMPLE_RANKS = (2, 3)
 
 # The recurrent layers (recurrent.py: LSTM, GRU): the storage types of every operand.
 RECURRENT_DTYPES = ("float32", "float16")

@@ -27,7 +27,8 @@ CONV_TRANSPOSE_PUSH = PushLayout("total:u32", "c_in:u32", "h:u32", "w:u32", "c_o
                                  "has_bias:u32")
 
 
-def _variants(caps: DeviceCaps) -> list[dict]:
+def resample_variants(caps: DeviceCaps) -> list[dict]:
+    """Every resampling kernel's variants: float32, and float16 where 16-bit storage is."""
     codes = [c for c in RESAMPLE_CODES.values() if caps.storage_16bit or c == "F32"]
     return [{"DTYPE": c, WORKGROUP: ELEMENTWISE_WORKGROUP} for c in codes]
 
@@ -35,7 +36,7 @@ def _variants(caps: DeviceCaps) -> list[dict]:
 def _kernel(name: str, buffers: int, push: PushLayout) -> Kernel:
     return register(Kernel(name=name, source=f"{name}.comp", buffers=buffers, push=push,
                            defines={"DTYPE": tuple(RESAMPLE_CODES.values())},
-                           spec_constants={WORKGROUP: 0}, variants=_variants))
+                           spec_constants={WORKGROUP: 0}, variants=resample_variants))
 
 
 RESIZE2D = _kernel("resize2d", 2, RESIZE_PUSH)

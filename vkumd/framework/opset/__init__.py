@@ -27,6 +27,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     fused,
     gathers,
     generation,
+    grid_sample,
     kv_cache,
     layout,
     log_softmax,

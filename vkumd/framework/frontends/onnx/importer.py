@@ -22,6 +22,7 @@ from vkumd.framework.frontends.onnx import derived as derived_mod
 from vkumd.framework.frontends.onnx import (  # noqa: F401
     ops_activation,
     ops_attention,
+    ops_control,
     ops_index,
     ops_linalg,
     ops_logic,
@@ -242,6 +243,7 @@ def _import(model: onnx.ModelProto, where: str, dynamic: Dynamic | None,
     g = model.graph
     builder = GraphBuilder(symbol(g.name or "onnx"))
     st = State(builder, _opset(model))
+    st.convert_node = lambda node, refused, poisoned: _convert(st, node, refused, poisoned)
     refusals: list[Refusal] = []
     initialized = {t.name for t in g.initializer}
     for t in g.initializer:

@@ -191,3 +191,29 @@ def space_to_depth(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
     order = (0, 3, 5, 1, 2, 4) if _mode(attrs) == "DCR" else (0, 1, 3, 5, 2, 4)
     moved = st.b.permute(st.b.reshape(x, (n, c, h // b, b, w // b, b)), order)
     return [st.b.reshape(moved, (n, c * b * b, h // b, w // b))]
+
+
+@converter("ReverseSequence", attrs=("batch_axis", "time_axis"))
+def reverse_sequence(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
+                     ) -> list[Bound | None]:
+    """A ``gather_elements`` along the time axis by a constant index built from the known
+    ``sequence_lens`` (fed lengths specialize the model)."""
+    x = st.value(node.input[0])
+    lengths = st.ints(node.input[1], "sequence_lens")
+    batch_axis, time_axis = int(attrs.get("batch_axis", 1)), int(attrs.get("time_axis", 0))
+    if sorted((batch_axis, time_axis)) != [0, 1]:
+        raise Unsupported(f"batch_axis={batch_axis}, time_axis={time_axis}: ONNX takes 0 and 1")
+    if any(isinstance(d, Dim) for d in x.shape):
+        raise Unsupported(f"x has symbolic dimensions {x.shape}; bind them")
+    shape = tuple(int(d) for d in x.shape)
+    steps, batch = shape[time_axis], shape[batch_axis]
+    if len(lengths) != batch or any(not 0 <= n <= steps for n in lengths):
+        raise Unsupported(f"sequence_lens={lengths} for a batch of {batch} and {steps} steps")
+    t = np.arange(steps)[:, None]
+    n = np.array(lengths)[None, :]
+    index = np.where(t < n, n - 1 - t, t)  # [time, batch]
+    if time_axis == 1:
+        index = index.T
+    index = np.broadcast_to(index.reshape(index.shape + (1,) * (len(shape) - 2)), shape)
+    return [st.b.gather_elements(x, st.constant(index.astype(np.int32), "int32"),
+                                 axis=time_axis)]

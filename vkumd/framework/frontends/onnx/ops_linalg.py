@@ -292,3 +292,40 @@ def einsum(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
         return [einsum_graph(st.b, str(attrs["equation"]), operands)]
     except VkumdValueError as exc:
         raise Unsupported(str(exc)) from exc
+
+
+# The largest matrices Det composes from elementwise products (cofactor expansion).
+_DET_MAX = 3
+
+
+@converter("Det")
+def det(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """2x2 and 3x3 determinants (batched over leading axes) as products and differences of
+    the sliced entries; larger matrices are refused."""
+    x = st.value(node.input[0])
+    rank = len(x.shape)
+    if rank < 2 or x.shape[-1] != x.shape[-2] or not isinstance(x.shape[-1], int):
+        raise Unsupported(f"x has shape {x.shape}; Det takes [..., M, M] with M known")
+    m = int(x.shape[-1])
+    if not 1 <= m <= _DET_MAX:
+        raise Unsupported(f"a {m}x{m} determinant: vkumd composes them up to "
+                          f"{_DET_MAX}x{_DET_MAX}")
+    lead = tuple(x.shape[:-2])
+
+    def entry(i: int, j: int) -> Value:
+        row = st.b.slice(x, axis=rank - 2, start=i, stop=i + 1)
+        return st.b.reshape(st.b.slice(row, axis=rank - 1, start=j, stop=j + 1), lead)
+
+    if m == 1:
+        return [entry(0, 0)]
+
+    def minor2(r0: int, r1: int, c0: int, c1: int) -> Value:
+        return st.b.sub(st.b.mul(entry(r0, c0), entry(r1, c1)),
+                        st.b.mul(entry(r0, c1), entry(r1, c0)))
+
+    if m == 2:
+        return [minor2(0, 1, 0, 1)]
+    terms = [st.b.mul(entry(0, 0), minor2(1, 2, 1, 2)),
+             st.b.mul(entry(0, 1), minor2(1, 2, 0, 2)),
+             st.b.mul(entry(0, 2), minor2(1, 2, 0, 1))]
+    return [st.b.add(st.b.sub(terms[0], terms[1]), terms[2])]

@@ -39,7 +39,8 @@ def _fold_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind in "iu":
         # ONNX integer division truncates toward zero, as C does.
         return np.trunc(np.divide(a, b)).astype(a.dtype)
-    return np.divide(a, b)
+    # 0-d operands divide to a numpy scalar, which tidy would box as an object array.
+    return np.asarray(np.divide(a, b))
 
 
 def _as_scale(st: State, node: onnx.NodeProto) -> Bound | None:

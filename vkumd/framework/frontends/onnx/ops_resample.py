@@ -1,4 +1,4 @@
-"""Converters of ONNX's resampling operators: Resize (and opset 7-9's Upsample),
+"""Converters of ONNX's resampling operators: Resize (and opset 7-9's Upsample), GridSample,
 ConvTranspose and Pad.
 
 Resize runs on 4-D NCHW with its scales or sizes known at import time; the batch and channel
@@ -274,3 +274,87 @@ def pad(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | 
                           f"(it takes {2 * rank})")
     return [st.b.pad(x, pads=tuple(pads), mode=mode, value=value)]
 
+
+
+# GridSample's opset-16 mode names and the names vkumd (and opset 20 on) use.
+_GRID_MODES = {"bilinear": "linear", "bicubic": "cubic", "linear": "linear",
+               "cubic": "cubic", "nearest": "nearest"}
+
+
+@converter("GridSample", attrs=("mode", "padding_mode", "align_corners"))
+def grid_sample(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """Sampling of 4-D (and, from opset 20, 5-D) inputs at a grid; a grid of another float
+    type is cast to x's."""
+    x = st.value(node.input[0])
+    grid = st.value(node.input[1])
+    mode = attrs.get("mode", "bilinear" if st.opset < 20 else "linear")
+    if mode not in _GRID_MODES:
+        raise Unsupported(f"mode={mode!r}; ONNX defines {', '.join(_GRID_MODES)}")
+    padding = attrs.get("padding_mode", "zeros")
+    if padding not in ("zeros", "border", "reflection"):
+        raise Unsupported(f"padding_mode={padding!r}; ONNX defines zeros, border and "
+                          "reflection")
+    if len(x.shape) not in (4, 5):
+        raise Unsupported(f"a rank-{len(x.shape)} input: vkumd samples [N, C, H, W] and "
+                          "[N, C, D, H, W]")
+    if grid.dtype is not x.dtype:
+        grid = st.b.cast(grid, x.dtype.name)
+    return [st.b.grid_sample(x, grid, mode=_GRID_MODES[mode], padding=padding,
+                             align_corners=bool(int(attrs.get("align_corners", 0))))]
+
+
+def _affine_base(sizes: list[int], align_corners: bool) -> np.ndarray:
+    """AffineGrid's homogeneous base grid ``[prod(sizes), rank + 1]``: per point its
+    normalized (x, y[, z]) and a 1 (ONNX's reference order)."""
+    axes = []
+    for n in sizes:
+        if align_corners:
+            axes.append(np.linspace(-1.0, 1.0, n) if n > 1 else np.full(1, -1.0))
+        else:
+            axes.append((2.0 * np.arange(n) + 1.0) / n - 1.0)
+    mesh = np.meshgrid(*axes, indexing="ij")
+    coords = [m.reshape(-1) for m in mesh[::-1]]  # x (the last axis) first
+    return np.stack([*coords, np.ones_like(coords[0])], axis=1)
+
+
+@converter("AffineGrid", attrs=("align_corners",))
+def affine_grid(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
+                ) -> list[Bound | None]:
+    """The base grid of the known ``size`` (a constant) times each batch entry's theta: one
+    batched ``matmul``."""
+    theta = st.value(node.input[0])
+    size = st.ints(node.input[1], "size")
+    if len(size) not in (4, 5):
+        raise Unsupported(f"size={size}: AffineGrid makes 2-D ([N, C, H, W]) and 3-D "
+                          "([N, C, D, H, W]) grids")
+    n, spatial = size[0], size[2:]
+    rank = len(spatial)
+    if tuple(theta.shape) != (n, rank, rank + 1):
+        raise Unsupported(f"theta has shape {tuple(theta.shape)}; size {size} takes "
+                          f"[{n}, {rank}, {rank + 1}]")
+    base = _affine_base(spatial, bool(int(attrs.get("align_corners", 0))))
+    batched = np.ascontiguousarray(np.broadcast_to(base, (n, *base.shape)), np.float32)
+    grid = st.b.matmul(st.constant(batched, theta.dtype.name), theta, trans_b=True)
+    return [st.b.reshape(grid, (n, *spatial, rank))]
+
+
+@converter("CenterCropPad", attrs=("axes",))
+def center_crop_pad(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
+                    ) -> list[Bound | None]:
+    """One ``pad`` whose negative pads crop: each axis centred on the asked size (the
+    odd element cropped or padded at the end, as ONNX's reference)."""
+    x = st.value(node.input[0])
+    shape = st.ints(node.input[1], "shape")
+    rank = len(x.shape)
+    axes = [int(a) for a in attrs.get("axes", range(rank))]
+    if len(axes) != len(shape) or any(not -rank <= a < rank for a in axes):
+        raise Unsupported(f"shape={shape} and axes={axes} do not fit a rank-{rank} input")
+    begins, ends = [0] * rank, [0] * rank
+    for a, want in zip(axes, shape, strict=True):
+        size = x.shape[a % rank]
+        if isinstance(size, Dim):
+            raise Unsupported(f"axis {a} is symbolic ({size}); bind the size")
+        diff = want - int(size)
+        begins[a % rank] = diff // 2 if diff >= 0 else -(-diff // 2)
+        ends[a % rank] = diff - begins[a % rank]
+    return [st.b.pad(x, pads=(*begins, *ends), mode="constant", value=0.0)]

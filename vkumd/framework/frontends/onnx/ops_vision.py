@@ -261,3 +261,75 @@ def dropout(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Boun
         return [x, np.ones(shape, np.bool_)]
     # Before opset 10 the mask has x's type.
     return [x, st.constant(np.ones(shape, np.float32), st.dtype(node.input[0]))]
+
+
+@converter("Col2Im", attrs=("dilations", "pads", "strides"))
+def col2im(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """2-D Col2Im as a transposed convolution of one-hot weights (each block position's
+    channel scattered to its tap, overlaps summed), grouped per image channel."""
+    x = st.value(node.input[0])
+    image = st.ints(node.input[1], "image_shape")
+    block = st.ints(node.input[2], "block_shape")
+    if len(image) != 2 or len(block) != 2:
+        raise Unsupported(f"a {len(image)}-D image: vkumd folds 2-D images")
+    strides = _ints(attrs, "strides", 2, 1)
+    dilations = _ints(attrs, "dilations", 2, 1)
+    pads = _ints(attrs, "pads", 4, 0)
+    n, ck, blocks = x.shape
+    taps = block[0] * block[1]
+    if isinstance(ck, Dim) or int(ck) % taps:
+        raise Unsupported(f"input channels {ck} are not a multiple of the block {block}")
+    counts, extra = [], []
+    for i in range(2):
+        span = dilations[i] * (block[i] - 1) + 1
+        count = (image[i] + pads[i] + pads[2 + i] - span) // strides[i] + 1
+        counts.append(count)
+        extra.append(image[i] + pads[i] + pads[2 + i] - (strides[i] * (count - 1) + span))
+    if not isinstance(blocks, Dim) and counts[0] * counts[1] != int(blocks):
+        raise Unsupported(f"{blocks} blocks do not tile image {image} by block {block}")
+    channels = int(ck) // taps
+    w = np.zeros((channels * taps, 1, *block), np.float32)
+    for c in range(channels):
+        for k in range(taps):
+            w[c * taps + k, 0, k // block[1], k % block[1]] = 1.0
+    y = st.b.reshape(x, (n, ck, counts[0], counts[1]))
+    return [st.b.conv_transpose2d(y, st.constant(w, x.dtype.name), None,
+                                  stride=tuple(strides), dilation=tuple(dilations),
+                                  pads=tuple(pads), output_padding=tuple(extra),
+                                  groups=channels)]
+
+
+@converter("MaxUnpool", attrs=("kernel_shape", "pads", "strides"))
+def max_unpool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """A ``scatter_elements`` of x's values, at their flat indices, into zeros of the output
+    shape (``output_shape`` when given, else the pooling's inverse)."""
+    x = st.value(node.input[0])
+    indices = st.value(node.input[1])
+    if any(isinstance(d, Dim) for d in x.shape):
+        raise Unsupported(f"x has symbolic dimensions {x.shape}; bind them")
+    spatial = len(x.shape) - 2
+    if "kernel_shape" not in attrs:
+        raise Unsupported("kernel_shape is required")
+    kernel = _ints(attrs, "kernel_shape", spatial, 1)
+    strides = _ints(attrs, "strides", spatial, 1)
+    pads = _ints(attrs, "pads", 2 * spatial, 0)
+    # The indices address the pooling's inverse shape; a larger output_shape pads its end
+    # (ONNX's reference; onnxruntime reads them in output_shape instead).
+    shape = [*map(int, x.shape[:2])] + [
+        (int(x.shape[2 + i]) - 1) * strides[i] - pads[i] - pads[spatial + i] + kernel[i]
+        for i in range(spatial)]
+    wanted = st.ints(node.input[2], "output_shape") if st.present(node, 2) else shape
+    if len(wanted) != len(shape) or wanted[:2] != shape[:2] or \
+            any(w < s for w, s in zip(wanted, shape, strict=True)):
+        raise Unsupported(f"output_shape={wanted} for x of shape {x.shape}: it takes at "
+                          f"least {shape}")
+    total = int(np.prod(shape))
+    count = int(np.prod([int(d) for d in x.shape]))
+    zeros = st.constant(np.zeros(total, np.float32), x.dtype.name)
+    flat = st.b.scatter_elements(zeros, st.b.reshape(indices, (count,)),
+                                 st.b.reshape(x, (count,)), axis=0)
+    y = st.b.reshape(flat, tuple(shape))
+    if wanted == shape:
+        return [y]
+    ends = tuple(w - s for w, s in zip(wanted, shape, strict=True))
+    return [st.b.pad(y, pads=(0,) * len(shape) + ends, mode="constant", value=0.0)]

@@ -144,6 +144,9 @@ class State:
         # bigger than shape-like vectors then read as unknown, so the converter emits device
         # work (on weights) instead of computing the result on the host.
         self.device_only = False
+        # Set by the importer: convert one node, recording refusals (list) and the names
+        # they make unusable (set); control flow inlines its subgraphs' nodes through it.
+        self.convert_node: Callable[[onnx.NodeProto, list[Any], set[str]], None] | None = None
 
     def bind(self, name: str, value: Bound) -> None:
         """Bind an ONNX name to a value or a known array."""

@@ -1,7 +1,8 @@
 """aten handlers of the resampling ops and 2-D convolution: nearest and bilinear upsampling
-(``F.interpolate``), constant, reflection and replication padding (``F.pad``), and
-``aten.convolution`` both ways (``nn.Conv2d``, ``nn.ConvTranspose2d``). Each appends one IR
-node; pooling and batch norm are in :mod:`aten_cnn`.
+(``F.interpolate``), grid sampling (``F.grid_sample``), constant, reflection and replication
+padding (``F.pad``), and ``aten.convolution`` both ways (``nn.Conv2d``,
+``nn.ConvTranspose2d``). Each appends one IR node; pooling and batch norm are in
+:mod:`aten_cnn`.
 """
 
 from __future__ import annotations
@@ -139,3 +140,31 @@ def _pair(value: Any) -> tuple[int, int]:
     if isinstance(value, int):
         return (value, value)
     return (int(value[0]), int(value[-1]))
+
+
+# torch's interpolation and padding codes (GridSampler.h) as grid_sample's names.
+_GRID_MODES = ("linear", "nearest", "cubic")
+_GRID_PADDINGS = ("zeros", "border", "reflection")
+
+
+def _grid_check(node: fx.Node) -> str | None:
+    val = meta(node)
+    if val is None or not val.dtype.is_floating_point or val.dim() not in (4, 5):
+        return "needs a 4-D or 5-D floating-point result"
+    mode, padding = int(arg(node, 2, "interpolation_mode")), int(arg(node, 3, "padding_mode"))
+    # torch rounds (nearest) after clamping or reflecting a coordinate and does not move a
+    # cubic coordinate before its taps; ONNX (the op) rounds first and moves every mode's
+    # coordinate. They agree on the cases let through here.
+    if (mode == 1 and padding == 2) or (mode == 2 and padding != 0):
+        return f"interpolation {_GRID_MODES[mode]} with {_GRID_PADDINGS[padding]} padding " \
+               "differs from ONNX's GridSample"
+    return None
+
+
+@on(aten.grid_sampler_2d.default, aten.grid_sampler_3d.default, aten.grid_sampler.default,
+    check=_grid_check)
+def _grid_sampler(cv: Any, node: fx.Node, x: Value, grid: Value, interpolation_mode: int,
+                  padding_mode: int, align_corners: bool) -> Value:
+    return cv.b.grid_sample(x, grid, mode=_GRID_MODES[int(interpolation_mode)],
+                            padding=_GRID_PADDINGS[int(padding_mode)],
+                            align_corners=bool(align_corners))
