@@ -4,8 +4,8 @@ The geometry (strides, dilation, the four pads, groups) is checked once, in the 
 the eager function and every frontend share. The planner (:mod:`vkumd.compiler.kernels.conv`)
 picks the path: the GEMM for a pointwise convolution, im2col + GEMM for other one-group ones
 and groups of at least 8 output channels, the depthwise kernel
-``shaders/conv2d_depthwise.comp`` for 3x3 and 5x5 depthwise ones at horizontal stride 1, the
-direct kernel ``shaders/conv2d.comp`` for the rest. Each path applies the epilogue
+``shaders/conv2d_depthwise.comp`` for 3x3 and 5x5 depthwise ones at horizontal stride 1 (3x3
+also 2), the direct kernel ``shaders/conv2d.comp`` for the rest. Each path applies the epilogue
 (:mod:`vkumd.framework.opset.conv_epilogue`: bias, activation, residual) in its store.
 """
 
@@ -289,7 +289,7 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None,
         return out
     if depthwise_fits(x.shape[1], w.shape, tuple(stride), tuple(dilation), int(groups)):
         plan = depthwise_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape[2],
-                              shape[2:], stride[0], (pads[0], pads[1]), bias is not None,
+                              shape[2:], tuple(stride), (pads[0], pads[1]), bias is not None,
                               epilogue=epilogue)
         x.context.run(plan, (x, w, bias, out, residual))
         return out
