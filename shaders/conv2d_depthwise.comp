@@ -1,14 +1,16 @@
 #version 450
 // Depthwise 2-D convolution, NCHW, one input and one output channel per group, a square
-// KERNEL x KERNEL filter known when compiling, dilation 1 and horizontal stride 1 (any
-// vertical stride): MobileNet's and PP-OCR's 3x3 and 5x5 layers. out[n, c, oy, ox] =
-// bias[c] + sum over (ky, kx) of x[n, c, oy*sy - pt + ky, ox - pl + kx] * w[c, 0, ky, kx],
+// KERNEL x KERNEL filter known when compiling, dilation 1 and a horizontal stride SX of 1 or
+// 2 known when compiling (any vertical stride): MobileNet's and PP-OCR's 3x3 and 5x5 layers.
+// out[n, c, oy, ox] = bias[c] + sum over (ky, kx) of
+// x[n, c, oy*sy - pt + ky, ox*SX - pl + kx] * w[c, 0, ky, kx],
 // zero outside the input; float32 accumulation; then conv_epilogue.glsl's activation and
 // residual.
 //
 // An invocation owns a strip of STRIP outputs along a row and loads each input row segment
-// the strip needs once (STRIP + KERNEL - 1 values) instead of once per output and tap: for
-// a 3x3 filter 6 loads serve 12 products, for 5x5 8 serve 20. It walks a run of rows_per
+// the strip needs once ((STRIP - 1) * SX + KERNEL values) instead of once per output and
+// tap: for a 3x3 filter at stride 1, 6 loads serve 12 products (at stride 2, 9), for 5x5 8
+// serve 20 (at stride 2, 11). It walks a run of rows_per
 // (image, channel) planes by increments, as conv2d.comp does, so the divisions happen once
 // per run. Segments inside the row skip the bounds tests.
 #extension GL_EXT_shader_explicit_arithmetic_types : require
@@ -34,8 +36,11 @@
 #ifndef KERNEL
 #define KERNEL 3
 #endif
+#ifndef SX
+#define SX 1
+#endif
 #define STRIP 4
-#define SEGMENT (STRIP + KERNEL - 1)
+#define SEGMENT ((STRIP - 1) * SX + KERNEL)
 
 layout(local_size_x_id = 0) in;
 
@@ -80,7 +85,7 @@ void main() {
         uint oy = s / pc.strips_per_row;
         uint ox0 = (s - oy * pc.strips_per_row) * STRIP;
         int y0 = int(oy * pc.sy) - pc.pt;
-        int x0 = int(ox0) - pc.pl;
+        int x0 = int(ox0 * uint(SX)) - pc.pl;
         bool inside = x0 >= 0 && x0 + SEGMENT <= int(pc.w);
         uint c = first % pc.channels;
         uint base = first * in_plane;
@@ -116,7 +121,7 @@ void main() {
                 for (uint kx = 0u; kx < uint(KERNEL); ++kx) {
                     float wv = TO_F(w[taps + ky * uint(KERNEL) + kx]);
                     for (uint j = 0u; j < STRIP; ++j) {
-                        acc[j] += seg[j + kx] * wv;
+                        acc[j] += seg[j * uint(SX) + kx] * wv;
                     }
                 }
             }

@@ -62,6 +62,9 @@ CASES = [
     ((2, 6, 11, 13), 6, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 6, True),   # depthwise kernel
     ((1, 5, 9, 7), 5, (5, 5), (2, 1), (1, 1), (2, 3, 1, 0), 5, False),    # 5x5, strips cut
     ((1, 3, 4, 18), 3, (3, 3), (1, 1), (1, 1), (0, 0, 0, 2), 3, True),    # segments inside
+    ((2, 7, 13, 17), 7, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 7, True),   # depthwise, x stride 2
+    ((1, 5, 9, 23), 5, (5, 5), (1, 2), (1, 1), (2, 1, 2, 3), 5, False),   # 5x5, strips cut
+    ((1, 3, 4, 31), 3, (3, 3), (1, 2), (1, 1), (0, 0, 0, 0), 3, True),    # segments inside
 ]
 
 
@@ -280,6 +283,29 @@ def test_columns_past_the_limit_run_in_blocks_of_channels(ctx, monkeypatch: pyte
     assert conv_kernels.im2col_blocks((2, 7, 10, 9), w.shape, want.shape[2:], 1, 4) is None
 
 
+def test_depthwise_kernel_takes_horizontal_strides_1_and_2() -> None:
+    """The 3x3 CASES at horizontal stride 2 run on the depthwise kernel (their "chosen"
+    path); a 5x5 at stride 2 (measured slower there), another stride or a dilation keeps the
+    direct kernel. The kernel's 5x5 stride-2 variant, planned directly, is still right."""
+    assert conv_kernels.depthwise_fits(7, (7, 1, 3, 3), (2, 2), (1, 1), 7)
+    assert conv_kernels.depthwise_fits(3, (3, 1, 3, 3), (1, 2), (1, 1), 3)
+    assert not conv_kernels.depthwise_fits(5, (5, 1, 5, 5), (1, 2), (1, 1), 5)
+    assert not conv_kernels.depthwise_fits(5, (5, 1, 3, 3), (1, 3), (1, 1), 5)
+    assert not conv_kernels.depthwise_fits(5, (5, 1, 3, 3), (1, 2), (2, 2), 5)
+
+
+def test_depthwise_kernel_5x5_at_horizontal_stride_2(ctx) -> None:
+    rng = np.random.default_rng()
+    x = rng.standard_normal((2, 5, 9, 23)).astype(np.float32)
+    w = rng.standard_normal((5, 1, 5, 5)).astype(np.float32)
+    want = pixelwise(x, w, None, (1, 2), (1, 1), (2, 1, 2, 1), 5)
+    out = poisoned(ctx, want.shape, "float32")
+    plan = conv_kernels.depthwise_plan(ctx.caps, "F32", x.shape, 5, want.shape[2:], (1, 2),
+                                       (2, 1), False)
+    ctx.run(plan, (ctx.tensor(x), ctx.tensor(w), None, out, None))
+    assert_close(out.numpy().astype(np.float64), want, "float32", "5x5 stride (1, 2)")
+
+
 @pytest.mark.parametrize("rows_per", [1, 4, 1000])
 def test_depthwise_runs_of_planes_cross_images(ctx, rows_per: int) -> None:
     """The depthwise kernel walks rows_per (image, channel) planes: runs that cross images
@@ -291,7 +317,7 @@ def test_depthwise_runs_of_planes_cross_images(ctx, rows_per: int) -> None:
     want = pixelwise(x, w, bias, (2, 1), (1, 1), (1, 1, 0, 1), 5)
     assert conv_kernels.depthwise_fits(5, w.shape, (2, 1), (1, 1), 5)
     out = poisoned(ctx, want.shape, "float32")
-    plan = conv_kernels.depthwise_plan(ctx.caps, "F32", x.shape, 3, want.shape[2:], 2, (1, 1),
-                                       True, rows_per=rows_per)
+    plan = conv_kernels.depthwise_plan(ctx.caps, "F32", x.shape, 3, want.shape[2:], (2, 1),
+                                       (1, 1), True, rows_per=rows_per)
     ctx.run(plan, (ctx.tensor(x), ctx.tensor(w), ctx.tensor(bias), out, None))
     assert_close(out.numpy().astype(np.float64), want, "float32", f"rows_per {rows_per}")

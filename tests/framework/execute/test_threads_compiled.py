@@ -157,11 +157,11 @@ def test_a_bucket_evicted_under_a_call_is_freed_as_that_call_ends(ctx) -> None:
         other = rng.standard_normal((16, WIDTH)).astype(np.float32)  # another bucket: evicts
         (mine,) = compiled(x=other, w=w, b=b)
         assert _wrong(mine.numpy(), block_numpy(other, w, b)) is None
-        assert compiled.evicted == 1 and not inside.arena.base.released
+        assert compiled.evicted == 1 and not inside.arenas[0].base.released
     finally:
         go.set()
         held.join(30.0)
     assert not held.is_alive() and got, "the held call failed"
     assert _wrong(got[0], block_numpy(x, w, b)) is None
-    assert inside.arena.base.released  # freed by the call that was using it, as it ended
+    assert inside.arenas[0].base.released  # freed by the call that was using it, as it ended
     compiled.release()

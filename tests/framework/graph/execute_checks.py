@@ -17,8 +17,8 @@ def poison(compiled: CompiledGraph) -> None:
     value read before it is written) shows up in the results."""
     compiled.context.synchronize()  # the arena's own key never saw the replays' work
     for bucket in compiled.bucket_memory():
-        base = bucket.arena.base
-        base.write(np.full(base.shape, 0xFF, np.uint8))
+        for arena in bucket.arenas:
+            arena.base.write(np.full(arena.base.shape, 0xFF, np.uint8))
         for target in [*bucket.owned.values(), *bucket.returned.values()]:
             poison_tensor(target)
 

@@ -93,6 +93,36 @@ def test_a_chain_reuses_memory_and_stays_correct(ctx) -> None:
     compiled.release()
 
 
+def test_an_arena_past_the_binding_limit_splits(ctx, monkeypatch) -> None:
+    """The device binds at most ``maxStorageBufferRange`` bytes of a buffer; a plan past it
+    is split into arenas (a limit of 3 KiB forced here, in place of gigabytes): each value
+    lies whole in one, the results match the reference with the arenas poisoned, and work
+    reading two arenas is ordered as within one."""
+    import vkumd.framework.execute.bucket as bucket_module
+
+    limit = 3 * 1024
+    monkeypatch.setattr(bucket_module, "binding_limit", lambda context: limit)
+    b = GraphBuilder("wide")
+    x = b.input("x", (7, 37))  # 1036 bytes: two 1280-byte slots fit in one arena
+    parts = [b.silu(b.scale(x, 0.5 * (i + 1))) for i in range(6)]
+    total = parts[0]
+    for p in parts[1:]:
+        total = b.add(total, b.relu(p))
+    b.output(b.layer_norm(total, eps=1e-5))
+    graph = b.build()
+    compiled = CompiledGraph(graph, ctx)
+    rng = np.random.default_rng()
+    for _ in range(2):
+        check_against_reference(graph, compiled, {"x": random(rng, 7, 37)})
+    (bucket,) = compiled.bucket_memory()
+    assert len(bucket.arenas) >= 2
+    assert all(a.base.nbytes <= limit for a in bucket.arenas)
+    (rec,) = bucket.recordings()
+    bases = {id(v.base) for v in rec.arena_views}
+    assert bases == {id(a.base) for a in bucket.arenas}
+    compiled.release()
+
+
 def test_views_share_bytes_and_free_nothing(ctx) -> None:
     base = ctx.tensor(np.arange(64, dtype=np.float32))
     part = view(base, (4, 4), offset=64 * 4 // 2)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fusion_checks import feeds_for, ops_of, same_reference
+from fusion_checks import close_reference, feeds_for, ops_of, same_reference
 
 from vkumd.framework.execute import CompiledGraph
-from vkumd.framework.graph import Graph, GraphBuilder, evaluate, run_passes
+from vkumd.framework.graph import GraphBuilder, run_passes
 from vkumd.framework.graph.fusion_conv_epilogue import fuse_conv_epilogue
 from vkumd.framework.graph.passes import FUSION, PIPELINE
 from vkumd.testing.numerics import rel_error
@@ -28,15 +28,6 @@ def layer(bias: bool = True, kernel: int = 3):
     pad = kernel // 2
     y = b.op("conv2d", x, w, cb, pads=(pad, pad, pad, pad))
     return b, y, res, rng
-
-
-def close_reference(before: Graph, after: Graph) -> None:
-    """As ``same_reference``, to float32's rounding of a bias the pass summed and stored in
-    the weights' dtype."""
-    after.check()
-    feeds = feeds_for(before)
-    for want, got in zip(evaluate(before, feeds), evaluate(after, feeds), strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_bias_activation_residual_fuse() -> None:
@@ -76,6 +67,23 @@ def test_each_activation(act: str) -> None:
     fused = fuse_conv_epilogue(g)
     assert ops_of(fused) == ["conv2d"] and fused.nodes[0].attrs["activation"] == act
     same_reference(g, fused)
+
+
+def test_affine_before_the_activation() -> None:
+    """PP-OCRv4's ``act(conv * a + b)``: ``scale``, ``mul`` by a one-value or per-channel
+    constant and ``add`` of a one-value constant go into the weights and bias."""
+    b, y, res, rng = layer()
+    y = b.add(b.scale(y, 1.7), np.float32(0.3))
+    y = b.mul(y, b.constant(rng.standard_normal((1, C_OUT, 1, 1)).astype(np.float32)))
+    y = b.add(b.mul(y, np.float32(-0.8)), b.constant(np.ones((1, 1, 1, 1), np.float32)))
+    b.output(b.hardswish(y))
+    g = b.build()
+    fused = fuse_conv_epilogue(g)
+    assert ops_of(fused) == ["conv2d"] and fused.nodes[0].attrs["activation"] == "hardswish"
+    close_reference(g, fused)
+    b, y, res, rng = layer()
+    b.output(b.scale(b.relu(y), 2.0))  # a factor after the activation stays
+    assert ops_of(fuse_conv_epilogue(b.build())) == ["conv2d", "scale"]
 
 
 def test_what_does_not_fuse() -> None:

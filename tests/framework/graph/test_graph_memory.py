@@ -103,18 +103,22 @@ def test_schedule_must_be_topological() -> None:
         plan_memory(g)
 
 
-def check_plan(plan: MemoryPlan, g: Graph) -> None:
-    """Every invariant of a plan of ``g``."""
+def check_plan(plan: MemoryPlan, g: Graph, binding_limit: int | None = None) -> None:
+    """Every invariant of a plan of ``g`` (each arena within ``binding_limit``)."""
     kinds = {v.id: v.kind for v in g.values()}
     allocs = list(plan.allocations.values())
     assert {a.value for a in allocs} == {v for v, k in kinds.items()
                                          if k is ValueKind.INTERMEDIATE}
+    assert sum(plan.arena_sizes) == plan.arena_bytes
+    if binding_limit is not None:
+        assert all(size <= binding_limit for size in plan.arena_sizes)
     for a in allocs:
-        assert a.offset % plan.alignment == 0 and a.offset + a.nbytes <= plan.arena_bytes
+        assert a.offset % plan.alignment == 0
+        assert a.offset + a.nbytes <= plan.arena_sizes[a.arena]
         assert a.first <= a.last
     for i, a in enumerate(allocs):
         for c in allocs[i + 1:]:
-            if not a.nbytes or not c.nbytes:
+            if not a.nbytes or not c.nbytes or a.arena != c.arena:
                 continue
             in_time = a.first <= c.last and c.first <= a.last
             in_space = a.offset < c.offset + c.nbytes and c.offset < a.offset + a.nbytes
@@ -141,6 +145,45 @@ def test_random_dags_never_overlap_live_values(program: Program) -> None:
         for inplace in (True, False):
             plan = plan_memory(g, bindings(program), alignment=64, inplace=inplace)
             check_plan(plan, g)
+
+
+@settings(max_examples=60, deadline=None)
+@given(programs(max_steps=14))
+def test_random_dags_split_across_arenas_under_a_binding_limit(program: Program) -> None:
+    """A limit as small as the largest value: arenas split, no value crosses one's end."""
+    g = program.build()
+    whole = plan_memory(g, bindings(program), alignment=64)
+    largest = max((-(-a.nbytes // 64) * 64 for a in whole.allocations.values()), default=64)
+    for limit in (largest, largest + 100, 2 * largest):
+        plan = plan_memory(g, bindings(program), alignment=64, binding_limit=limit)
+        check_plan(plan, g, limit)
+
+
+def test_a_binding_limit_splits_the_arena() -> None:
+    """Five 1 KiB values alive at once under a 2.5 KiB limit: three arenas of at most
+    2 KiB, each value whole in one; no limit: one arena of 5 KiB."""
+    b = GraphBuilder()
+    x = b.input("x", (16, 16))
+    parts = [b.relu(b.scale(x, float(i + 1))) for i in range(5)]
+    total = parts[0]
+    for p in parts[1:]:
+        total = b.add(total, p)
+    b.output(total)
+    g = b.build()
+    assert plan_memory(g, inplace=False).arena_sizes == (plan_memory(g, inplace=False)
+                                                         .arena_bytes,)
+    plan = plan_memory(g, inplace=False, binding_limit=2 * KIB + 512)
+    check_plan(plan, g, 2 * KIB + 512)
+    assert len(plan.arena_sizes) >= 3
+    assert {a.arena for a in plan.allocations.values()} == set(range(len(plan.arena_sizes)))
+
+
+def test_a_value_larger_than_the_binding_limit_is_refused() -> None:
+    with pytest.raises(GraphError, match=r"relu: an intermediate of 1024 bytes .*"
+                                         r"maxStorageBufferRange = 1000 bytes"):
+        plan_memory(chain(2), inplace=False, binding_limit=1000)
+    with pytest.raises(GraphError, match="less than the alignment"):
+        plan_memory(chain(2), binding_limit=100)
 
 
 def test_planning_ignores_weights_and_dead_values() -> None:

@@ -108,25 +108,26 @@ def test_cse_merges_equal_nodes_and_constants() -> None:
 def test_registry_pipeline_and_switches(monkeypatch: pytest.MonkeyPatch) -> None:
     # The fusion passes (FUSION, tested in test_fusion_*.py) run between cleanup and the
     # last DCE.
-    assert set(PASSES) == {"dce", "constant_folding", "conv_bn_folding", "pad_folding", "cse",
+    assert set(PASSES) == {"dce", "constant_folding", "conv_bn_folding", "pad_folding",
+                           "hardswish_rewrite", "conv_input_affine_folding", "cse",
                            "transpose_folding", *FUSION}
     assert PIPELINE[0] == "dce" and PIPELINE[-1] == "dce"
     g = dead_graph()
     out = run_passes(g)
     assert out.passes_run == list(PIPELINE) and g.passes_run == []
-    assert run_passes(g, disable=["dce"]).passes_run == ["constant_folding", "conv_bn_folding",
-                                                         "pad_folding", "cse",
+    cnn = ["conv_bn_folding", "pad_folding", "hardswish_rewrite", "conv_input_affine_folding"]
+    assert run_passes(g, disable=["dce"]).passes_run == ["constant_folding", *cnn, "cse",
                                                          "transpose_folding", *FUSION]
     monkeypatch.setenv("VKUMD_DISABLE_PASSES", "cse, constant_folding")
-    assert run_passes(g).passes_run == ["dce", "conv_bn_folding", "pad_folding",
-                                        "transpose_folding", *FUSION, "dce"]
-    kept = run_passes(g, disable=["dce", "conv_bn_folding", "pad_folding", "transpose_folding",
-                                  *FUSION])
+    assert run_passes(g).passes_run == ["dce", *cnn, "transpose_folding", *FUSION, "dce"]
+    kept = run_passes(g, disable=["dce", *cnn, "transpose_folding", *FUSION])
     assert kept.passes_run == [] and kept is not g and str(kept) == str(g)
     monkeypatch.setenv("VKUMD_DISABLE_PASSES", "fusion")
     with pytest.raises(VkumdValueError, match="unknown pass fusion .*VKUMD_DISABLE_PASSES.*"
                                               "the passes are dce, constant_folding, "
-                                              "conv_bn_folding, pad_folding, cse"):
+                                              "conv_bn_folding, pad_folding, "
+                                              "hardswish_rewrite, conv_input_affine_folding, "
+                                              "cse"):
         run_passes(g)
     monkeypatch.delenv("VKUMD_DISABLE_PASSES")
     with pytest.raises(VkumdValueError, match="unknown pass nope"):

@@ -56,8 +56,8 @@ def test_summary_before_and_after_passes() -> None:
                for line in lines)
     opt = run_passes(g, disable=FUSION)  # the cleanup passes; fusion is test_fusion_*.py's
     text = opt.summary({"batch": 2, "seq": 16})
-    assert ("passes: dce, constant_folding, conv_bn_folding, pad_folding, cse, "
-            "transpose_folding, dce") in text
+    assert ("passes: dce, constant_folding, conv_bn_folding, pad_folding, hardswish_rewrite, "
+            "conv_input_affine_folding, cse, transpose_folding, dce") in text
     assert "at batch=2, seq=16" in text and "arena " in text
     assert len(opt.nodes) == len(g.nodes) - 2  # the folded add and the repeated scale
 

@@ -119,6 +119,30 @@ def test_eager_chain_matches_the_same_ops_eagerly(ctx) -> None:
     check(ctx, chain, {"x": f32(3, 8), "y": np.abs(f32(3, 8)) + 1})
 
 
+WINDOW_OPS = {
+    "max_pool2d": lambda x: ops.max_pool2d(x, (3, 2), stride=(2, 1), pads=(1, 0, 1, 1)),
+    "max_pool2d_indices": lambda x: ops.max_pool2d_indices(x, (2, 3), stride=(2, 2))[0],
+    "avg_pool2d": lambda x: ops.avg_pool2d(x, (3, 3), pads=(1, 1, 1, 1)),
+    "lp_pool2d": lambda x: ops.lp_pool2d(x, (2, 2), p=3.0),
+    "lrn": lambda x: ops.lrn(x, 3),
+    "pad": lambda x: ops.pad(x, (0, 0, 1, 2, 0, 0, 2, 1), value=0.5),
+    "pool_chain": lambda x: ops.avg_pool2d(ops.max_pool2d(x, (2, 2)), (2, 2), stride=(1, 1)),
+}
+
+
+@pytest.mark.parametrize("name", list(WINDOW_OPS))
+def test_ops_taking_an_attribute_by_position_trace(ctx, name: str) -> None:
+    """``max_pool2d(x, kernel)``: an attribute given by position (the builder takes only
+    inputs by position) is recorded by its name, and the compiled function gives the eager
+    op's result on a 7 x 9 map."""
+    fn = WINDOW_OPS[name]
+    cf = check(ctx, fn, {"x": f32(2, 5, 7, 9)})
+    assert cf.executor == "compiled"
+    x = f32(2, 5, 7, 9)
+    got = cf(x)
+    assert rel(got, fn(ctx.tensor(x)).numpy()) < 1e-6
+
+
 def test_calling_conventions_and_outputs(ctx) -> None:
     def pair(a, b):
         return {"s": a + b, "p": a * b}

@@ -159,18 +159,25 @@ DEPTHWISE_PUSH = PushLayout("rows_total:u32", "strips:u32", "strips_per_row:u32"
                             "channels:u32", "h:u32", "w:u32", "oh:u32", "ow:u32", "sy:u32",
                             "pt:i32", "pl:i32", "has_bias:u32", "act:u32", "act_p0:f32",
                             "act_p1:f32", "residual_mode:u32", "rows_per:u32")
-# Square filter sizes the depthwise kernel is compiled for; outputs per invocation along a row.
+# Square filter sizes and horizontal strides the depthwise kernel is compiled for; outputs
+# per invocation along a row.
 DEPTHWISE_KERNELS = (3, 5)
+DEPTHWISE_STRIDES_X = (1, 2)
+# The horizontal strides the planner gives it, per filter size: at stride 2 a 3x3 ran
+# 0.9-1.0x the direct kernel's time on PP-OCR's layers, a 5x5 1.04-1.16x (bench/depthwise.py,
+# lavapipe, load 10: noisy), so a 5x5 at stride 2 stays direct.
+DEPTHWISE_TAKES_X = {3: (1, 2), 5: (1,)}
 DEPTHWISE_STRIP = 4
 CONV2D_DEPTHWISE = register(Kernel(
     name="conv2d_depthwise",
     source="conv2d_depthwise.comp",
     buffers=5,
     push=DEPTHWISE_PUSH,
-    defines={"DTYPE": tuple(CONV_CODES.values()), "KERNEL": DEPTHWISE_KERNELS},
+    defines={"DTYPE": tuple(CONV_CODES.values()), "KERNEL": DEPTHWISE_KERNELS,
+             "SX": DEPTHWISE_STRIDES_X},
     spec_constants={WORKGROUP: 0},
-    variants=lambda caps: [{**v, "KERNEL": k} for v in _conv_variants(caps)
-                           for k in DEPTHWISE_KERNELS],
+    variants=lambda caps: [{**v, "KERNEL": k, "SX": sx} for v in _conv_variants(caps)
+                           for k in DEPTHWISE_KERNELS for sx in DEPTHWISE_STRIDES_X],
 ))
 
 
@@ -178,24 +185,26 @@ def depthwise_fits(c_in: int, w_shape: tuple[int, int, int, int], stride: tuple[
                    dilation: tuple[int, int], groups: int) -> bool:
     """Whether ``shaders/conv2d_depthwise.comp`` takes the convolution: one input and one
     output channel per group, a square filter of :data:`DEPTHWISE_KERNELS`, dilation 1 and
-    horizontal stride 1 (any vertical stride). Measured on lavapipe (2 shared cores, load
-    0.6-2, noisy), against the direct kernel: a 3x3 on 96 x 56x56 3.9-8.2 ms against 7.8-11.9,
-    a 3x3 on 64 x 24x160 2.3-2.4 against 8.0-8.6, a 5x5 on 240 x 12x80 (PP-OCR's
-    recogniser) 9.1-10.5 against 14.9-16.8. Strips of 8 measured the same within the noise;
+    a horizontal stride of :data:`DEPTHWISE_TAKES_X` (any vertical stride). Measured on
+    lavapipe (2 shared cores, load 0.6-2, noisy), against the direct kernel: a 3x3 on
+    96 x 56x56 3.9-8.2 ms against 7.8-11.9, a 3x3 on 64 x 24x160 2.3-2.4 against 8.0-8.6, a
+    5x5 on 240 x 12x80 (PP-OCR's recogniser) 9.1-10.5 against 14.9-16.8; at horizontal
+    stride 2 see ``bench/depthwise.py``. Strips of 8 measured the same within the noise;
     4 keeps fewer registers per invocation."""
     c_out, per_group, kh, kw = w_shape
     return (groups == c_in == c_out and per_group == 1 and kh == kw
-            and kh in DEPTHWISE_KERNELS and dilation == (1, 1) and stride[1] == 1)
+            and kh in DEPTHWISE_KERNELS and dilation == (1, 1)
+            and stride[1] in DEPTHWISE_TAKES_X[kh])
 
 
 @functools.lru_cache(maxsize=4096)
 def depthwise_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
-                   kernel: int, out_hw: tuple[int, int], stride_y: int, pads: tuple[int, int],
-                   has_bias: bool, rows_per: int = 0, epilogue: Epilogue = NO_EPILOGUE
-                   ) -> FixedLaunch:
-    """A depthwise convolution :func:`depthwise_fits` takes; ``pads`` is (top, left); then
-    ``epilogue``. Operands: x, w, bias (x when there is none), out ``[n, c, *out_hw]``,
-    residual (of out's shape; x when there is none).
+                   kernel: int, out_hw: tuple[int, int], stride: tuple[int, int],
+                   pads: tuple[int, int], has_bias: bool, rows_per: int = 0,
+                   epilogue: Epilogue = NO_EPILOGUE) -> FixedLaunch:
+    """A depthwise convolution :func:`depthwise_fits` takes; ``stride`` is (y, x), ``pads``
+    (top, left); then ``epilogue``. Operands: x, w, bias (x when there is none), out
+    ``[n, c, *out_hw]``, residual (of out's shape; x when there is none).
 
     Raises:
         VkumdValueError: a tensor past the kernel's 32-bit indexing.
@@ -204,9 +213,9 @@ def depthwise_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, in
     check_indexing("conv2d", x=n * c * h * w, out=n * c * out_hw[0] * out_hw[1])
     per_row = -(-out_hw[1] // DEPTHWISE_STRIP)
     rows_per, grid = row_runs(caps, n * c, out_hw[0] * per_row, rows_per)
-    program = CONV2D_DEPTHWISE.specialize({"DTYPE": code, "KERNEL": kernel,
+    program = CONV2D_DEPTHWISE.specialize({"DTYPE": code, "KERNEL": kernel, "SX": stride[1],
                                            WORKGROUP: ELEMENTWISE_WORKGROUP})
-    push = DEPTHWISE_PUSH.pack(n * c, out_hw[0] * per_row, per_row, c, h, w, *out_hw, stride_y,
+    push = DEPTHWISE_PUSH.pack(n * c, out_hw[0] * per_row, per_row, c, h, w, *out_hw, stride[0],
                                *pads, int(has_bias), *epilogue, rows_per)
     return FixedLaunch(program, push, grid, (3,))
 

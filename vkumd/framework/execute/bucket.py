@@ -1,8 +1,9 @@
 """One bucket of a compiled graph: the memory for every call whose sizes round up to it.
 
-Allocated once per bucket (symbol sizes): input tensors of the bucket's shapes, an arena
-holding every intermediate at the offsets :func:`plan_memory` gives for those sizes, and a
-tensor per output. Each distinct set of true sizes a call brings gets its own
+Allocated once per bucket (symbol sizes): input tensors of the bucket's shapes, arenas
+holding every intermediate at the offsets :func:`plan_memory` gives for those sizes (one,
+unless the intermediates pass what the device binds in one buffer), and a tensor per
+output. Each distinct set of true sizes a call brings gets its own
 :class:`~vkumd.framework.execute.recording.Recording` over that memory, kept in a bounded
 least-recently-used cache: recording again costs the ops' host path, about 70 us a launch
 (8 ms for MiniLM's 122 launches at batch 32, against 0.3 ms for a replay and 0.7 s of
@@ -56,7 +57,7 @@ class BucketStats:
         nodes: nodes of the graph.
         launches: dispatches and copies of the most recently used size-recording.
         barriers: barriers the hazard tracker put between them.
-        arena_bytes: the arena's size.
+        arena_bytes: the arenas' size together.
         intermediate_bytes: the intermediates' sizes summed (memory without reuse).
         replays: calls served.
         recorded: size-recordings made (one evicted and needed again counts twice).
@@ -78,8 +79,14 @@ class BucketStats:
     in_place: int = 0
 
 
+def binding_limit(context: Any) -> int:
+    """The most bytes one arena may hold on ``context``'s device: what a kernel binds of
+    one buffer (``maxStorageBufferRange``); a seam that tests narrow."""
+    return int(context.caps.max_storage_buffer_range)
+
+
 class Bucket:
-    """The tensors and arena of one bucket, and its size-recordings.
+    """The tensors and arenas of one bucket, and its size-recordings.
 
     Args:
         context: the compiled graph's context.
@@ -106,7 +113,8 @@ class Bucket:
         self.env = dict(env)
         self.weights = weights
         self.max_sizes = max_sizes
-        self.plan: MemoryPlan = plan_memory(plan_graph, env)
+        self.plan: MemoryPlan = plan_memory(plan_graph, env,
+                                            binding_limit=binding_limit(context))
         self.inputs: dict[str, Tensor] = {}
         self.owned: dict[int, Tensor] = {}
         self.returned: dict[int, Tensor] = {}
@@ -117,8 +125,10 @@ class Bucket:
         self.retired = False
         self._kept = {n.id for n in plan_graph.nodes}
         self._recordings: OrderedDict[tuple, Recording] = OrderedDict()
-        self.arena = Arena(context, self.plan.arena_bytes)
+        self.arenas: list[Arena] = []
         try:
+            for size in self.plan.arena_sizes:
+                self.arenas.append(Arena(context, size))
             self._allocate({v.id for v in plan_graph.values() if v.kind is ValueKind.OUTPUT})
         except BaseException:
             self.release()
@@ -144,9 +154,10 @@ class Bucket:
         """Whether ``node`` is lowered (False: a reshape folded into a view of its input)."""
         return node.id in self._kept
 
-    def offset(self, value: Value) -> int:
-        """The arena offset of an intermediate's slot."""
-        return self.plan.allocations[value.id].offset
+    def slot(self, value: Value) -> tuple[Tensor, int]:
+        """The arena holding an intermediate's slot, and the slot's offset in it."""
+        allocation = self.plan.allocations[value.id]
+        return self.arenas[allocation.arena].base, allocation.offset
 
     def recording(self, env: Mapping[str, int],
                   bound: Mapping[str, Tensor] | None = None) -> Recording:
@@ -196,7 +207,8 @@ class Bucket:
         for recording in self._recordings.values():
             recording.release()
         self._recordings.clear()
-        self.arena.release()
+        for arena in self.arenas:
+            arena.release()
         for t in self.inputs.values():
             t.release()
         self.inputs.clear()

@@ -101,7 +101,8 @@ class Recording:
                 elif out.id in bucket.owned:
                     tensors[out.id] = self._fit(bucket.owned[out.id], out)
                 else:
-                    made = self._fit(bucket.arena.base, out, bucket.offset(out))
+                    arena, offset = bucket.slot(out)
+                    made = self._fit(arena, out, offset)
                     self.arena_views.append(made)
                     tensors[out.id] = made
         return tensors

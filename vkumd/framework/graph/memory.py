@@ -11,6 +11,12 @@ Given a scheduled graph (its node list, a topological order) and sizes for its s
 3. Placement, greedy by size as TFLite's arena planner: buffers from largest to smallest,
    each at the best-fitting aligned gap (the smallest that holds it) between the buffers
    already placed whose lifetimes overlap its own, else past the highest of them.
+4. Arenas. A kernel binds each tensor as one storage-buffer range, and a device binds at
+   most ``maxStorageBufferRange`` bytes of one buffer (128 MiB on many), so the arena may
+   not be one tensor past it. With ``binding_limit`` the offsets are cut into segments of at
+   most that many bytes and no buffer is placed across a segment's end (it moves to the
+   next segment's start); each segment is an arena of its own, allocated to its contents'
+   extent. A single intermediate larger than the limit is refused: no binding can hold it.
 
 Inputs, outputs and weights are never placed and never aliased: the caller owns them. The
 one exception is an op that updates an input in place (``OpDef.updates``: ``kv_write``'s
@@ -37,11 +43,13 @@ class Allocation:
 
     Attributes:
         value: the value's id.
-        offset: byte offset in the arena (a multiple of the alignment).
+        offset: byte offset in its arena (a multiple of the alignment).
         nbytes: the value's exact size.
         first: the schedule step that writes it.
         last: the last step that reads it.
         reuses: the id of the input whose buffer it overwrites in place, or None.
+        arena: the index of its arena (0 unless the plan has several: see
+            :attr:`MemoryPlan.arena_sizes`).
     """
 
     value: int
@@ -50,6 +58,7 @@ class Allocation:
     first: int
     last: int
     reuses: int | None = None
+    arena: int = 0
 
 
 @dataclass(frozen=True)
@@ -58,12 +67,14 @@ class MemoryPlan:
 
     Attributes:
         allocations: by value id.
-        arena_bytes: the arena's size.
+        arena_bytes: the arenas' size together.
         intermediate_bytes: the sum of every intermediate's (aligned) size: the memory
             needed without any sharing.
         alignment: of every offset.
         bindings: the symbol sizes planned for.
         schedule: node ids in the order planned.
+        arena_sizes: the size of each arena (one, unless a binding limit split them; each
+            at most the limit).
     """
 
     allocations: dict[int, Allocation]
@@ -72,6 +83,7 @@ class MemoryPlan:
     alignment: int
     bindings: dict[str, int]
     schedule: tuple[int, ...]
+    arena_sizes: tuple[int, ...] = ()
 
     def report(self) -> str:
         """``arena 1.5 MiB for 4.0 MiB of intermediates (38%), 12 values, 3 in place``."""
@@ -173,12 +185,24 @@ def _buffers(graph: Graph, spans: dict[int, tuple[int, int]], sizes: dict[int, i
     return root, reuses
 
 
-def place(buffers: list[tuple[int, int, int, int]], alignment: int) -> dict[int, int]:
+def _within_segment(offset: int, size: int, segment: int | None) -> int:
+    """``offset``, or the next segment's start when ``size`` bytes from it would cross the
+    end of its segment (``segment`` None: no segments)."""
+    if segment is None:
+        return offset
+    end = (offset // segment + 1) * segment
+    return offset if offset + size <= end else end
+
+
+def place(buffers: list[tuple[int, int, int, int]], alignment: int,
+          segment: int | None = None) -> dict[int, int]:
     """Offsets for ``buffers`` of ``(size, first step, last step, key)``, by key.
 
     Greedy by size: largest first (ties by first step, then key, so plans are
     deterministic); each goes into the smallest aligned gap between the already placed
     buffers whose lifetimes (inclusive) overlap its own, else just past the highest of them.
+    With ``segment`` (a multiple of ``alignment``, at least every size), no buffer crosses
+    a multiple of it.
     """
     placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
     offsets: dict[int, int] = {}
@@ -189,34 +213,51 @@ def place(buffers: list[tuple[int, int, int, int]], alignment: int) -> dict[int,
         live = sorted((o, s) for o, s, a, b in placed if a <= end and start <= b)
         best, best_gap, cursor = None, None, 0
         for o, s in live:
-            gap = o - cursor
+            at = _within_segment(cursor, size, segment)
+            gap = o - at
             if gap >= size and (best_gap is None or gap < best_gap):
-                best, best_gap = cursor, gap
+                best, best_gap = at, gap
             cursor = max(cursor, _align(o + s, alignment))
-        offsets[key] = cursor if best is None else best
+        offsets[key] = _within_segment(cursor, size, segment) if best is None else best
         placed.append((offsets[key], size, start, end))
     return offsets
 
 
+def _segment(binding_limit: int | None, alignment: int) -> int | None:
+    """The arena segment for a binding limit: the limit rounded down to the alignment."""
+    if binding_limit is None:
+        return None
+    segment = binding_limit // alignment * alignment
+    if segment < alignment:
+        raise GraphError(f"binding_limit={binding_limit} bytes is less than the alignment "
+                         f"({alignment} bytes)")
+    return segment
+
+
 def plan_memory(graph: Graph, bindings: Mapping[str, int] | None = None, *,
-                alignment: int = DEFAULT_ALIGNMENT, inplace: bool = True) -> MemoryPlan:
-    """Offsets in one arena for the intermediates of ``graph``, in its node order.
+                alignment: int = DEFAULT_ALIGNMENT, inplace: bool = True,
+                binding_limit: int | None = None) -> MemoryPlan:
+    """Offsets in arenas for the intermediates of ``graph``, in its node order.
 
     Args:
         graph: a graph whose node list is the schedule (a topological order).
         bindings: a size for every symbol in the intermediates' shapes.
         alignment: of every offset, in bytes (a power of two).
         inplace: allow elementwise outputs to overwrite an input dying at their node.
+        binding_limit: the most bytes one arena may hold (the device's
+            ``maxStorageBufferRange``); None: one arena of any size.
 
     Returns:
         The plan.
 
     Raises:
-        GraphError: the node list is not a topological order.
+        GraphError: the node list is not a topological order; an intermediate larger than
+            ``binding_limit`` (naming the node that writes it).
         VkumdValueError: a symbol without a size, or a bad alignment.
     """
     if alignment < 1 or alignment & (alignment - 1):
         raise GraphError(f"alignment must be a power of two, got {alignment}")
+    segment = _segment(binding_limit, alignment)
     env = dict(bindings or {})
     spans, aliases = _lifetimes(graph)
     values = {v.id: v for v in graph.values()}
@@ -239,13 +280,25 @@ def plan_memory(graph: Graph, bindings: Mapping[str, int] | None = None, *,
     for r, vids in members.items():
         start = min(spans[v][0] for v in vids)
         end = max(spans[v][1] for v in vids)
-        buffers.append((_align(sizes[r], alignment), start, end, r))
-    offsets = place(buffers, alignment)
+        size = _align(sizes[r], alignment)
+        if segment is not None and size > segment:
+            producer = values[r].producer
+            raise GraphError(f"an intermediate of {sizes[r]} bytes is more than this device "
+                             f"binds in one buffer (maxStorageBufferRange = {binding_limit} "
+                             "bytes); use a smaller batch or input size",
+                             producer.describe() if producer else None)
+        buffers.append((size, start, end, r))
+    offsets = place(buffers, alignment, segment)
+    arena_of = {r: 0 if segment is None else offsets[r] // segment for r in offsets}
+    base = {r: arena_of[r] * (segment or 0) for r in offsets}
     allocations = {
-        vid: Allocation(vid, offsets[root[vid]], sizes[vid], spans[vid][0], spans[vid][1],
-                        reuses.get(vid))
+        vid: Allocation(vid, offsets[root[vid]] - base[root[vid]], sizes[vid], spans[vid][0],
+                        spans[vid][1], reuses.get(vid), arena_of[root[vid]])
         for vid in spans}
-    arena = max((offsets[r] + size for size, _, _, r in buffers), default=0)
+    extents = [0] * (max(arena_of.values(), default=0) + 1)
+    for size, _, _, r in buffers:
+        extents[arena_of[r]] = max(extents[arena_of[r]], offsets[r] - base[r] + size)
     total = sum(_align(s, alignment) for s in sizes.values())
-    return MemoryPlan(allocations, arena, total, alignment, graph.dims.normalize_env(env),
-                      tuple(n.id for n in graph.nodes))
+    return MemoryPlan(allocations, sum(extents), total, alignment,
+                      graph.dims.normalize_env(env), tuple(n.id for n in graph.nodes),
+                      tuple(extents))

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.graph.attention_layout import fold_attention_layouts
 from vkumd.framework.graph.constant_folding import fold_constants
+from vkumd.framework.graph.conv_input_affine import fold_input_affine_into_conv
 from vkumd.framework.graph.cse import eliminate_common_subexpressions
 from vkumd.framework.graph.dce import eliminate_dead_code
 from vkumd.framework.graph.fusion_attention import fuse_attention
@@ -22,6 +23,7 @@ from vkumd.framework.graph.fusion_elementwise import fuse_elementwise
 from vkumd.framework.graph.fusion_epilogue import fuse_epilogue
 from vkumd.framework.graph.fusion_norm import fuse_add_layer_norm
 from vkumd.framework.graph.fusion_rope import fuse_rope_into_cache_write
+from vkumd.framework.graph.hardswish_rewrite import rewrite_hardswish
 from vkumd.framework.graph.ir import Graph
 from vkumd.framework.graph.pad_folding import fold_pads
 from vkumd.framework.graph.transpose_folding import fold_transposes
@@ -38,6 +40,8 @@ PASSES: dict[str, Pass] = {
     "constant_folding": fold_constants,
     "conv_bn_folding": fold_batch_norm_into_conv,
     "pad_folding": fold_pads,
+    "hardswish_rewrite": rewrite_hardswish,
+    "conv_input_affine_folding": fold_input_affine_into_conv,
     "cse": eliminate_common_subexpressions,
     "transpose_folding": fold_transposes,
     "attention_fusion": fuse_attention,
@@ -53,8 +57,12 @@ PASSES: dict[str, Pass] = {
 # what fusion and folding orphaned. Transposes fold into matmul flags before fusion, so
 # attention fusion sees ``q @ k.transpose(-2, -1)`` in the form it matches.
 # Batch norms fold into their convolutions after constant folding, which may have computed
-# their statistics; explicit pads fold into the convolutions and poolings reading them.
-CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "conv_bn_folding", "pad_folding", "cse",
+# their statistics; explicit pads fold into the convolutions and poolings reading them;
+# hard swish written out becomes one op (after constant folding made its 3 and 6 constants),
+# which the convolution epilogue fusion can take; an affine ``x * a + b`` before an unpadded
+# convolution goes into its weights and bias.
+CLEANUP: tuple[str, ...] = ("dce", "constant_folding", "conv_bn_folding", "pad_folding",
+                            "hardswish_rewrite", "conv_input_affine_folding", "cse",
                             "transpose_folding")
 # Fusion: attention first (epilogue fusion would take its mask add as a residual), then its
 # heads/sequence permutes folded into its layouts, then the GEMM epilogues (a residual stored

@@ -25,7 +25,7 @@ from vkumd.framework.graph.dims import Dim, as_dim, linear, solve
 from vkumd.framework.graph.ir import Graph, Value
 from vkumd.framework.graph.proxy import TracedTensor, find_traced
 from vkumd.framework.graph.registry import OPS
-from vkumd.framework.graph.trace_calls import CALLS, record_call
+from vkumd.framework.graph.trace_calls import CALLS, attributes_by_name, record_call
 from vkumd.framework.graph.trace_dims import SymbolicDim, plain_dim
 from vkumd.framework.graph.trace_errors import (
     DataDependentError,
@@ -170,6 +170,8 @@ def record_op(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         if lengths is not None and not isinstance(lengths, TracedTensor):
             value = traced.tracer.constant(np.asarray(lengths), "int32", name="key_lengths")
             kwargs["key_lengths"] = TracedTensor(value, traced.tracer)
+    if name not in _OP_METHODS and name in OPS:
+        args, kwargs = attributes_by_name(OPS[name], args, kwargs)
     return traced.tracer.call(name, *args, **kwargs)
 
 

@@ -1,7 +1,9 @@
 """The ``vkumd.ops`` calls a tracer records as something other than the builder method of
 the same name: the views ``flatten``, ``squeeze`` and ``unsqueeze`` (reshape nodes: a graph
 has one view op), ``split`` by a piece size (a split into the sizes it makes) and ``slice``
-(whose ``vkumd.ops`` form takes a window over several axes; the builder's, one axis).
+(whose ``vkumd.ops`` form takes a window over several axes; the builder's, one axis); and,
+for every registered op, attributes its eager function takes by position
+(:func:`attributes_by_name`).
 
 Each function takes the op's ``vkumd.ops`` arguments, with a
 :class:`~vkumd.framework.graph.proxy.TracedTensor` as ``x``, and records its nodes. Errors
@@ -127,6 +129,33 @@ CALLS: Mapping[str, Callable[..., Any]] = {"flatten": flatten, "squeeze": squeez
                                            "unsqueeze": unsqueeze, "split": split,
                                            "slice": slice_,
                                            **{n: _reduction(n) for n in _REDUCTIONS}}
+
+
+def attributes_by_name(record: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+                       ) -> tuple[list[Any], dict[str, Any]]:
+    """A registered op's eager-call arguments in the builder's form: the builder takes a
+    registered op's inputs by position and its attributes by name, while an eager function
+    may take an attribute by position (``max_pool2d(x, kernel)``). Positional arguments in
+    the place of an attribute of ``record`` (per its ``vkumd.ops`` signature) move to
+    ``kwargs`` under the attribute's name; the rest stay. (The call has already bound to
+    the eager signature, which refuses an argument given both ways.)
+    """
+    if record.eager is None:
+        return list(args), dict(kwargs)
+    positional = []
+    for p in inspect.signature(record.eager).parameters.values():
+        if p.kind is inspect.Parameter.VAR_POSITIONAL:
+            break
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            positional.append(p.name)
+    inputs, named = [], dict(kwargs)
+    for i, value in enumerate(args):
+        slot = positional[i] if i < len(positional) else None
+        if slot is None or slot not in record.attrs:
+            inputs.append(value)
+            continue
+        named[slot] = value
+    return inputs, named
 
 
 def record_call(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

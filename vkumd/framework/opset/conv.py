@@ -4,7 +4,7 @@ The geometry (strides, dilation, the four pads, groups) is checked once, in the 
 the eager function and every frontend share. The planner
 (:func:`vkumd.compiler.kernels.conv_route.conv_route`) picks the path: the GEMM for a
 pointwise convolution, the depthwise kernel ``shaders/conv2d_depthwise.comp`` for 3x3 and 5x5
-depthwise ones at horizontal stride 1, the direct kernel ``shaders/conv2d.comp`` for groups
+depthwise ones at horizontal stride 1 (3x3 also 2), the direct kernel ``shaders/conv2d.comp`` for groups
 too narrow for the GEMM's tiles, and the implicit GEMM (or im2col + GEMM) for the rest. Each
 path applies the epilogue
 (:mod:`vkumd.framework.opset.conv_epilogue`: bias, activation, residual) in its store.
@@ -298,7 +298,7 @@ def conv2d(x: Tensor, w: Tensor, bias: Tensor | None = None,
         return out
     if route.path == "depthwise":
         plan = depthwise_plan(x.context.caps, CONV_CODES[x.dtype.name], x.shape, w.shape[2],
-                              shape[2:], stride[0], (pads[0], pads[1]), bias is not None,
+                              shape[2:], tuple(stride), (pads[0], pads[1]), bias is not None,
                               epilogue=epilogue)
         x.context.run(plan, (x, w, bias, out, residual))
         return out
