@@ -33,6 +33,10 @@ RESIDUAL_NONE, RESIDUAL_AFTER, RESIDUAL_BEFORE = 0, 1, 2
 ELEMENTWISE_DTYPES = (*FLOAT_DTYPES, "int32")
 # elementwise_binary alone also takes 8-bit integers (with 8-bit storage), wrapping as numpy.
 BINARY_DTYPES = (*ELEMENTWISE_DTYPES, "int8", "uint8")
+# ... and the wider and unsigned integers and float64 (computed in double), as their
+# storage and arithmetic features allow (elementwise.wide_types).
+WIDE_DTYPES = ("int16", "uint16", "uint32", "uint64", "float64")
+BINARY_DTYPES = (*BINARY_DTYPES, *WIDE_DTYPES)
 ELEMENTWISE_MAX_DIMS = 6
 
 # The generated fused elementwise kernels (fused_elementwise.py). Inputs a kernel takes: its
