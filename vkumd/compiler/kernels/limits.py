@@ -37,6 +37,8 @@ BINARY_DTYPES = (*ELEMENTWISE_DTYPES, "int8", "uint8")
 # storage and arithmetic features allow (elementwise.wide_types).
 WIDE_DTYPES = ("int16", "uint16", "uint32", "uint64", "float64")
 BINARY_DTYPES = (*BINARY_DTYPES, *WIDE_DTYPES)
+# The integer types the binary kernel computes exactly (wrapping; bitwise ops, max, min).
+INTEGER_DTYPES = ("int32", "int8", "uint8", "int16", "uint16", "uint32", "uint64")
 ELEMENTWISE_MAX_DIMS = 6
 
 # The generated fused elementwise kernels (fused_elementwise.py). Inputs a kernel takes: its

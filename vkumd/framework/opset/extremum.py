@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from vkumd.compiler.kernels.limits import WIDE_DTYPES
+from vkumd.compiler.kernels.limits import INTEGER_DTYPES
 from vkumd.errors import VkumdValueError
 from vkumd.framework.graph.dims import format_shape
 from vkumd.framework.graph.operands import Types, need_float, same_dtype
@@ -29,10 +29,9 @@ from vkumd.framework.opset.unary import binary_dtypes
 from vkumd.framework.tensor import Tensor
 
 _VERDICTS: Verdicts = {}
-INTEGERS = ("int32", "int8", "uint8")
 # The types the binary kernel computes (exactly; float64 in double, NaN kept): the integers,
 # the wider and unsigned ones and float64, none of which the generated kernels take.
-IN_BINARY_KERNEL = (*INTEGERS, *WIDE_DTYPES)
+IN_BINARY_KERNEL = (*INTEGER_DTYPES, "float64")
 _NAN = "((floatBitsToUint({x}) & 0x7FFFFFFFu) > 0x7F800000u)"
 
 
