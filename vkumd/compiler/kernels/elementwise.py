@@ -6,6 +6,7 @@ from vkumd.compiler.kernels.limits import (
     BINARY_DTYPES,
     ELEMENTWISE_DTYPES,
     ELEMENTWISE_MAX_DIMS,
+    WIDE_DTYPES,
 )
 from vkumd.compiler.kernels.type_codes import type_codes
 from vkumd.compiler.push import PushLayout
@@ -95,11 +96,14 @@ ELEMENTWISE_BINARY = register(Kernel(
 
 
 ELEMENTWISE_UNARY_OPS = {"convert": 0, "scale": 1}
+# The types cast and copy take: the elementwise ones and the wider ones (converted, not scaled).
+CAST_CODES = type_codes((*ELEMENTWISE_DTYPES, *WIDE_DTYPES))
 
 
 def _elementwise_unary_variants(caps: DeviceCaps) -> list[dict]:
     types = _elementwise_types(caps)
-    converts = [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64} for src in types for dst in types]
+    every = types + wide_types(caps)
+    converts = [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64} for src in every for dst in every]
     scales = [{"SRC": t, "DST": t, "OP": 1, WORKGROUP: 64} for t in types]
     # Each scalar variant and its vectorised twin for contiguous operands (VEC 4, BCAST 0).
     return [{**v, "VEC": vec, "BCAST": 0} for v in converts + scales for vec in (1, 4)]
@@ -110,7 +114,7 @@ ELEMENTWISE_UNARY = register(Kernel(
     source="elementwise_unary.comp",
     buffers=2,
     push=UNARY_PUSH,
-    defines={"SRC": ELEMENTWISE_TYPES, "DST": ELEMENTWISE_TYPES},
+    defines={"SRC": tuple(CAST_CODES.values()), "DST": tuple(CAST_CODES.values())},
     spec_constants={WORKGROUP: 0, "OP": 1, "VEC": 2, "BCAST": 3},
     variants=_elementwise_unary_variants,
 ))

@@ -24,6 +24,7 @@ import numpy as np
 
 from vkumd.compiler.kernels.elementwise import (
     BINARY_CODES,
+    CAST_CODES,
     ELEMENTWISE_CODES,
     ELEMENTWISE_MAX_DIMS,
 )
@@ -46,7 +47,7 @@ from vkumd.framework.opset.common import attrs_of
 from vkumd.framework.tensor import Tensor
 
 _INT32 = np.iinfo(np.int32)
-CAST_TARGETS = ("float32", "float16", "bfloat16", "int32")
+CAST_TARGETS = tuple(CAST_CODES)
 
 
 def broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -138,7 +139,7 @@ def _unary(op: str, src: Tensor, out: Tensor | None, dtype: dtypes.DType,
     out = output(op, context, out, out_shape, dtype)
     if out.size == 0:
         return out
-    codes = ELEMENTWISE_CODES
+    codes = CAST_CODES
     plan = unary_plan(context.caps, kind, codes[src.dtype.name], codes[dtype.name], src.shape,
                       out_shape, alpha_bits)
     context.run(plan, (src, out))
@@ -152,7 +153,7 @@ def copy(src: Tensor, out: Tensor | None = None) -> Tensor:
     ``src``'s dtype; use :func:`cast` to change it.
     """
     check_tensor("copy", src, "src")
-    check_dtype("copy", src, "src", ELEMENTWISE_CODES)
+    check_dtype("copy", src, "src", CAST_CODES)
     if out is not None and isinstance(out, Tensor) and out.dtype is not src.dtype:
         raise VkumdTypeError(f"copy: out= is {out.dtype.name} and src is {src.dtype.name}; "
                              "use cast() to convert")
@@ -172,23 +173,28 @@ def copy(src: Tensor, out: Tensor | None = None) -> Tensor:
 
 
 def cast(t: Tensor, dtype: Any, out: Tensor | None = None) -> Tensor:
-    """Convert ``t`` to ``dtype`` (float32, float16, bfloat16 or int32), like numpy's astype.
+    """Convert ``t`` to ``dtype`` (float32, float16, bfloat16, int32, or one of int16,
+    uint16, uint32, uint64 and float64), like numpy's astype.
 
-    Float to int32 truncates toward zero; values out of int32's range and NaN give undefined
-    results. Conversions to floats round to nearest even (bfloat16 as
-    :func:`~vkumd.framework.dtypes.float32_to_bfloat16_bits`); int32 goes through float32
-    first, which is exact up to 2**24. Casting to the same dtype copies. ``t`` broadcasts into
-    ``out`` when given.
+    Float to an integer truncates toward zero; values out of the target's range and NaN give
+    undefined results. Conversions to floats round to nearest even (bfloat16 as
+    :func:`~vkumd.framework.dtypes.float32_to_bfloat16_bits`); between the first four,
+    int32 goes through float32 first, which is exact up to 2**24. Where either side is one of
+    the wider types the value converts from its own type (float64 in double: int32 to
+    float64 is exact), and integers to integers wrap as numpy's astype does. Casting to the
+    same dtype copies. ``t`` broadcasts into ``out`` when given.
 
     Raises:
-        VkumdTypeError: ``dtype`` is unknown or not one of the four.
+        VkumdTypeError: ``dtype`` is unknown or not one cast takes.
+        CapabilityMissing: float64 without shaderFloat64, uint64 without shaderInt64, a
+            16-bit type without 16-bit storage.
     """
     check_tensor("cast", t, "the tensor")
     target = dtypes.dtype(dtype)
-    check_dtype("cast", t, "the tensor", ELEMENTWISE_CODES)
-    if target.name not in ELEMENTWISE_CODES:
+    check_dtype("cast", t, "the tensor", CAST_CODES)
+    if target.name not in CAST_CODES:
         raise VkumdTypeError(f"cast: {target.name} is not supported; cast takes "
-                             f"{', '.join(ELEMENTWISE_CODES)}")
+                             f"{', '.join(CAST_CODES)}")
     check_storage("cast", target, t.context)
     return _unary("cast", t, out, target, "convert")
 
@@ -217,6 +223,20 @@ def kernel_dtypes(node: Node) -> str | None:
     if first is not None and first.dtype.name not in ELEMENTWISE_CODES:
         return (f"{node.op} has no device kernel for {first.dtype.name} (its kernels take "
                 f"{', '.join(ELEMENTWISE_CODES)})")
+    rank = max(len(v.shape) for v in (*node.inputs, *node.outputs) if v is not None)
+    if rank > ELEMENTWISE_MAX_DIMS:
+        return (f"{node.op} of more dimensions than the elementwise kernels index "
+                f"({rank}; at most {ELEMENTWISE_MAX_DIMS}: reshape to merge some)")
+    return None
+
+
+def cast_dtypes(node: Node) -> str | None:
+    """Why the conversion kernel cannot run ``node``: a source type it does not take, or more
+    dimensions than it indexes (as :func:`kernel_dtypes`)."""
+    first = node.inputs[0]
+    if first is not None and first.dtype.name not in CAST_CODES:
+        return (f"{node.op} has no device kernel for {first.dtype.name} (its kernel takes "
+                f"{', '.join(CAST_CODES)})")
     rank = max(len(v.shape) for v in (*node.inputs, *node.outputs) if v is not None)
     if rank > ELEMENTWISE_MAX_DIMS:
         return (f"{node.op} of more dimensions than the elementwise kernels index "
@@ -265,7 +285,7 @@ def _cast_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
 
 define("cast", ("x",), {"dtype": REQUIRED}, inplace=True, rule=_cast_rule,
        reference=lambda a, attrs, s: [round_to(a[0], dtypes.dtype(attrs["dtype"]))],
-       lower=_cast_lower, refuse=kernel_dtypes, eager=cast,
+       lower=_cast_lower, refuse=cast_dtypes, eager=cast,
        elementwise=Elementwise(1, "{a}", params=("dtype",), glsl_params={
            "float32": "{a}",
            "float16": "unpackHalf2x16(packHalf2x16(vec2({a}, 0.0))).x",
