@@ -225,13 +225,29 @@ VALUE remainder(VALUE x, VALUE y) {
 #if UNSIGNED
     return y == VALUE(0) ? VALUE(0) : x % y;
 #elif DTYPE == F64
-    // double has no vkumd_mod: the truncated remainder x - trunc(x / y) y in double, exact
-    // while the quotient is (|x / y| < 2^53); NaN for an infinite x or a zero y; an infinite
-    // y leaves x (fmod), or gives y where the signs differ (floored, as numpy).
+    // double has no vkumd_mod. The truncated remainder exactly, as C's fmod: subtract |y|
+    // scaled by powers of two from |x| (each step d <= r < 2d, so r - d is exact), at most
+    // one step per binary order between them. NaN for an infinite x or a zero y; an infinite
+    // y leaves x. Floored: then + y where the signs differ (numpy's divmod does the same).
     if (y == 0.0 || inf64(x) || nan64(x) || nan64(y)) {
         return nan_double();
     }
-    double r = inf64(y) ? x : x - trunc(x / y) * y;
+    double r = abs(x);
+    double ay = abs(y);
+    if (!inf64(y)) {
+        int ey;
+        frexp(ay, ey);
+        while (r >= ay) {
+            int er;
+            frexp(r, er);
+            double d = ldexp(ay, er - ey);
+            if (d > r) {
+                d *= 0.5;
+            }
+            r -= d;
+        }
+    }
+    r = x < 0.0 ? -r : r;
     if (OP == 12u && r != 0.0 && ((r < 0.0) != (y < 0.0))) {
         r = inf64(y) ? y : r + y;
     }

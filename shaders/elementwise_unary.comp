@@ -18,7 +18,7 @@
 // value type -- int, uint, uint64_t, double or float -- with GLSL's constructors, never through
 // float32 where one side is F64: integers to integers wrap to the target's bits (numpy's
 // astype); floats to integers truncate toward zero (out of range undefined); float64 to
-// float32/float16 rounds once to nearest even (to bfloat16 through float32, twice).
+// float32 rounds once to nearest even (to the 16-bit floats see FROM_VALUE).
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 #extension GL_EXT_shader_16bit_storage : require
 #include "common.glsl"
@@ -122,9 +122,16 @@
 // A value of any source type as DST (WIDE conversions): bfloat16 through float32.
 #if DST == BF16
 #define FROM_VALUE(v) uint16_t(float_to_bf16(float(v)))
+#elif (DST == U16 || DST == U32 || DST == U64) && (SRC == F32 || SRC == F16 || SRC == BF16 || SRC == F64)
+// Truncated first: a float in (-1, 0) becomes -0.0, which converts to 0 (numpy's), not to
+// the undefined conversion of a negative float to an unsigned type.
+#define FROM_VALUE(v) DST_ELEM(trunc(v))
 #else
 #define FROM_VALUE(v) DST_ELEM(v)
 #endif
+// float64 to float16 is the driver's conversion: lavapipe converts through float32, which
+// can round twice for values within 2^-29 (relative) of a float16 tie; to bfloat16 always
+// through float32.
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint OP = 0u;  // 0 convert (or copy), 1 scale
