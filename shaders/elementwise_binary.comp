@@ -2,8 +2,9 @@
 // out = a OP b with numpy broadcasting: strides of 0 repeat a dimension.
 // One pipeline serves every shape (shape and strides are push constants); OP is a
 // specialization constant so each operator gets its own straight-line code.
-// DTYPE (F32, F16, BF16, I32, I8, U8; see elementwise_types.glsl) picks the element type.
-// Floats are computed in float32 and rounded once to the storage type; integers wrap.
+// DTYPE (F32, F16, BF16, I32, I8, U8, I16, U16, U32, U64, F64; see elementwise_types.glsl)
+// picks the element type. Floats are computed in float32 and rounded once to the storage
+// type, float64 in double; integers wrap.
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_8bit_storage : require
@@ -62,13 +63,82 @@
 #define LOAD(x) int(x)
 #define LOAD4(v) ivec4(v)
 #define STORE(v) ELEM(v)
+#elif DTYPE == I16 || DTYPE == U16
+// 16-bit integers as the 8-bit ones: computed in int, wrapped to 16 bits on the store.
+#if DTYPE == I16
+#define ELEM int16_t
+#define ELEM4 i16vec4
 #else
-#error "DTYPE must be F32, F16, BF16, I32, I8 or U8"
+#define ELEM uint16_t
+#define ELEM4 u16vec4
 #endif
-#if DTYPE == I32 || DTYPE == I8 || DTYPE == U8
+#define VALUE int
+#define VALUE4 ivec4
+#define LOAD(x) int(x)
+#define LOAD4(v) ivec4(v)
+#define STORE(v) ELEM(v)
+#elif DTYPE == U32
+#define ELEM uint
+#define ELEM4 uvec4
+#define VALUE uint
+#define VALUE4 uvec4
+#define LOAD(x) (x)
+#define LOAD4(v) (v)
+#define STORE(v) (v)
+#elif DTYPE == U64
+#define ELEM uint64_t
+#define ELEM4 u64vec4
+#define VALUE uint64_t
+#define VALUE4 u64vec4
+#define LOAD(x) (x)
+#define LOAD4(v) (v)
+#define STORE(v) (v)
+#elif DTYPE == F64
+// float64 computed in double (shaderFloat64), never through float32.
+#define ELEM double
+#define ELEM4 dvec4
+#define VALUE double
+#define VALUE4 dvec4
+#define LOAD(x) (x)
+#define LOAD4(v) (v)
+#define STORE(v) (v)
+#else
+#error "DTYPE must be F32, F16, BF16, I32, I8, U8, I16, U16, U32, U64 or F64"
+#endif
+#if DTYPE == I32 || DTYPE == I8 || DTYPE == U8 || DTYPE == I16 || DTYPE == U16
 #define INTEGER 1
 #else
 #define INTEGER 0
+#endif
+// Unsigned integers computed as unsigned (uint32 in uint, uint64 in uint64_t): their own
+// division, remainder, power and logical shifts below.
+#if DTYPE == U32 || DTYPE == U64
+#define UNSIGNED 1
+#else
+#define UNSIGNED 0
+#endif
+#if DTYPE == U64
+#define VALUE_BITS 64u
+#else
+#define VALUE_BITS 32u
+#endif
+#if DTYPE == F64
+// NaN and infinity read from the bits (unpackDouble2x32 needs no Int64): a driver may assume
+// floats are never NaN and fold isnan() and x != x away (see extremum.py).
+bool nan64(double x) {
+    uvec2 w = unpackDouble2x32(x);
+    uint high = w.y & 0x7FFFFFFFu;
+    return high > 0x7FF00000u || (high == 0x7FF00000u && w.x != 0u);
+}
+
+bool inf64(double x) {
+    uvec2 w = unpackDouble2x32(x);
+    return (w.y & 0x7FFFFFFFu) == 0x7FF00000u && w.x == 0u;
+}
+
+double nan_double() {
+    return packDouble2x32(uvec2(0u, 0x7FF80000u));
+}
 #endif
 
 // OUT U8 (comparisons only): the 1/0 result stored as uint8, a graph's bool mask; any other
@@ -125,7 +195,10 @@ layout(push_constant) uniform Shape {
 } pc;
 
 VALUE divide(VALUE x, VALUE y) {
-#if INTEGER
+#if UNSIGNED
+    // Rounding down and toward zero agree; a zero divisor gives 0 (numpy's floor_divide).
+    return y == VALUE(0) ? VALUE(0) : x / y;
+#elif INTEGER
     if (y == 0) {
         return 0;
     }
@@ -138,7 +211,7 @@ VALUE divide(VALUE x, VALUE y) {
     }
     return q;
 #else
-    float q = x / y;
+    VALUE q = x / y;
     if (OP == 4u) {
         q = floor(q);
     } else if (OP == 5u) {
@@ -149,7 +222,37 @@ VALUE divide(VALUE x, VALUE y) {
 }
 
 VALUE remainder(VALUE x, VALUE y) {
-#if INTEGER
+#if UNSIGNED
+    return y == VALUE(0) ? VALUE(0) : x % y;
+#elif DTYPE == F64
+    // double has no vkumd_mod. The truncated remainder exactly, as C's fmod: subtract |y|
+    // scaled by powers of two from |x| (each step d <= r < 2d, so r - d is exact), at most
+    // one step per binary order between them. NaN for an infinite x or a zero y; an infinite
+    // y leaves x. Floored: then + y where the signs differ (numpy's divmod does the same).
+    if (y == 0.0 || inf64(x) || nan64(x) || nan64(y)) {
+        return nan_double();
+    }
+    double r = abs(x);
+    double ay = abs(y);
+    if (!inf64(y)) {
+        int ey;
+        frexp(ay, ey);
+        while (r >= ay) {
+            int er;
+            frexp(r, er);
+            double d = ldexp(ay, er - ey);
+            if (d > r) {
+                d *= 0.5;
+            }
+            r -= d;
+        }
+    }
+    r = x < 0.0 ? -r : r;
+    if (OP == 12u && r != 0.0 && ((r < 0.0) != (y < 0.0))) {
+        r = inf64(y) ? y : r + y;
+    }
+    return r;
+#elif INTEGER
     if (y == 0 || y == -1) {
         return 0;  // -1 too: INT_MIN % -1 would overflow
     }
@@ -164,7 +267,21 @@ VALUE remainder(VALUE x, VALUE y) {
 }
 
 VALUE power(VALUE x, VALUE y) {
-#if INTEGER
+#if UNSIGNED
+    VALUE r = VALUE(1);
+    VALUE base = x;
+    VALUE e = y;
+    while (e != VALUE(0)) {
+        if ((e & VALUE(1)) != VALUE(0)) {
+            r *= base;
+        }
+        base *= base;
+        e >>= 1;
+    }
+    return r;
+#elif DTYPE == F64
+    return x;  // not a variant: double has no pow() (see elementwise.py)
+#elif INTEGER
     if (y < 0) {
         return x == 1 ? 1 : (x == -1 ? ((y & 1) != 0 ? -1 : 1) : 0);
     }
@@ -208,9 +325,31 @@ VALUE apply(VALUE x, VALUE y) {
     if (OP == 14u) {
         return power(x, y);
     }
+#if DTYPE == F64
+    // NaN propagates (numpy's maximum and minimum).
+    if (OP == 15u || OP == 16u) {
+        if (nan64(x) || nan64(y)) {
+            return nan_double();
+        }
+        return OP == 15u ? max(x, y) : min(x, y);
+    }
+#endif
     if (OP == 15u) {
         return max(x, y);
     }
+#if UNSIGNED
+    if (OP == 17u) {
+        return x & y;
+    } else if (OP == 18u) {
+        return x | y;
+    } else if (OP == 19u) {
+        return x ^ y;
+    } else if (OP == 20u) {
+        return y >= VALUE(VALUE_BITS) ? VALUE(0) : x << y;
+    } else if (OP == 21u) {
+        return y >= VALUE(VALUE_BITS) ? VALUE(0) : x >> y;
+    }
+#endif
 #if INTEGER
     if (OP == 17u) {
         return x & y;

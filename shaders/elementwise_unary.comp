@@ -15,6 +15,12 @@
 // Both sides may be strided views of larger tensors: src is read at src_offset plus its
 // strides, out written at dst_offset plus dst_stride (the row-major strides of shape for a
 // whole output). Slicing, concatenation and split are such copies.
+//
+// The wider types (I16, U16, U32, U64, F64) convert (OP 0 only) through the source's own
+// value type -- int, uint, uint64_t, double or float -- with GLSL's constructors, never through
+// float32 where one side is F64: integers to integers wrap to the target's bits (numpy's
+// astype); floats to integers truncate toward zero (out of range undefined); float64 to
+// float32 rounds once to nearest even (to the 16-bit floats see FROM_VALUE).
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_8bit_storage : require
@@ -48,8 +54,36 @@
 #define SRC_ELEM uint8_t
 #define SRC_ELEM4 u8vec4
 #define SRC_FLOAT(x) f8_to_float(uint(x), SRC)
+#elif SRC == I16
+#define SRC_ELEM int16_t
+#define SRC_ELEM4 i16vec4
+#define SRC_VALUE(x) int(x)
+#elif SRC == U16
+#define SRC_ELEM uint16_t
+#define SRC_ELEM4 u16vec4
+#define SRC_VALUE(x) uint(x)
+#elif SRC == U32
+#define SRC_ELEM uint
+#define SRC_ELEM4 uvec4
+#define SRC_VALUE(x) (x)
+#elif SRC == U64
+#define SRC_ELEM uint64_t
+#define SRC_ELEM4 u64vec4
+#define SRC_VALUE(x) (x)
+#elif SRC == F64
+#define SRC_ELEM double
+#define SRC_ELEM4 dvec4
+#define SRC_VALUE(x) (x)
 #else
-#error "SRC must be F32, F16, BF16, I32 or a float8 format"
+#error "SRC must be F32, F16, BF16, I32, I16, U16, U32, U64, F64 or a float8 format"
+#endif
+// A source of the original four read as its own value type, for conversions to a wider type.
+#ifndef SRC_VALUE
+#if SRC == I32
+#define SRC_VALUE(x) (x)
+#else
+#define SRC_VALUE(x) SRC_FLOAT(x)
+#endif
 #endif
 
 #if DST == F32
@@ -73,9 +107,43 @@
 #define DST_ELEM uint8_t
 #define DST_ELEM4 u8vec4
 #define FROM_FLOAT(v) uint8_t(float_to_f8(v, DST, (pc.alpha & 1u) != 0u))
+#elif DST == I16
+#define DST_ELEM int16_t
+#define DST_ELEM4 i16vec4
+#elif DST == U16
+#define DST_ELEM uint16_t
+#define DST_ELEM4 u16vec4
+#elif DST == U32
+#define DST_ELEM uint
+#define DST_ELEM4 uvec4
+#elif DST == U64
+#define DST_ELEM uint64_t
+#define DST_ELEM4 u64vec4
+#elif DST == F64
+#define DST_ELEM double
+#define DST_ELEM4 dvec4
 #else
-#error "DST must be F32, F16, BF16, I32 or a float8 format"
+#error "DST must be F32, F16, BF16, I32, I16, U16, U32, U64, F64 or a float8 format"
 #endif
+#define WIDE_TYPE(t) (t == I16 || t == U16 || t == U32 || t == U64 || t == F64)
+#if WIDE_TYPE(SRC) || WIDE_TYPE(DST)
+#define WIDE 1
+#else
+#define WIDE 0
+#endif
+// A value of any source type as DST (WIDE conversions): bfloat16 through float32.
+#if DST == BF16
+#define FROM_VALUE(v) uint16_t(float_to_bf16(float(v)))
+#elif (DST == U16 || DST == U32 || DST == U64) && (SRC == F32 || SRC == F16 || SRC == BF16 || SRC == F64)
+// Truncated first: a float in (-1, 0) becomes -0.0, which converts to 0 (numpy's), not to
+// the undefined conversion of a negative float to an unsigned type.
+#define FROM_VALUE(v) DST_ELEM(trunc(v))
+#else
+#define FROM_VALUE(v) DST_ELEM(v)
+#endif
+// float64 to float16 is the driver's conversion: lavapipe converts through float32, which
+// can round twice for values within 2^-29 (relative) of a float16 tie; to bfloat16 always
+// through float32.
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint OP = 0u;  // 0 convert (or copy), 1 scale
@@ -106,7 +174,11 @@ layout(push_constant) uniform Shape {
 } pc;
 
 DST_ELEM convert(SRC_ELEM x) {
-#if SRC == DST && SRC == I32
+#if SRC == DST && WIDE
+    return x;  // a copy (the wider types are not scaled)
+#elif WIDE
+    return FROM_VALUE(SRC_VALUE(x));
+#elif SRC == DST && SRC == I32
     return OP == 1u ? x * int(pc.alpha) : x;
 #elif SRC == DST
     if (OP == 1u) {

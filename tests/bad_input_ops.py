@@ -181,7 +181,7 @@ DTYPES = [
       TE, "true division"),
     C("div_int32_true_division", lambda e: ops.div(e.t(dtype="int32"), e.t(dtype="int32")),
       TE, "true division"),
-    C("cast_to_float64", lambda e: ops.cast(e.t(), "float64"), TE, "not supported"),
+    C("cast_to_int64", lambda e: ops.cast(e.t(), "int64"), TE, "not supported"),
     C("cast_to_int8", lambda e: ops.cast(e.t(), "int8"), TE, "cast takes"),
     C("cast_from_uint8", lambda e: ops.cast(e.t(dtype="uint8"), "float32"), TE,
       "not supported"),

@@ -14,6 +14,11 @@
 #define I32 4
 #define I8 5
 #define U8 6
+#define I16 7
+#define U16 8
+#define U32 9
+#define U64 10
+#define F64 11
 
 // bfloat16 bits -> float32, exact.
 float bf16_to_float(uint bits) {

@@ -17,7 +17,8 @@ class DType:
     """A tensor element type.
 
     Attributes:
-        name: ``"float32"``, ``"float16"``, ``"bfloat16"``, ``"int32"``, ``"int8"``, ``"uint8"``.
+        name: ``"float32"``, ``"float16"``, ``"bfloat16"``, ``"int32"``, ``"int8"``, ``"uint8"``,
+            ``"int16"``, ``"uint16"``, ``"uint32"``, ``"uint64"``, ``"float64"``.
         storage: the numpy dtype of the stored bits (``uint16`` for bfloat16).
         numpy: the numpy dtype that :meth:`Tensor.numpy` returns (``float32`` for bfloat16,
             which numpy lacks).
@@ -48,7 +49,7 @@ class DType:
     @property
     def is_float(self) -> bool:
         """Whether the type holds floating-point values."""
-        return self.name in ("float32", "float16", "bfloat16") or self.is_float8
+        return self.name in ("float32", "float16", "bfloat16", "float64") or self.is_float8
 
     @property
     def is_float8(self) -> bool:
@@ -63,6 +64,13 @@ bfloat16 = DType("bfloat16", np.dtype(np.uint16), np.dtype(np.float32))
 int32 = DType("int32", np.dtype(np.int32), np.dtype(np.int32))
 int8 = DType("int8", np.dtype(np.int8), np.dtype(np.int8))
 uint8 = DType("uint8", np.dtype(np.uint8), np.dtype(np.uint8))
+# The wider and unsigned integers and float64: stored as numpy stores them.
+int16 = DType("int16", np.dtype(np.int16), np.dtype(np.int16))
+uint16 = DType("uint16", np.dtype(np.uint16), np.dtype(np.uint16))
+uint32 = DType("uint32", np.dtype(np.uint32), np.dtype(np.uint32))
+uint64 = DType("uint64", np.dtype(np.uint64), np.dtype(np.uint64))
+float64 = DType("float64", np.dtype(np.float64), np.dtype(np.float64))
+WIDE: tuple[DType, ...] = (int16, uint16, uint32, uint64, float64)
 
 # The float8 formats: a byte of bits each, float32 to numpy (vkumd/framework/float8.py).
 float8_e4m3fn = DType("float8_e4m3fn", np.dtype(np.uint8), np.dtype(np.float32))
@@ -71,11 +79,14 @@ float8_e5m2 = DType("float8_e5m2", np.dtype(np.uint8), np.dtype(np.float32))
 float8_e5m2fnuz = DType("float8_e5m2fnuz", np.dtype(np.uint8), np.dtype(np.float32))
 FLOAT8: tuple[DType, ...] = (float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz)
 
-ALL: tuple[DType, ...] = (float32, float16, bfloat16, int32, int8, uint8)
-ALL += FLOAT8
+ALL: tuple[DType, ...] = (float32, float16, bfloat16, int32, int8, uint8, *WIDE, *FLOAT8)
 _BY_NAME = {d.name: d for d in ALL}
 _FROM_NUMPY = {np.dtype(np.float32): float32, np.dtype(np.float16): float16,
                np.dtype(np.int32): int32, np.dtype(np.int8): int8, np.dtype(np.uint8): uint8}
+_FROM_NUMPY.update({d.storage: d for d in WIDE})
+# numpy's default float: an array of it becomes a tensor only when asked for (dtype=), so
+# that np.random.rand(...) does not silently make 8-byte tensors.
+_ASKED_ONLY = (np.dtype(np.float64),)
 
 
 def dtype(value: object) -> DType:
@@ -117,7 +128,9 @@ def as_array(data: Any, what: str) -> np.ndarray:
 _UNSTORABLE = "cOSUVMm"
 # The integer types' ranges, checked before any integer array is stored: numpy's astype would
 # wrap an int64 id of 2**33 + 1 to 1 and truncate a float id of 1.7 to 1 without a word.
-INT_RANGES = {"int32": (-2**31, 2**31 - 1), "int8": (-128, 127), "uint8": (0, 255)}
+INT_RANGES = {"int32": (-2**31, 2**31 - 1), "int8": (-128, 127), "uint8": (0, 255),
+              "int16": (-2**15, 2**15 - 1), "uint16": (0, 2**16 - 1), "uint32": (0, 2**32 - 1),
+              "uint64": (0, 2**64 - 1)}
 
 
 def host_array(data: Any, *, dtype: object | None = None, expected: DType | None = None,
@@ -172,7 +185,7 @@ def host_array(data: Any, *, dtype: object | None = None, expected: DType | None
     if kind in _UNSTORABLE or (kind == "b" and dtype is None):
         _refuse(array, what, "convert to a numeric type first (e.g. a.astype(np.float32))")
     if dtype is None:
-        if source in _FROM_NUMPY:
+        if source in _FROM_NUMPY and source not in _ASKED_ONLY:
             return array, _FROM_NUMPY[source]
         _refuse(array, what, "pass dtype= to choose the tensor type (e.g. ctx.tensor(a, "
                              "dtype='float32')) or convert first")
@@ -213,11 +226,11 @@ def _refuse(array: np.ndarray, what: str, advice: str) -> None:
 
 def _check_range(array: np.ndarray, target: DType, what: str) -> None:
     low, high = INT_RANGES[target.name]
-    if array.size and (array.dtype.itemsize > target.itemsize or array.dtype.kind != "i"
-                       or target.name == "uint8") and (array.min() < low or array.max() > high):
+    if array.size and not np.can_cast(array.dtype, target.storage, "safe") and (
+            int(array.min()) < low or int(array.max()) > high):
         raise VkumdValueError(f"{what}: values from {array.min()} to {array.max()} do not fit "
                               f"in {target.name} ({low} to {high}); they are refused rather "
-                              "than wrapped (vkumd stores integers in 32 bits at most); check "
+                              "than wrapped; check "
                               "the data")
 
 

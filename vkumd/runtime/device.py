@@ -214,6 +214,7 @@ class Device(Handle):
         lib.vkGetPhysicalDeviceFeatures(physical, supported)
         f2.features.shaderInt64 = supported.shaderInt64
         f2.features.shaderInt16 = supported.shaderInt16
+        f2.features.shaderFloat64 = caps.shader_float64
         f11.storageBuffer16BitAccess = caps.storage_16bit
         f12.shaderFloat16 = caps.shader_float16
         f12.shaderInt8 = caps.shader_int8

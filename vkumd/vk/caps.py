@@ -160,6 +160,16 @@ class DeviceCaps:
     float32."""
     shader_int8: bool
     """int8 arithmetic in shaders. Fallback: int8 data is widened to int32 for arithmetic."""
+    shader_float64: bool
+    """``shaderFloat64``: double arithmetic in shaders. Without it float64 tensors are refused
+    (naming the feature): no float32 computing stands in for float64."""
+    shader_int64: bool
+    """``shaderInt64``: 64-bit integer arithmetic in shaders. The one 64-bit integer path:
+    uint64 tensors are stored and computed natively with it and refused (naming the feature)
+    without it; there is no emulated path. (ONNX's int64 is narrowed to int32 on import.)"""
+    shader_int16: bool
+    """``shaderInt16``: 16-bit integer arithmetic. Not needed for int16/uint16 tensors, whose
+    kernels widen to 32 bits (they need 16-bit storage only)."""
     storage_16bit: bool
     """16-bit values in storage buffers. Fallback: float16 tensors are packed in 32-bit words."""
     storage_8bit: bool
@@ -376,6 +386,9 @@ def query_caps(instance: Any, physical: Any, index: int) -> DeviceCaps:
             name for bit, name in _SUBGROUP_OPS.items() if compute_stage and ops & bit),
         shader_float16=bool(f12.shaderFloat16),
         shader_int8=bool(f12.shaderInt8),
+        shader_float64=bool(feats.head.features.shaderFloat64),
+        shader_int64=bool(feats.head.features.shaderInt64),
+        shader_int16=bool(feats.head.features.shaderInt16),
         storage_16bit=bool(f11.storageBuffer16BitAccess),
         storage_8bit=bool(f12.storageBuffer8BitAccess),
         shared_memory_size=limits.maxComputeSharedMemorySize,

@@ -7,6 +7,7 @@ from vkumd.compiler.kernels.limits import (
     ELEMENTWISE_DTYPES,
     ELEMENTWISE_MAX_DIMS,
     FLOAT8_DTYPES,
+    WIDE_DTYPES,
 )
 from vkumd.compiler.kernels.type_codes import type_codes
 from vkumd.compiler.push import PushLayout
@@ -32,10 +33,14 @@ ELEMENTWISE_TYPES = tuple(ELEMENTWISE_CODES.values())
 # The binary kernel's: those and the 8-bit integers.
 BINARY_CODES = type_codes(BINARY_DTYPES)
 BINARY_TYPES = tuple(BINARY_CODES.values())
-INTEGER_TYPES = ("I32", "I8", "U8")
+INTEGER_TYPES = ("I32", "I8", "U8", "I16", "U16", "U32", "U64")
 # Ops the binary kernel runs for integers only (floats take the generated kernels, whose max
 # and min keep NaN; the bitwise ops have no float meaning).
 INTEGER_OPS = ("max", "min", "and", "or", "xor", "shl", "shr")
+# float64 runs in the binary kernel alone (the generated kernels compute in float32): max
+# and min too, keeping NaN; pow is not offered (GLSL has no double pow()).
+FLOAT64_OPS = tuple(name for name in ELEMENTWISE_OPS
+                    if name not in ("pow", "and", "or", "xor", "shl", "shr"))
 # A comparison may store its 1/0 as uint8 instead (OUT U8: a graph's bool mask).
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 MASK_CODE = "U8"
@@ -46,18 +51,34 @@ def _elementwise_types(caps: DeviceCaps) -> list[str]:
     return [t for t in ELEMENTWISE_TYPES if caps.storage_16bit or t not in ("F16", "BF16")]
 
 
+def wide_types(caps: DeviceCaps) -> list[str]:
+    """The wider and unsigned integer and float64 codes usable on ``caps``: int16 and uint16
+    need 16-bit storage, uint64 ``shaderInt64``, float64 ``shaderFloat64``."""
+    return ((["I16", "U16"] if caps.storage_16bit else []) + ["U32"]
+            + (["U64"] if caps.shader_int64 else []) + (["F64"] if caps.shader_float64 else []))
+
+
 def _binary_types(caps: DeviceCaps) -> list[str]:
     """The binary kernel's types on ``caps``: the 8-bit integers need 8-bit storage."""
-    return _elementwise_types(caps) + (["I8", "U8"] if caps.storage_8bit else [])
+    return (_elementwise_types(caps) + (["I8", "U8"] if caps.storage_8bit else [])
+            + wide_types(caps))
+
+
+def _takes(dtype: str, name: str) -> bool:
+    """Whether the binary kernel offers op ``name`` on type code ``dtype``."""
+    if dtype == "F64":
+        return name in FLOAT64_OPS
+    # Integers have no true division (ops refuse it); they divide rounding down or toward
+    # zero.
+    return (name != "div" or dtype not in INTEGER_TYPES) and (
+        name not in INTEGER_OPS or dtype in INTEGER_TYPES)
 
 
 def _elementwise_variants(caps: DeviceCaps) -> list[dict]:
-    # Integers have no true division (ops refuse it); they divide rounding down or toward
-    # zero. Each scalar variant and its vectorised twin for same-shape operands (VEC 4).
+    # Each scalar variant and its vectorised twin for same-shape operands (VEC 4).
     plain = [{"DTYPE": dtype, "OP": op, "VEC": vec, "BCAST": 0, WORKGROUP: 64}
              for dtype in _binary_types(caps) for name, op in ELEMENTWISE_OPS.items()
-             if (name != "div" or dtype not in INTEGER_TYPES)
-             and (name not in INTEGER_OPS or dtype in INTEGER_TYPES) for vec in (1, 4)]
+             if _takes(dtype, name) for vec in (1, 4)]
     masks = [{"DTYPE": dtype, "OP": ELEMENTWISE_OPS[name], "OUT": MASK_CODE, "VEC": vec,
               "BCAST": 0, WORKGROUP: 64}
              for dtype in _binary_types(caps) for name in COMPARISONS for vec in (1, 4)]
@@ -89,11 +110,14 @@ def _float8_pairs(caps: DeviceCaps) -> list[tuple[str, str]]:
     floats = [t for t in _elementwise_types(caps) if t != "I32"]
     pairs = [(f8, t) for f8 in FLOAT8_TYPES for t in floats + list(FLOAT8_TYPES)]
     return pairs + [(t, f8) for f8 in FLOAT8_TYPES for t in floats]
+# The types cast and copy take: the elementwise ones and the wider ones (converted, not scaled).
+CAST_CODES = type_codes((*ELEMENTWISE_DTYPES, *WIDE_DTYPES))
 
 
 def _elementwise_unary_variants(caps: DeviceCaps) -> list[dict]:
     types = _elementwise_types(caps)
-    converts = [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64} for src in types for dst in types]
+    every = types + wide_types(caps)
+    converts = [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64} for src in every for dst in every]
     converts += [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64}
                  for src, dst in _float8_pairs(caps)]
     scales = [{"SRC": t, "DST": t, "OP": 1, WORKGROUP: 64} for t in types]
@@ -106,7 +130,8 @@ ELEMENTWISE_UNARY = register(Kernel(
     source="elementwise_unary.comp",
     buffers=2,
     push=UNARY_PUSH,
-    defines={"SRC": ELEMENTWISE_TYPES + FLOAT8_TYPES, "DST": ELEMENTWISE_TYPES + FLOAT8_TYPES},
+    defines={"SRC": tuple(CAST_CODES.values()) + FLOAT8_TYPES,
+             "DST": tuple(CAST_CODES.values()) + FLOAT8_TYPES},
     spec_constants={WORKGROUP: 0, "OP": 1, "VEC": 2, "BCAST": 3},
     variants=_elementwise_unary_variants,
 ))

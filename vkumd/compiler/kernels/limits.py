@@ -33,6 +33,12 @@ RESIDUAL_NONE, RESIDUAL_AFTER, RESIDUAL_BEFORE = 0, 1, 2
 ELEMENTWISE_DTYPES = (*FLOAT_DTYPES, "int32")
 # elementwise_binary alone also takes 8-bit integers (with 8-bit storage), wrapping as numpy.
 BINARY_DTYPES = (*ELEMENTWISE_DTYPES, "int8", "uint8")
+# ... and the wider and unsigned integers and float64 (computed in double), as their
+# storage and arithmetic features allow (elementwise.wide_types).
+WIDE_DTYPES = ("int16", "uint16", "uint32", "uint64", "float64")
+BINARY_DTYPES = (*BINARY_DTYPES, *WIDE_DTYPES)
+# The integer types the binary kernel computes exactly (wrapping; bitwise ops, max, min).
+INTEGER_DTYPES = ("int32", "int8", "uint8", "int16", "uint16", "uint32", "uint64")
 ELEMENTWISE_MAX_DIMS = 6
 # The float8 formats (vkumd/framework/float8.py): elementwise_unary converts them to and from
 # the float types (and each other) when the device has 8-bit storage; no other kernel reads

@@ -38,6 +38,13 @@ ELEMENT_TYPES: dict[str, ElementType] = {
     "int32": ElementType("I32", "int", 4),
     "int8": ElementType("I8", "int8_t", 1),
     "uint8": ElementType("U8", "uint8_t", 1),
+    # The wider and unsigned integers and float64 (ONNX's INT16, UINT16, UINT32, UINT64 and
+    # DOUBLE): 16-bit ones need 16-bit storage, uint64 shaderInt64, float64 shaderFloat64.
+    "int16": ElementType("I16", "int16_t", 2),
+    "uint16": ElementType("U16", "uint16_t", 2),
+    "uint32": ElementType("U32", "uint", 4),
+    "uint64": ElementType("U64", "uint64_t", 8),
+    "float64": ElementType("F64", "double", 8),
 }
 # The float8 formats (ONNX's FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2, FLOAT8E5M2FNUZ): a byte
 # of bits each, which only the conversion kernel reads (vkumd/framework/float8.py).

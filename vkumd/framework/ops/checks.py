@@ -76,17 +76,18 @@ def check_dtype(op: str, t: Tensor, what: str, allowed: Iterable[str]) -> dtypes
     if dt.name not in allowed:
         raise VkumdTypeError(f"{op}: {what} is {dt.name}, which is not supported; {op} takes "
                              f"{', '.join(allowed)} (cast() converts)")
-    if dt.itemsize < 4:  # 32-bit types need no storage feature (and are the common case)
+    if dt.itemsize != 4:  # 32-bit types need no storage feature (and are the common case)
         check_storage(op, dt, t.context)
     return dt
 
 
 def check_storage(op: str, dt: dtypes.DType, context: Any) -> None:
-    """Refuse a 16-bit or 8-bit dtype on a device that cannot store it in buffers.
+    """Refuse a dtype its device cannot store or compute: 16-bit and 8-bit types in buffers,
+    float64 and uint64 arithmetic.
 
     Raises:
-        CapabilityMissing: ``storageBuffer16BitAccess`` or ``storageBuffer8BitAccess`` is
-            missing.
+        CapabilityMissing: ``storageBuffer16BitAccess``, ``storageBuffer8BitAccess``,
+            ``shaderFloat64`` or ``shaderInt64`` is missing.
     """
     caps = context.caps
     if dt.itemsize == 2 and not caps.storage_16bit:
@@ -96,6 +97,14 @@ def check_storage(op: str, dt: dtypes.DType, context: Any) -> None:
     if dt.itemsize == 1 and not (caps.storage_8bit and caps.shader_int8):
         raise CapabilityMissing(f"{op}: {dt.name} tensors need 8-bit storage and int8 "
                                 f"arithmetic, which {caps.name} lacks")
+    if dt.name == "float64" and not caps.shader_float64:
+        raise CapabilityMissing(f"{op}: float64 tensors need double arithmetic in shaders "
+                                f"(shaderFloat64), which {caps.name} lacks; vkumd computes "
+                                "float64 in double only: cast to float32 on the host")
+    if dt.name == "uint64" and not caps.shader_int64:
+        raise CapabilityMissing(f"{op}: uint64 tensors need 64-bit integer arithmetic in "
+                                f"shaders (shaderInt64), which {caps.name} lacks; convert to "
+                                "a 32-bit type on the host")
 
 
 def check_float(op: str, t: Any, what: str = "x") -> Tensor:

@@ -1,10 +1,12 @@
 """Bitwise ops of integer tensors: ``bitwise_and``, ``bitwise_or``, ``bitwise_xor``,
 ``bitwise_left_shift`` and ``bitwise_right_shift`` (records and eager functions), run by the
-binary elementwise kernel on int32, int8 and uint8 with numpy broadcasting.
+binary elementwise kernel on the integer types with numpy broadcasting.
 
-Values are computed in 32-bit ints and stored in the operands' type, so a left shift wraps as
-numpy's does; a right shift is arithmetic (it keeps a negative int's sign, as numpy's); a
-shift count outside ``[0, 32)`` gives 0 (or -1, shifting a negative value right). These ops
+Values are computed in 32-bit ints (uint32 in uint, uint64 in 64 bits) and stored in the
+operands' type, so a left shift wraps as numpy's does; a right shift is arithmetic for signed
+types (it keeps a negative int's sign, as numpy's) and logical for unsigned ones; a shift
+count outside ``[0, 32)`` (``[0, 64)`` for uint64) gives 0 (or -1, shifting a negative value
+right). These ops
 join no generated kernel: those compute in float32.
 """
 
@@ -14,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from vkumd.compiler.kernels.limits import INTEGER_DTYPES
 from vkumd.errors import VkumdTypeError
 from vkumd.framework.graph.operands import Types
 from vkumd.framework.graph.registry import TensorType, define
@@ -24,7 +27,7 @@ from vkumd.framework.opset.common import binary
 from vkumd.framework.opset.unary import binary_dtypes
 from vkumd.framework.tensor import Tensor
 
-INTEGERS = ("int32", "int8", "uint8")
+INTEGERS = INTEGER_DTYPES
 
 
 def _integers(op: str, a: Any, b: Any) -> None:
@@ -84,7 +87,8 @@ def bitwise_right_shift(a: Operand, b: Operand, *, out: Tensor | None = None) ->
 
 def _shift(left: bool) -> Any:
     def shifted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        inside = (b >= 0) & (b < 32)
+        bits = 64 if a.dtype == np.uint64 else 32  # the kernel's computing width
+        inside = (b >= 0) & (b < bits)
         count = np.where(inside, b, 0)
         if left:
             return np.where(inside, np.left_shift(a, count), 0)

@@ -1,6 +1,7 @@
 """The elementwise maximum and minimum of two tensors: ``maximum`` and ``minimum`` (numpy's,
 torch's and ONNX's Max/Min: NaN propagates). Floats run as generated elementwise kernels and
-so fuse with their neighbours; integers (int32, int8, uint8) in the binary kernel, exactly.
+so fuse with their neighbours; integers (int8 to uint64) in the binary kernel, exactly, and
+float64 there too, in double.
 
 NaN is found from the bits, not with ``isnan()`` or ``max()``: without the
 SignedZeroInfNanPreserve execution mode a driver may assume floats are never NaN, and GLSL's
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from vkumd.compiler.kernels.limits import INTEGER_DTYPES
 from vkumd.errors import VkumdValueError
 from vkumd.framework.graph.dims import format_shape
 from vkumd.framework.graph.operands import Types, need_float, same_dtype
@@ -27,7 +29,9 @@ from vkumd.framework.opset.unary import binary_dtypes
 from vkumd.framework.tensor import Tensor
 
 _VERDICTS: Verdicts = {}
-INTEGERS = ("int32", "int8", "uint8")
+# The types the binary kernel computes (exactly; float64 in double, NaN kept): the integers,
+# the wider and unsigned ones and float64, none of which the generated kernels take.
+IN_BINARY_KERNEL = (*INTEGER_DTYPES, "float64")
 _NAN = "((floatBitsToUint({x}) & 0x7FFFFFFFu) > 0x7F800000u)"
 
 
@@ -37,7 +41,7 @@ def _glsl(fn: str) -> str:
 
 
 def _run(op: str, a: Tensor, b: Tensor, out: Tensor | None) -> Tensor:
-    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype.name in INTEGERS:
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype.name in IN_BINARY_KERNEL:
         return run_binary(op, a, b, out, op[:3])
     context = check_pair(op, a, b)
     key = (op, a.shape, a.dtype.name, b.shape, b.dtype.name)
@@ -60,7 +64,7 @@ def maximum(a: Tensor, b: Tensor, *, out: Tensor | None = None) -> Tensor:
     is NaN (numpy's ``maximum``, ONNX's Max).
 
     Args:
-        a: float32, float16, bfloat16, int32, int8 or uint8 tensor.
+        a: a float32, float16, bfloat16, float64 or integer tensor.
         b: a tensor of a's dtype and context, broadcastable with a.
         out: optional output of the broadcast shape and the operands' dtype.
 
@@ -85,7 +89,7 @@ def _rule(op: str) -> Callable[[Types, dict[str, Any], DimTable], list[TensorTyp
     def rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
         a, b = ins
         assert a is not None and b is not None  # required inputs, checked by the registry
-        if a.dtype.name not in INTEGERS:
+        if a.dtype.name not in IN_BINARY_KERNEL:
             need_float(op, a, "a")
         dtype = same_dtype(op, ("a", a), ("b", b))
         try:

@@ -24,6 +24,7 @@ import numpy as np
 
 from vkumd.compiler.kernels.elementwise import (
     BINARY_CODES,
+    CAST_CODES,
     ELEMENTWISE_CODES,
     ELEMENTWISE_MAX_DIMS,
     FLOAT8_CODES,
@@ -49,7 +50,7 @@ from vkumd.framework.strided import copy_into
 from vkumd.framework.tensor import Tensor
 
 _INT32 = np.iinfo(np.int32)
-CAST_TARGETS = ("float32", "float16", "bfloat16", "int32", *FLOAT8_CODES)
+CAST_TARGETS = (*CAST_CODES, *FLOAT8_CODES)
 # What a float8 format converts to and from on the device: the float types and the formats.
 FLOAT8_PARTNERS = ("float32", "float16", "bfloat16", *FLOAT8_CODES)
 
@@ -143,7 +144,7 @@ def _unary(op: str, src: Tensor, out: Tensor | None, dtype: dtypes.DType,
     out = output(op, context, out, out_shape, dtype)
     if out.size == 0:
         return out
-    codes = {**ELEMENTWISE_CODES, **FLOAT8_CODES}
+    codes = {**CAST_CODES, **FLOAT8_CODES}
     plan = unary_plan(context.caps, kind, codes[src.dtype.name], codes[dtype.name], src.shape,
                       out_shape, alpha_bits)
     context.run(plan, (src, out))
@@ -157,7 +158,7 @@ def copy(src: Tensor, out: Tensor | None = None) -> Tensor:
     ``src``'s dtype; use :func:`cast` to change it.
     """
     check_tensor("copy", src, "src")
-    check_dtype("copy", src, "src", ELEMENTWISE_CODES)
+    check_dtype("copy", src, "src", CAST_CODES)
     if out is not None and isinstance(out, Tensor) and out.dtype is not src.dtype:
         raise VkumdTypeError(f"copy: out= is {out.dtype.name} and src is {src.dtype.name}; "
                              "use cast() to convert")
@@ -191,14 +192,16 @@ def copy(src: Tensor, out: Tensor | None = None) -> Tensor:
 
 def cast(t: Tensor, dtype: Any, out: Tensor | None = None, *, saturate: bool = True
          ) -> Tensor:
-    """Convert ``t`` to ``dtype`` (float32, float16, bfloat16, int32 or a float8 format),
-    like numpy's astype.
+    """Convert ``t`` to ``dtype`` (float32, float16, bfloat16, int32, one of int16, uint16,
+    uint32, uint64 and float64, or a float8 format), like numpy's astype.
 
-    Float to int32 truncates toward zero; values out of int32's range and NaN give undefined
-    results. Conversions to floats round to nearest even (bfloat16 as
-    :func:`~vkumd.framework.dtypes.float32_to_bfloat16_bits`); int32 goes through float32
-    first, which is exact up to 2**24. Casting to the same dtype copies. ``t`` broadcasts into
-    ``out`` when given.
+    Float to an integer truncates toward zero; values out of the target's range and NaN give
+    undefined results. Conversions to floats round to nearest even (bfloat16 as
+    :func:`~vkumd.framework.dtypes.float32_to_bfloat16_bits`); between the first four,
+    int32 goes through float32 first, which is exact up to 2**24. Where either side is one of
+    the wider types the value converts from its own type (float64 in double: int32 to
+    float64 is exact), and integers to integers wrap as numpy's astype does. Casting to the
+    same dtype copies. ``t`` broadcasts into ``out`` when given.
 
     The float8 formats (``float8_e4m3fn``, ``float8_e4m3fnuz``, ``float8_e5m2``,
     ``float8_e5m2fnuz``) convert to and from the float types and each other, as ONNX's Cast:
@@ -208,9 +211,10 @@ def cast(t: Tensor, dtype: Any, out: Tensor | None = None, *, saturate: bool = T
     storage.
 
     Raises:
-        VkumdTypeError: ``dtype`` is unknown or not one of these, or a float8 format paired
-            with int32.
-        CapabilityMissing: a 16-bit or 8-bit type on a device that cannot store it.
+        VkumdTypeError: ``dtype`` is unknown or not one cast takes, or a float8 format
+            paired with an integer type or float64.
+        CapabilityMissing: float64 without shaderFloat64, uint64 without shaderInt64, a
+            16-bit or 8-bit type without 16-bit or 8-bit storage.
     """
     check_tensor("cast", t, "the tensor")
     target = dtypes.dtype(dtype)
@@ -256,6 +260,20 @@ def kernel_dtypes(node: Node) -> str | None:
     if first is not None and first.dtype.name not in ELEMENTWISE_CODES:
         return (f"{node.op} has no device kernel for {first.dtype.name} (its kernels take "
                 f"{', '.join(ELEMENTWISE_CODES)})")
+    rank = max(len(v.shape) for v in (*node.inputs, *node.outputs) if v is not None)
+    if rank > ELEMENTWISE_MAX_DIMS:
+        return (f"{node.op} of more dimensions than the elementwise kernels index "
+                f"({rank}; at most {ELEMENTWISE_MAX_DIMS}: reshape to merge some)")
+    return None
+
+
+def cast_dtypes(node: Node) -> str | None:
+    """Why the conversion kernel cannot run ``node``: a source type it does not take, or more
+    dimensions than it indexes (as :func:`kernel_dtypes`)."""
+    first = node.inputs[0]
+    if first is not None and first.dtype.name not in CAST_CODES:
+        return (f"{node.op} has no device kernel for {first.dtype.name} (its kernel takes "
+                f"{', '.join(CAST_CODES)})")
     rank = max(len(v.shape) for v in (*node.inputs, *node.outputs) if v is not None)
     if rank > ELEMENTWISE_MAX_DIMS:
         return (f"{node.op} of more dimensions than the elementwise kernels index "
@@ -322,7 +340,7 @@ def _cast_refuse(node: Node) -> str | None:
             return (f"cast of more dimensions than the elementwise kernels index ({rank}; at "
                     f"most {ELEMENTWISE_MAX_DIMS}: reshape to merge some)")
         return None
-    return kernel_dtypes(node)
+    return cast_dtypes(node)
 
 
 define("cast", ("x",), {"dtype": REQUIRED, "saturate": True}, inplace=True, rule=_cast_rule,

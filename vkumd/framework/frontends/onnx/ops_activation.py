@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 import onnx
 
+from vkumd.compiler.kernels.limits import INTEGER_DTYPES
 from vkumd.framework.frontends.onnx.errors import Unsupported
 from vkumd.framework.frontends.onnx.state import Bound, State, converter
 
 _FLOATS = ("float32", "float16", "bfloat16")
-_INTEGERS = ("int32", "int8", "uint8")
+_INTEGERS = INTEGER_DTYPES
 _MATH = {"Abs": "abs", "Ceil": "ceil", "Floor": "floor", "Round": "round", "Sign": "sign",
          "Log": "log", "Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin",
          "Acos": "acos", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh",

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from vkumd.compiler.kernels.limits import INTEGER_DTYPES
 from vkumd.framework.frontends.onnx.derived import Derived, concrete, evaluate, probes, symbols_of
 from vkumd.framework.frontends.onnx.errors import OnHost, Unsupported
 from vkumd.framework.frontends.onnx.state import Bound, State, converter
@@ -62,12 +63,11 @@ def is_nan(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
 def extremum(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """The elementwise maximum (minimum) of one or more inputs with numpy broadcasting: a
     chain of ``maximum`` (``minimum``), one fused kernel for floats (NaN propagates), the
-    binary kernel for int32, int8 and uint8."""
+    binary kernel for the integers and float64."""
     names = [n for n in node.input if n]
     values = [st.value(n) for n in names]
-    if any(v.dtype.name not in (*_FLOATS, "int32", "int8", "uint8") for v in values):
-        raise Unsupported("Max/Min of types other than float32/16, bfloat16, int32, int8 "
-                          "and uint8")
+    if any(v.dtype.name not in (*_FLOATS, *INTEGER_DTYPES, "float64") for v in values):
+        raise Unsupported("Max/Min of types other than the floats and integers")
     op = "maximum" if node.op_type == "Max" else "minimum"
     out = values[0]
     for v in values[1:]:

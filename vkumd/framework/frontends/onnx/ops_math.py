@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from vkumd.compiler.kernels.limits import INTEGER_DTYPES
 from vkumd.framework.float8 import FORMATS
 from vkumd.framework.frontends.onnx.errors import Unsupported
 from vkumd.framework.frontends.onnx.state import (
@@ -76,7 +77,7 @@ def binary(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
     if scaled is not None:
         return [scaled]
     va, vb = st.value(x), st.value(y)
-    if op == "div" and va.dtype.name in ("int32", "int8", "uint8"):
+    if op == "div" and va.dtype.name in INTEGER_DTYPES:
         return [st.b.div(va, vb, rounding="trunc")]
     return [st.b.op(op, va, vb)]
 
@@ -124,7 +125,7 @@ def power(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound 
         return [st.b.pow(x, st.constant(exponent, x.dtype.name))]
     y = st.value(node.input[1])
     if y.dtype.name != x.dtype.name:
-        if not floats or y.dtype.name not in ("int32", "int8", "uint8"):
+        if not floats or y.dtype.name not in INTEGER_DTYPES:
             raise Unsupported(f"the base is {x.dtype.name} and the exponent {y.dtype.name}: "
                               "vkumd takes one type, or a float base with an integer exponent")
         y = st.b.cast(y, x.dtype.name)

@@ -38,6 +38,10 @@ IR_DTYPES: dict[int, str] = {
     onnx.TensorProto.BFLOAT16: "bfloat16", onnx.TensorProto.INT32: "int32",
     onnx.TensorProto.INT64: "int32", onnx.TensorProto.INT8: "int8",
     onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.BOOL: "uint8",
+    # Stored as they are (kernels take what the device's features allow: elementwise.py).
+    onnx.TensorProto.INT16: "int16", onnx.TensorProto.UINT16: "uint16",
+    onnx.TensorProto.UINT32: "uint32", onnx.TensorProto.UINT64: "uint64",
+    onnx.TensorProto.DOUBLE: "float64",
 }
 # The float8 formats: a byte each, read back as float32 (vkumd/framework/float8.py).
 FLOAT8_IR_DTYPES: dict[int, str] = {
@@ -62,9 +66,9 @@ def ir_dtype(elem_type: int) -> str:
     """
     if elem_type not in IR_DTYPES:
         raise Unsupported(f"{type_name(elem_type)} tensors are not supported (vkumd stores "
-                          "float32, float16, bfloat16, int32, int8, uint8, the float8 formats; "
-                          "int64 as int32, "
-                          "bool as uint8)")
+                          "float32, float16, bfloat16, float64, int32, int16, int8, uint32, "
+                          "uint16, uint8, uint64, the float8 formats; int64 as int32, bool as "
+                          "uint8)")
     return IR_DTYPES[elem_type]
 
 
