@@ -182,3 +182,22 @@ def test_the_command_line_refuses_a_filter_matching_no_case(
         conformance.main(["-k", "test_no_such_case"])
     assert stop.value.code == 2
     assert "no ONNX node case's name contains 'test_no_such_case'" in capsys.readouterr().err
+
+
+def test_an_expected_output_off_its_own_tolerance_is_a_skip_not_a_pass(ctx: Any) -> None:
+    # The exact sum has zeros; a file holding float32 noise there (5 atol: as ONNX's DFT
+    # inverse cases do) misses the tolerance that vkumd's exact result meets. Noise of 100
+    # atol is past the tenfold margin: a failure, since the import itself could be wrong.
+    a = np.array([[1.0, -2.0, 3.0]], np.float32)
+    b = np.array([[-1.0, 2.0, 0.5]], np.float32)
+    noisy = a + b
+    noisy[0, 0] = 5e-7
+    far = a + b
+    far[0, 1] = 1e-5
+    cases = [_case("test_add_noisy_file", "Add", [a, b], [noisy]),
+             _case("test_add_far_file", "Add", [a, b], [far])]
+    got = {o.name: o for o in conformance.run(ctx, cases, ort=False).outcomes}
+    noisy_case = got["test_add_noisy_file"]
+    assert noisy_case.status == "skipped", noisy_case
+    assert noisy_case.reason.startswith("expected output off its own tolerance: ")
+    assert got["test_add_far_file"].status == "failed"

@@ -246,12 +246,22 @@ def _permute_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     permute(ins[0], attrs_of(node)["dims"], out=outs[0])
 
 
+def _moved_dtypes(node: Node) -> str | None:
+    """Why the permute kernel cannot move ``node``'s input: a type it does not take (found
+    at import, not when the graph is lowered)."""
+    x = node.inputs[0]
+    if x is not None and x.dtype.name not in ELEMENTWISE_CODES:
+        return (f"{node.op} has no device kernel for {x.dtype.name} (its kernel takes "
+                f"{', '.join(ELEMENTWISE_CODES)})")
+    return None
+
+
 define("transpose", ("x",), {"dim0": REQUIRED, "dim1": REQUIRED}, rule=_transpose_rule,
        reference=lambda a, attrs, s: [np.swapaxes(a[0], attrs["dim0"], attrs["dim1"])],
-       lower=_transpose_lower, eager=transpose)
+       lower=_transpose_lower, refuse=_moved_dtypes, eager=transpose)
 define("permute", ("x",), {"dims": REQUIRED}, rule=_permute_rule,
        reference=lambda a, attrs, s: [np.transpose(a[0], attrs["dims"])],
-       lower=_permute_lower, eager=permute)
+       lower=_permute_lower, refuse=_moved_dtypes, eager=permute)
 
 
 def reshape_target(x: Shape, target: Any, dims: DimTable) -> Shape:
