@@ -256,24 +256,20 @@ def kernel_dtypes(node: Node) -> str | None:
     """Why the elementwise kernels cannot run ``node``: an operand type they do not take, or
     more dimensions than the eager ops index (:func:`broadcast_shape`), which would otherwise
     fail only when the graph is lowered."""
-    first = node.inputs[0]
-    if first is not None and first.dtype.name not in ELEMENTWISE_CODES:
-        return (f"{node.op} has no device kernel for {first.dtype.name} (its kernels take "
-                f"{', '.join(ELEMENTWISE_CODES)})")
-    rank = max(len(v.shape) for v in (*node.inputs, *node.outputs) if v is not None)
-    if rank > ELEMENTWISE_MAX_DIMS:
-        return (f"{node.op} of more dimensions than the elementwise kernels index "
-                f"({rank}; at most {ELEMENTWISE_MAX_DIMS}: reshape to merge some)")
-    return None
+    return _unrunnable(node, ELEMENTWISE_CODES)
 
 
 def cast_dtypes(node: Node) -> str | None:
     """Why the conversion kernel cannot run ``node``: a source type it does not take, or more
     dimensions than it indexes (as :func:`kernel_dtypes`)."""
+    return _unrunnable(node, CAST_CODES)
+
+
+def _unrunnable(node: Node, codes: Any) -> str | None:
     first = node.inputs[0]
-    if first is not None and first.dtype.name not in CAST_CODES:
-        return (f"{node.op} has no device kernel for {first.dtype.name} (its kernel takes "
-                f"{', '.join(CAST_CODES)})")
+    if first is not None and first.dtype.name not in codes:
+        return (f"{node.op} has no device kernel for {first.dtype.name} (its kernels take "
+                f"{', '.join(codes)})")
     rank = max(len(v.shape) for v in (*node.inputs, *node.outputs) if v is not None)
     if rank > ELEMENTWISE_MAX_DIMS:
         return (f"{node.op} of more dimensions than the elementwise kernels index "
