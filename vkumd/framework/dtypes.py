@@ -226,8 +226,12 @@ def _refuse(array: np.ndarray, what: str, advice: str) -> None:
 
 def _check_range(array: np.ndarray, target: DType, what: str) -> None:
     low, high = INT_RANGES[target.name]
-    if array.size and not np.can_cast(array.dtype, target.storage, "safe") and (
-            int(array.min()) < low or int(array.max()) > high):
+    if not array.size or np.can_cast(array.dtype, target.storage, "safe"):
+        return
+    # Floats compare as floats (an infinity has no int); Python compares them with the
+    # integer bounds exactly.
+    as_number = float if array.dtype.kind == "f" else int
+    if as_number(array.min()) < low or as_number(array.max()) > high:
         raise VkumdValueError(f"{what}: values from {array.min()} to {array.max()} do not fit "
                               f"in {target.name} ({low} to {high}); they are refused rather "
                               "than wrapped; check "
