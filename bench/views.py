@@ -10,15 +10,18 @@ Table 2 -- the same elementwise ``add`` at the same sizes (an ``N x N`` float32 
 a contiguous one), each timed to completion (``ctx.synchronize()``), median and range:
 
 - contiguous: both operands contiguous (the floor);
-- strided read: the first operand a transposed view, which the op copies to contiguous
-  memory with one strided-copy launch before the add (what every op does with a view);
+- a.T read in place: the first operand a transposed view, which the binary kernel reads
+  through its strides (:func:`vkumd.framework.strided.reads_views_in_place`: CPU drivers);
+- a.T through a copy: the same view made contiguous first (``a.T.contiguous()``, one copy
+  launch, what every other kernel's operands get and what GPUs take);
 - copy alone (as ops do): making that view contiguous as an op does (the permute kernel for a
   view from its allocation's start); the strided-copy kernel alone (what views with an
   offset or negative steps take); the permute kernel through ``ops.transpose(out=)``;
-- stepped read: the first operand ``big[:, ::2]`` of a ``N x 2N`` tensor.
+- stepped and reversed reads (``big[:, ::2]``, ``big[:, ::-2]`` of an ``N x 2N`` tensor), in
+  place and through a copy.
 
-The difference "strided read - contiguous" is what a kernel reading strides itself could save;
-it is printed per size so that choice is made from numbers.
+Read in place against through a copy, per size, is the choice
+:func:`~vkumd.framework.strided.reads_views_in_place` makes per device class.
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ def view_table(ctx: vkumd.Context, repeats: int) -> None:
 def read_table(ctx: vkumd.Context, sizes: list[int], repeats: int) -> None:
     print(f"\n2. add(a, b) with a contiguous or a strided view, N x N float32, completed "
           f"(synchronize), us, median [range] of {repeats}")
-    header = (f"{'N':>5} {'case':<26} {'us':>10} {'range':>19} {'launches':>8}")
+    header = (f"{'N':>5} {'case':<28} {'us':>10} {'range':>19} {'launches':>8}")
     print(header)
     rng = np.random.default_rng()
     for n in sizes:
@@ -100,18 +103,27 @@ def read_table(ctx: vkumd.Context, sizes: list[int], repeats: int) -> None:
         moved = ctx.empty((n, n))
         at = a.T
         stepped = big[:, ::2]
+        reversed_ = big[:, ::-2]
         np.testing.assert_array_equal(ops.add(at, b).numpy(), a.numpy().T + b.numpy())
+        np.testing.assert_array_equal(ops.add(reversed_, b).numpy(),
+                                      big.numpy()[:, ::-2] + b.numpy())
         cases: dict[str, Callable[[], object]] = {
             "contiguous": lambda a=a, b=b, out=out: ops.add(a, b, out=out),
-            "strided read (a.T)": lambda at=at, b=b, out=out: ops.add(at, b, out=out),
+            "a.T read in place": lambda at=at, b=b, out=out: ops.add(at, b, out=out),
+            "a.T through a copy": lambda at=at, b=b, out=out: ops.add(at.contiguous(), b,
+                                                                      out=out),
             "copy alone (as ops do)": lambda at=at, moved=moved: ops.copy(at, out=moved),
             "strided-copy kernel alone": lambda at=at, moved=moved: ctx.run(
                 strided_copy_plan(ctx.caps, 32, at.shape, 0, at.element_strides, 0,
                                   moved.element_strides),
                 (WholeAllocation(at), WholeAllocation(moved))),
             "permute copy alone": lambda a=a, moved=moved: ops.transpose(a, 0, 1, out=moved),
-            "stepped read (big[:, ::2])": lambda s=stepped, b=b, out=out: ops.add(s, b,
-                                                                                  out=out),
+            "big[:, ::2] in place": lambda s=stepped, b=b, out=out: ops.add(s, b, out=out),
+            "big[:, ::2] through a copy": lambda s=stepped, b=b, out=out: ops.add(
+                s.contiguous(), b, out=out),
+            "big[:, ::-2] in place": lambda r=reversed_, b=b, out=out: ops.add(r, b, out=out),
+            "big[:, ::-2] through a copy": lambda r=reversed_, b=b, out=out: ops.add(
+                r.contiguous(), b, out=out),
         }
         run = ctx.run
         for name, call in cases.items():
@@ -125,7 +137,7 @@ def read_table(ctx: vkumd.Context, sizes: list[int], repeats: int) -> None:
                 call()
                 ctx.synchronize()
 
-            print(f"{n:>5} {name:<26} {fmt(sample(timed, repeats))} {len(count):>8}")
+            print(f"{n:>5} {name:<28} {fmt(sample(timed, repeats))} {len(count):>8}")
 
 
 def main() -> None:

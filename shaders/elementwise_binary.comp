@@ -190,8 +190,10 @@ layout(push_constant) uniform Shape {
     uint n;          // elements of the output
     uint ndim;       // dimensions used (<= 6), innermost last; 0: operands all contiguous
     uint shape[6];   // output shape
-    uint a_stride[6];
+    uint a_stride[6];  // two's complement: a view's negative step wraps back
     uint b_stride[6];
+    uint a_offset;     // a view read in place: its first element in the bound allocation
+    uint b_offset;
 } pc;
 
 VALUE divide(VALUE x, VALUE y) {
@@ -458,8 +460,8 @@ void main() {
         uint step_rows = step / cols;
         uint step_cols = step - step_rows * cols;
         for (uint index = first; index < pc.n; index += step) {
-            result[index] = STORE_OUT(apply(LOAD(a[row * as0 + col * as1]),
-                                        LOAD(b[row * bs0 + col * bs1])));
+            result[index] = STORE_OUT(apply(LOAD(a[pc.a_offset + row * as0 + col * as1]),
+                                        LOAD(b[pc.b_offset + row * bs0 + col * bs1])));
             col += step_cols;
             row += step_rows;
             if (col >= cols) {
@@ -471,8 +473,8 @@ void main() {
     }
     for (uint index = VKUMD_FIRST_INDEX; index < pc.n; index += step) {
         uint rest = index;
-        uint ia = 0u;
-        uint ib = 0u;
+        uint ia = pc.a_offset;
+        uint ib = pc.b_offset;
         for (int d = int(pc.ndim) - 1; d >= 0; --d) {
             uint coord = rest % pc.shape[d];
             rest /= pc.shape[d];

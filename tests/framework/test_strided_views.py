@@ -1,6 +1,7 @@
 """Strided views, as PyTorch's: transpose, permute, .T, expand, indexing with steps, narrow,
-diagonal, squeeze and unsqueeze share memory and cost no launch; ops read them (copied by
-one strided-copy launch first); writes through them land in the base's memory.
+diagonal, squeeze and unsqueeze share memory and cost no launch; ops read them (the binary
+kernel in place on CPU drivers, every other kernel from one copy launch first); writes
+through them land in the base's memory.
 
 Every view is checked three ways against numpy on fresh random data of odd shapes: its
 values, its aliasing (strides and storage offset equal numpy's view of the same array, in
@@ -107,6 +108,98 @@ def test_ops_read_views(ctx, rng, dtype, name, view, same) -> None:
         assert rel_error(out.numpy(), want) < (1e-6 if dtype == "float32" else 1e-2)
     np.testing.assert_array_equal(v.contiguous().numpy(), stored(same(h), dtype))
     np.testing.assert_array_equal(base.numpy(), stored(h, dtype))  # reading wrote nothing
+
+
+def _counting(ctx, monkeypatch) -> list[object]:
+    launches: list[object] = []
+    run = ctx.run
+    monkeypatch.setattr(ctx, "run", lambda plan, operands: (launches.append(plan),
+                                                            run(plan, operands)))
+    return launches
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32"])
+@pytest.mark.parametrize(("op", "ref"), [("add", np.add), ("mul", np.multiply),
+                                         ("sub", np.subtract)], ids=["add", "mul", "sub"])
+def test_the_binary_kernel_reads_views_in_place_on_a_cpu_driver(ctx, rng, monkeypatch, dtype,
+                                                                op, ref) -> None:
+    if ctx.caps.device_type != "cpu":
+        pytest.skip(f"views are read in place on CPU drivers; this is a {ctx.caps.device_type}")
+    a = stored(sample(rng, dtype, (7, 11, 13)).astype(np.float64), dtype)
+    b = stored(sample(rng, dtype, (13, 9)).astype(np.float64), dtype)
+    ta, tb = ctx.tensor(a, dtype=dtype), ctx.tensor(b, dtype=dtype)
+    cases = [  # (vkumd operands, numpy operands): offsets, negative steps, broadcasts
+        ((ta[2:6, ::-2, 1::3], tb[3:9, 2:6]), (a[2:6, ::-2, 1::3], b[3:9, 2:6])),
+        ((ta.transpose(0, 2)[3], tb.T[2:9, 4]), (a.swapaxes(0, 2)[3], b.T[2:9, 4])),
+        ((ta[:, 4], tb[12, :]), (a[:, 4], b[12, :])),  # (7, 13) against a (9,) row: refused
+        ((ta[1:, 3:, 7], tb.T[2:3, 5:]), (a[1:, 3:, 7], b.T[2:3, 5:])),
+        ((tb.T, ta[3, ::-1, 2:11]), (b.T, a[3, ::-1, 2:11])),
+    ]
+    for (x, y), (hx, hy) in cases:
+        try:
+            want_shape = np.broadcast_shapes(hx.shape, hy.shape)
+        except ValueError:
+            with pytest.raises(vkumd.VkumdValueError, match="broadcast"):
+                getattr(ops, op)(x, y)
+            continue
+        out = poisoned(ctx, want_shape, dtype)
+        launches = _counting(ctx, monkeypatch)
+        getattr(ops, op)(x, y, out=out)
+        assert len(launches) == 1  # no copy of either view
+        monkeypatch.undo()
+        want = ref(hx.astype(np.float64), hy.astype(np.float64))
+        if dtype == "int32":
+            np.testing.assert_array_equal(out.numpy(), ref(hx.astype(np.int64),
+                                                           hy.astype(np.int64)).astype(np.int32))
+        else:
+            assert rel_error(out.numpy(), stored(want, dtype)) < (
+                1e-6 if dtype == "float32" else 1e-2)
+    np.testing.assert_array_equal(ta.numpy(), a)  # reading wrote nothing
+    np.testing.assert_array_equal(tb.numpy(), b)
+
+
+@pytest.mark.parametrize(("name", "view", "same"), VIEWS, ids=[v[0] for v in VIEWS])
+def test_casts_and_scales_read_views_in_place_on_a_cpu_driver(ctx, rng, monkeypatch, name,
+                                                              view, same) -> None:
+    if ctx.caps.device_type != "cpu":
+        pytest.skip(f"views are read in place on CPU drivers; this is a {ctx.caps.device_type}")
+    host = sample(rng, "float32", SHAPE)
+    v = view(ctx.tensor(host))
+    want = same(host.astype(np.float64))
+    half = poisoned(ctx, v.shape, "float16")
+    launches = _counting(ctx, monkeypatch)
+    ops.cast(v, "float16", out=half)
+    scaled = v * 3.0
+    assert len(launches) == 2  # one launch each, no copy of the view
+    monkeypatch.undo()
+    np.testing.assert_array_equal(half.numpy(), want.astype(np.float16))
+    assert rel_error(scaled.numpy(), want * 3.0) < 1e-6
+
+
+def test_a_view_of_the_tensor_an_op_writes_is_copied_first(ctx, rng, monkeypatch) -> None:
+    h = sample(rng, "float32", (9, 9))
+    t = ctx.tensor(h)
+    launches = _counting(ctx, monkeypatch)
+    ops.add(t.T, t, out=t)  # read in place, invocations would see each other's writes
+    assert len(launches) == 2
+    np.testing.assert_array_equal(t.numpy(), h.T + h)
+
+
+def test_gpus_copy_views_for_the_binary_kernel(ctx, rng, monkeypatch) -> None:
+    import dataclasses
+
+    from vkumd.framework.strided import reads_views_in_place
+    assert reads_views_in_place(dataclasses.replace(ctx.caps, device_type="cpu"))
+    for gpu in ("discrete", "integrated", "virtual"):
+        assert not reads_views_in_place(dataclasses.replace(ctx.caps, device_type=gpu))
+    monkeypatch.setattr("vkumd.framework.strided.reads_views_in_place", lambda caps: False)
+    h = sample(rng, "float32", (6, 10))
+    t = ctx.tensor(h)
+    out = poisoned(ctx, (5, 6), "float32")
+    launches = _counting(ctx, monkeypatch)
+    ops.sub(t[::-1, 1::2].T, t[0, 3:8].reshape(5, 1), out=out)
+    assert len(launches) == 3  # a copy of each view (the row starts at an offset), the kernel
+    np.testing.assert_array_equal(out.numpy(), h[::-1, 1::2].T - h[0, 3:8].reshape(5, 1))
 
 
 def test_kernels_of_other_families_read_views(ctx, rng) -> None:

@@ -3,9 +3,12 @@ basic indexing as a view, and the one strided-copy launch that moves a view's el
 
 A :class:`~vkumd.framework.tensor.Tensor` is ``shape``, ``strides`` and an element
 ``offset`` over an allocation of ``capacity`` elements, as a PyTorch tensor over its storage.
-Kernels bind contiguous tensors that start at their allocation's first element; any other
-view is copied to contiguous memory by one strided-copy launch before a kernel reads it (see
-:func:`kernel_operands`), and written through with one launch (:func:`copy_into`).
+Kernels bind contiguous tensors that start at their allocation's first element. The binary
+kernel reads any other view in place through the strides and offset in its push constants
+where the device class is measured to gain from it (:func:`strided_operands`, CPU drivers);
+for every other kernel, and on GPUs, a view is copied to contiguous memory by one launch
+before the kernel reads it (:func:`contiguous_operands`). Writes through a view take one
+launch (:func:`copy_into`).
 
 Hazard tracking keys memory by its allocation's start (:mod:`vkumd.submission.hazards`), so
 the strided copy binds the whole allocation of both sides and takes the offsets in its push
@@ -184,6 +187,50 @@ class WholeAllocation:
     def __init__(self, t: Any) -> None:
         allocation = t.allocation
         self.binding = (allocation.buffer, allocation.offset, t.capacity * t.dtype.itemsize)
+
+
+def reads_views_in_place(caps: Any) -> bool:
+    """Whether kernels that index their operands through strides (the binary kernel) read a
+    view in place on this device class, rather than being given a contiguous copy.
+
+    On a CPU driver every lane's load is a gather either way, so reading a view in place
+    saves the copy's launch, its writes and the second read: ``bench/views.py`` measured
+    ``add(a.T, b)`` read in place at the contiguous add's time or less against 2.4-2.9x it
+    through a copy (docs/performance.md). On a GPU a transposed read breaks coalescing, which
+    a copy through the permute kernel's rows does not; without a measurement there, GPUs keep
+    the copy.
+    """
+    return caps.device_type == "cpu"
+
+
+def strided_operands(caps: Any, operands: Sequence[Any], written: Any
+                     ) -> tuple[tuple[Any, ...], tuple[tuple[tuple[int, ...], int] | None, ...]
+                                ] | None:
+    """The operands to bind and their in-place layouts for a kernel that reads strided
+    operands through its push constants, or ``None`` where every operand binds as it is,
+    this device class copies views instead (:func:`reads_views_in_place`), or a view shares
+    memory with ``written``, the tensor the kernel writes (an invocation could read an
+    element another has already overwritten; the copy reads it first).
+
+    A view is bound as its whole allocation (as the strided copy binds it, so hazards are
+    tracked on the allocation) with ``(element strides, element offset)`` as its layout;
+    a tensor that binds as it is keeps ``None``.
+    """
+    if all(t.binding is not None for t in operands) or not reads_views_in_place(caps):
+        return None
+    if any(t.binding is None and t.allocation is not None
+           and t.allocation is written.allocation for t in operands):
+        return None
+    bound: list[Any] = []
+    layouts: list[tuple[tuple[int, ...], int] | None] = []
+    for t in operands:
+        if t.binding is not None or t.allocation is None or not t.size:
+            bound.append(t)  # as it is (a released tensor is the launcher's error)
+            layouts.append(None)
+        else:
+            bound.append(WholeAllocation(t))
+            layouts.append((t.element_strides, t.element_offset))
+    return tuple(bound), tuple(layouts)
 
 
 def launch_copy(src: Any, dst: Any) -> None:

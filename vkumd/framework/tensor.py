@@ -78,7 +78,8 @@ class Tensor(EagerMethods, ViewMethods, Handle):
     ``transpose``/``permute``/``.T``, ``expand``, ``t[...]``, ``narrow``, ``diagonal``): the
     memory returns to the pool once every one of them is released, in any order. A view that
     is not contiguous from its allocation's start is copied (one strided-copy launch) before
-    a kernel reads it; see :mod:`vkumd.framework.strided`.
+    a kernel reads it, except by the binary kernel on CPU drivers, which reads it in place;
+    see :mod:`vkumd.framework.strided`.
 
     Operators and methods (``+``, ``@``, ``reshape``, ``t[1:3]``, ``sum`` …) come from
     :class:`~vkumd.framework.graph.methods.TensorMethods` (shared with the tracer's tensor)

@@ -15,8 +15,10 @@ from vkumd.compiler.registry import WORKGROUP, Kernel, register
 from vkumd.vk.caps import DeviceCaps
 
 _DIMS = ELEMENTWISE_MAX_DIMS
+# a_offset and b_offset: where a view read in place starts in its bound allocation (0 for
+# tensors bound as they are); strides are two's complement, so a negative step wraps back.
 BINARY_PUSH = PushLayout("n:u32", "ndim:u32", f"shape:u32[{_DIMS}]", f"a_stride:u32[{_DIMS}]",
-                         f"b_stride:u32[{_DIMS}]")
+                         f"b_stride:u32[{_DIMS}]", "a_offset:u32", "b_offset:u32")
 UNARY_PUSH = PushLayout("n:u32", "ndim:u32", f"shape:u32[{_DIMS}]", f"stride:u32[{_DIMS}]",
                         "alpha:u32", "src_offset:u32", "dst_offset:u32",
                         f"dst_stride:u32[{_DIMS}]")

@@ -136,20 +136,69 @@ def shape_words(out_shape: tuple[int, ...], *inputs: tuple[int, ...]) -> list[in
     return words
 
 
+def strided_words(out_shape: tuple[int, ...],
+                  *inputs: tuple[tuple[int, ...], tuple[int, ...], int]) -> list[int]:
+    """As :func:`shape_words`, for inputs read in place as strided views: each input is
+    ``(shape, element strides, element offset)`` in its bound allocation, broadcast to
+    ``out_shape``; the offsets follow the strides. Strides may be negative (signed here;
+    the kernels take them as two's complement).
+
+    Raises:
+        VkumdValueError: more than :data:`ELEMENTWISE_MAX_DIMS` dimensions remain after
+            merging the contiguous ones.
+    """
+    padded = ELEMENTWISE_MAX_DIMS
+    rank = len(out_shape)
+    broadcast = []
+    for shape, strides, _ in inputs:
+        lead = rank - len(shape)
+        broadcast.append([0] * lead + [s if n != 1 else 0 for n, s in
+                                       zip(shape, strides, strict=True)])
+    dims, merged = _collapse(out_shape, broadcast)
+    if not dims:
+        dims, merged = [1], [[0] for _ in inputs]
+    if len(dims) > padded:
+        raise VkumdValueError(f"broadcasting to {out_shape} needs {len(dims)} dimensions after "
+                              f"merging; elementwise kernels take at most {padded}")
+    words = [math.prod(out_shape), len(dims), *dims, *([1] * (padded - len(dims)))]
+    for stride in merged:
+        words += stride + [0] * (padded - len(stride))
+    return words + [offset for _, _, offset in inputs]
+
+
+def _u32(words: list[int]) -> list[int]:
+    """Signed words as the kernels read them (two's complement)."""
+    return [w & 0xFFFFFFFF for w in words]
+
+
 @functools.lru_cache(maxsize=_PLANS)
 def binary_plan(caps: DeviceCaps, op: str, dtype: str, a_shape: tuple[int, ...],
                 b_shape: tuple[int, ...], out_shape: tuple[int, ...],
-                vector: bool = True, out: str | None = None) -> FixedLaunch:
+                vector: bool = True, out: str | None = None,
+                layouts: tuple[tuple[tuple[int, ...], int] | None, ...] | None = None
+                ) -> FixedLaunch:
     """``out = a OP b`` with ``a`` and ``b`` broadcast to ``out_shape``.
 
     Operands: a, b, out. ``op`` is a key of ``ELEMENTWISE_OPS``; ``dtype`` a type code; ``out``
     the result's code where it differs (``MASK_CODE``, for a comparison's uint8 mask).
+    ``layouts``: for an input read in place as a strided view, ``(element strides, element
+    offset)`` in the allocation it is bound with; ``None`` (for both, or one) where the
+    input is contiguous and bound as it is.
     Where the layout allows (:func:`~vkumd.compiler.kernels.elementwise_vector.vector_layout`)
     the plan takes the kernel's vectorised variant (``VEC`` 4: four elements per invocation,
     the same bits); ``vector=False`` always takes the scalar one, which benchmarks and tests
     compare against. The choice is part of the cached plan, so a call costs nothing for it.
     """
-    words = shape_words(out_shape, a_shape, b_shape)
+    if layouts is None or all(layout is None for layout in layouts):
+        words = [*shape_words(out_shape, a_shape, b_shape), 0, 0]
+    else:
+        words = strided_words(out_shape, *(
+            (shape, *(layout or (_row_major(shape), 0)))
+            for shape, layout in zip((a_shape, b_shape), layouts, strict=True)))
+        # The vector paths index from each binding's start with non-negative strides.
+        if words[-2:] != [0, 0] or min(words) < 0:
+            vector = False
+        words = _u32(words)
     mask = vector_layout(caps, (dtype, dtype, out or dtype), words) if vector else None
     variant = {"DTYPE": dtype, "OP": ELEMENTWISE_OPS[op], "VEC": 1 if mask is None else 4,
                "BCAST": mask or 0, WORKGROUP: ELEMENTWISE_WORKGROUP}
@@ -164,18 +213,28 @@ def binary_plan(caps: DeviceCaps, op: str, dtype: str, a_shape: tuple[int, ...],
 @functools.lru_cache(maxsize=_PLANS)
 def unary_plan(caps: DeviceCaps, kind: str, src: str, dst: str, src_shape: tuple[int, ...],
                out_shape: tuple[int, ...], alpha_bits: int = 0,
-               vector: bool = True) -> FixedLaunch:
+               vector: bool = True,
+               layout: tuple[tuple[int, ...], int] | None = None) -> FixedLaunch:
     """``out = convert(src)`` or ``out = src * alpha`` with ``src`` broadcast to ``out_shape``.
 
     Operands: src, out. ``kind`` is a key of ``ELEMENTWISE_UNARY_OPS``; ``alpha_bits`` the
-    scale's float32 bits (or int32 value) for ``"scale"``. As :func:`binary_plan`, the
-    vectorised variant where the layout allows and ``vector``.
+    scale's float32 bits (or int32 value) for ``"scale"``. ``layout``: ``(element strides,
+    element offset)`` of a source read in place as a strided view (as for
+    :func:`binary_plan`). As :func:`binary_plan`, the vectorised variant where the layout
+    allows and ``vector``.
     """
     size = math.prod(out_shape)
-    words = shape_words(out_shape, src_shape)
+    offset = 0
+    if layout is None:
+        words = shape_words(out_shape, src_shape)
+    else:
+        *words, offset = strided_words(out_shape, (src_shape, *layout))
+        if offset or min(words) < 0:  # the vector paths: aligned, non-negative steps
+            vector = False
+        words = _u32(words)
     mask = vector_layout(caps, (src, dst), words) if vector else None
     dims = words[2:2 + words[1]]
-    push = UNARY_PUSH.pack(*words, alpha_bits, 0, 0, *_padded(_row_major(dims)))
+    push = UNARY_PUSH.pack(*words, alpha_bits, offset, 0, *_padded(_row_major(dims)))
     return FixedLaunch(_unary_program(kind, src, dst, mask), push,
                        _grid(caps, invocations(size, mask is not None)), (1,))
 

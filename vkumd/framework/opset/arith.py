@@ -46,6 +46,7 @@ from vkumd.framework.opset.unary import (
     scalar_bits,
     scale,
 )
+from vkumd.framework.strided import strided_operands
 from vkumd.framework.tensor import Tensor
 
 _ROUNDING = {None: "div", "floor": "div_floor", "trunc": "div_trunc"}
@@ -120,6 +121,13 @@ def run_binary(op: str, a: Any, b: Any, out: Tensor | None, kernel_op: str) -> T
         out = output(op, context, out, out_shape, dtype)
         if out.size == 0:
             return out
+    if a.binding is None or b.binding is None:
+        in_place = strided_operands(caps, (a, b), out)
+        if in_place is not None:  # views read through the kernel's strides, no copy
+            shapes = (a.shape, b.shape)
+            (a, b), layouts = in_place
+            plan = binary_plan(caps, kernel_op, BINARY_CODES[dtype.name], *shapes,
+                               out_shape, layouts=layouts)
     context.run(plan, (a, b, out))
     return out
 

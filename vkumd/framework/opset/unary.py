@@ -46,7 +46,7 @@ from vkumd.framework.ops.checks import (
     output,
 )
 from vkumd.framework.opset.common import attrs_of
-from vkumd.framework.strided import copy_into
+from vkumd.framework.strided import copy_into, strided_operands
 from vkumd.framework.tensor import Tensor
 
 _INT32 = np.iinfo(np.int32)
@@ -145,9 +145,14 @@ def _unary(op: str, src: Tensor, out: Tensor | None, dtype: dtypes.DType,
     if out.size == 0:
         return out
     codes = {**CAST_CODES, **FLOAT8_CODES}
+    layout = None
+    if src.binding is None:
+        in_place = strided_operands(context.caps, (src,), out)
+        if in_place is not None:  # a view read through the kernel's strides, no copy
+            (src_bound,), (layout,) = in_place
     plan = unary_plan(context.caps, kind, codes[src.dtype.name], codes[dtype.name], src.shape,
-                      out_shape, alpha_bits)
-    context.run(plan, (src, out))
+                      out_shape, alpha_bits, layout=layout)
+    context.run(plan, (src if layout is None else src_bound, out))
     return out
 
 
