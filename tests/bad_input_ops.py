@@ -129,6 +129,8 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "unique": lambda e, x: ops.unique(x),
     "compress": lambda e, x: ops.compress(x, e.ints([1])),
     "masked_select": lambda e, x: ops.masked_select(x, e.t()),
+    "non_max_suppression": lambda e, x: ops.non_max_suppression(
+        x, e.t((1, 1, 3)), max_output_boxes_per_class=1),
 }
 UNARY.update(RECURRENT_UNARY)
 # Every op whose public function the registry generates (a one-input float op running as a
@@ -663,6 +665,11 @@ HOST_STEPS = [
     C("compress_other_context",
       lambda e: ops.compress(e.t(), e.other.tensor(np.ones(2, np.int32))), VE,
       "different context"),
+    C("non_max_suppression_shapes", lambda e: ops.non_max_suppression(
+        e.t((1, 3, 4)), e.t((1, 2, 4)), max_output_boxes_per_class=1), VE,
+      "[batches, boxes, 4]"),
+    C("non_max_suppression_negative_limit", lambda e: ops.non_max_suppression(
+        e.t((1, 3, 4)), e.t((1, 2, 3)), max_output_boxes_per_class=-1), VE, "int >= 0"),
     C("masked_select_no_broadcast", lambda e: ops.masked_select(e.t(), e.t((2, 2))), VE,
       "broadcast"),
 ]

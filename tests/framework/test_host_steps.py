@@ -108,7 +108,8 @@ def test_references_are_the_numpy_functions_in_float64() -> None:
     np.testing.assert_array_equal(inverse, [0, 1, 1, 0])
 
 
-@pytest.mark.parametrize("op", ["nonzero", "unique", "compress", "masked_select"])
+@pytest.mark.parametrize("op", ["nonzero", "unique", "compress", "masked_select",
+                                "non_max_suppression"])
 def test_a_graph_cannot_hold_a_host_step(op: str) -> None:
     assert OPS[op].host_step is not None
     b = GraphBuilder("g")
@@ -132,3 +133,24 @@ def test_bad_calls_are_refused(ctx) -> None:
         ops.masked_select(x, ctx.tensor(np.ones((2, 2), np.uint8)))
     with pytest.raises(VkumdTypeError, match="as_tuple"):
         ops.nonzero(x, as_tuple=1)
+
+
+def test_non_max_suppression_keeps_the_best_of_overlapping_boxes(ctx) -> None:
+    boxes = np.array([[[0, 0, 1, 1], [0, 0.1, 1, 1.1], [0, 2, 1, 3], [5, 5, 4, 4]]],
+                     np.float32)  # the last box's corners in the other order
+    scores = np.array([[[0.9, 0.95, 0.5, 0.1], [0.2, 0.1, 0.3, 0.0]]], np.float32)
+    kept = ops.non_max_suppression(ctx.tensor(boxes), ctx.tensor(scores),
+                                   max_output_boxes_per_class=3, iou_threshold=0.5)
+    assert kept.dtype.name == "int32"
+    np.testing.assert_array_equal(kept.numpy(), [[0, 0, 1], [0, 0, 2], [0, 0, 3],
+                                                 [0, 1, 2], [0, 1, 0], [0, 1, 3]])
+    floor = ops.non_max_suppression(ctx.tensor(boxes), ctx.tensor(scores),
+                                    max_output_boxes_per_class=9, iou_threshold=0.5,
+                                    score_threshold=0.4)
+    np.testing.assert_array_equal(floor.numpy(), [[0, 0, 1], [0, 0, 2]])
+    none = ops.non_max_suppression(ctx.tensor(boxes), ctx.tensor(scores),
+                                   max_output_boxes_per_class=0)
+    assert none.shape == (0, 3)
+    with pytest.raises(VkumdValueError, match="must be"):
+        ops.non_max_suppression(ctx.tensor(boxes), ctx.tensor(scores[:, :, :2]),
+                                max_output_boxes_per_class=1)

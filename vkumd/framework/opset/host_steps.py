@@ -186,6 +186,7 @@ def compress_arrays(arrays: list[np.ndarray], attrs: dict[str, Any]) -> list[np.
     ``numpy.compress``; axis None: of the flattened x). A condition shorter than the axis
     leaves the rest out."""
     x, condition = arrays[0], arrays[1]
+    check_condition("compress", np.shape(x), np.shape(condition), attrs["axis"])
     return [np.compress(np.asarray(condition).reshape(-1) != 0, x, axis=attrs["axis"])]
 
 
@@ -281,3 +282,115 @@ define("masked_select", ("x", "mask"), {}, rule=_in_no_graph("masked_select"),
        reference=_reference(masked_select_arrays), host_step=masked_select_arrays,
        eager=masked_select)
 
+
+
+# --- non_max_suppression -----------------------------------------------------------------
+
+def _corners(boxes: np.ndarray, center_point_box: int) -> np.ndarray:
+    """``[n, 4]`` boxes as ``(y_min, x_min, y_max, x_max)`` in float64: from corners in
+    either order ``[y1, x1, y2, x2]``, or from ``[x_center, y_center, width, height]``."""
+    b = np.asarray(boxes, np.float64)
+    if center_point_box:
+        x, y, half_w, half_h = b[:, 0], b[:, 1], b[:, 2] / 2, b[:, 3] / 2
+        return np.stack([y - half_h, x - half_w, y + half_h, x + half_w], axis=1)
+    return np.stack([np.minimum(b[:, 0], b[:, 2]), np.minimum(b[:, 1], b[:, 3]),
+                     np.maximum(b[:, 0], b[:, 2]), np.maximum(b[:, 1], b[:, 3])], axis=1)
+
+
+def _overlaps(box: np.ndarray, kept: np.ndarray, iou_threshold: float) -> bool:
+    """Whether ``box`` overlaps any of ``kept`` (corner rows) by more than the threshold
+    (an empty intersection or a box of no area never does)."""
+    if kept.size == 0:
+        return False
+    height = np.minimum(box[2], kept[:, 2]) - np.maximum(box[0], kept[:, 0])
+    width = np.minimum(box[3], kept[:, 3]) - np.maximum(box[1], kept[:, 1])
+    inter = np.where((height > 0) & (width > 0), height * width, 0.0)
+    area = (box[2] - box[0]) * (box[3] - box[1])
+    areas = (kept[:, 2] - kept[:, 0]) * (kept[:, 3] - kept[:, 1])
+    union = area + areas - inter
+    valid = (inter > 0) & (area > 0) & (areas > 0) & (union > 0)
+    iou = np.divide(inter, union, out=np.zeros_like(inter), where=valid)
+    return bool(np.any(valid & (iou > iou_threshold)))
+
+
+def _scalar(array: np.ndarray | None, default: Any) -> Any:
+    return default if array is None or np.size(array) == 0 else np.asarray(array).reshape(-1)[0]
+
+
+def nms_arrays(arrays: list[np.ndarray | None], attrs: dict[str, Any]) -> list[np.ndarray]:
+    """``[n, 3]`` int64 ``(batch, class, box)`` of the boxes ONNX's NonMaxSuppression keeps:
+    per batch and class, boxes by descending score (lower index first among equals), each
+    kept unless it overlaps a kept one by IoU above the threshold, at most
+    ``max_output_boxes_per_class``; a score threshold drops boxes scoring at most it."""
+    boxes, scores = np.asarray(arrays[0]), np.asarray(arrays[1], np.float64)
+    limit = int(_scalar(arrays[2] if len(arrays) > 2 else None, 0))
+    iou = float(_scalar(arrays[3] if len(arrays) > 3 else None, 0.0))
+    floor = _scalar(arrays[4] if len(arrays) > 4 else None, None)
+    picked: list[tuple[int, int, int]] = []
+    for batch in range(boxes.shape[0]):
+        corners = _corners(boxes[batch], attrs["center_point_box"])
+        for cls in range(scores.shape[1]):
+            row = scores[batch, cls]
+            order = np.argsort(-row, kind="stable")
+            if floor is not None:
+                order = order[row[order] > float(floor)]
+            kept: list[int] = []
+            for index in order:
+                if len(kept) >= limit:
+                    break
+                if not _overlaps(corners[index], corners[kept], iou):
+                    kept.append(int(index))
+                    picked.append((batch, cls, int(index)))
+    return [np.array(picked, np.int64).reshape(-1, 3)]
+
+
+def non_max_suppression(boxes: Tensor, scores: Tensor, *, max_output_boxes_per_class: int,
+                        iou_threshold: float = 0.0, score_threshold: float | None = None,
+                        center_point_box: int = 0) -> Tensor:
+    """The boxes kept by greedy non-maximum suppression (ONNX's NonMaxSuppression), a host
+    step: boxes and scores are read back (a synchronisation and a transfer), numpy selects,
+    and the indices are uploaded.
+
+    Args:
+        boxes: ``[batches, boxes, 4]`` float tensor: ``[y1, x1, y2, x2]`` corners (either
+            order), or ``[x_center, y_center, width, height]`` with ``center_point_box=1``.
+        scores: ``[batches, classes, boxes]`` float tensor.
+        max_output_boxes_per_class: at most this many boxes per batch and class (0: none).
+        iou_threshold: a box overlapping a kept one by more than this is dropped.
+        score_threshold: boxes scoring at most this are dropped (None: none are).
+        center_point_box: 0 or 1, the box format.
+
+    Returns:
+        int32 ``[n, 3]``: ``(batch, class, box)`` per kept box, by batch, class, then
+        descending score.
+
+    Raises:
+        VkumdTypeError: non-tensors.
+        VkumdValueError: released tensors or tensors of different contexts, shapes that do
+            not match, a negative limit, a center_point_box other than 0 or 1.
+    """
+    op = "non_max_suppression"
+    boxes = check_tensor(op, boxes, "boxes")
+    scores = check_tensor(op, scores, "scores")
+    check_context(op, boxes, scores, "scores")
+    b, s = boxes.shape, scores.shape
+    if len(b) != 3 or b[2] != 4 or len(s) != 3 or s[0] != b[0] or s[2] != b[1]:
+        raise VkumdValueError(f"{op}: boxes {format_shape(b)} and scores {format_shape(s)} "
+                              "must be [batches, boxes, 4] and [batches, classes, boxes]")
+    if isinstance(max_output_boxes_per_class, bool) or not isinstance(
+            max_output_boxes_per_class, int) or max_output_boxes_per_class < 0:
+        raise VkumdValueError(f"{op}: max_output_boxes_per_class={max_output_boxes_per_class!r};"
+                              " give an int >= 0")
+    if center_point_box not in (0, 1) or isinstance(center_point_box, bool):
+        raise VkumdValueError(f"{op}: center_point_box={center_point_box!r}; give 0 or 1")
+    numbers = [np.array([max_output_boxes_per_class]), np.array([float(iou_threshold)]),
+               None if score_threshold is None else np.array([float(score_threshold)])]
+    (picked,) = nms_arrays([boxes.numpy(), scores.numpy(), *numbers],
+                           {"center_point_box": center_point_box})
+    return _upload(boxes.context, picked, None)
+
+
+define("non_max_suppression",
+       ("boxes", "scores", "max_output_boxes_per_class?", "iou_threshold?",
+        "score_threshold?"), {"center_point_box": 0}, rule=_in_no_graph("non_max_suppression"),
+       reference=_reference(nms_arrays), host_step=nms_arrays, eager=non_max_suppression)
