@@ -25,7 +25,7 @@ from vkumd.errors import VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.graph.dims import format_shape
 from vkumd.framework.graph.operands import Types, axis_of, flag
-from vkumd.framework.graph.registry import TensorType, define
+from vkumd.framework.graph.registry import REQUIRED, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import broadcast, check_context, check_tensor
 from vkumd.framework.tensor import Tensor
@@ -94,7 +94,7 @@ def nonzero(x: Tensor, *, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]
     return _upload(x.context, found, None)
 
 
-define("nonzero", ("x",), {}, rule=_in_no_graph("nonzero"),
+define("nonzero", ("x",), {"as_tuple": False}, rule=_in_no_graph("nonzero"),
        reference=_reference(nonzero_arrays), host_step=nonzero_arrays, eager=nonzero)
 
 
@@ -103,11 +103,11 @@ define("nonzero", ("x",), {}, rule=_in_no_graph("nonzero"),
 def unique_arrays(arrays: list[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
     """``(values, first indices, inverse, counts)``, as ONNX's Unique.
 
-    ``attrs``: ``axis`` (None: over the flattened input) and ``sorted`` (False: in order of
-    first occurrence). Indices are int64; the inverse is 1-D (the flattened input's length,
-    or the axis's).
+    ``attrs``: ``dim`` (None: over the flattened input) and ``sorted`` (False: in order of
+    first occurrence); the others choose what the eager function returns. Indices are
+    int64; the inverse is 1-D (the flattened input's length, or the axis's).
     """
-    x, axis = arrays[0], attrs["axis"]
+    x, axis = arrays[0], attrs["dim"]
     flat = x.reshape(-1) if axis is None else x
     along = 0 if axis is None else axis
     values, first, inverse, counts = np.unique(flat, return_index=True, return_inverse=True,
@@ -161,8 +161,7 @@ def unique(x: Tensor, *, sorted: bool = True, return_inverse: bool = False,
                         (return_counts, "return_counts")):
         flag("unique", value, what)
     axis = _unique_axis(x, dim)
-    values, _, inverse, counts = unique_arrays([x.numpy()],
-                                               {"axis": axis, "sorted": sorted})
+    values, _, inverse, counts = unique_arrays([x.numpy()], {"dim": axis, "sorted": sorted})
     out = _upload(x.context, values, x.dtype)
     if not (return_inverse or return_counts):
         return out
@@ -175,7 +174,8 @@ def unique(x: Tensor, *, sorted: bool = True, return_inverse: bool = False,
     return tuple(results)
 
 
-define("unique", ("x",), {"axis": None, "sorted": True}, rule=_in_no_graph("unique"),
+define("unique", ("x",), {"sorted": True, "return_inverse": False, "return_counts": False,
+                         "dim": None}, rule=_in_no_graph("unique"),
        reference=_reference(unique_arrays), host_step=unique_arrays, eager=unique)
 
 
@@ -313,19 +313,15 @@ def _overlaps(box: np.ndarray, kept: np.ndarray, iou_threshold: float) -> bool:
     return bool(np.any(valid & (iou > iou_threshold)))
 
 
-def _scalar(array: np.ndarray | None, default: Any) -> Any:
-    return default if array is None or np.size(array) == 0 else np.asarray(array).reshape(-1)[0]
-
-
-def nms_arrays(arrays: list[np.ndarray | None], attrs: dict[str, Any]) -> list[np.ndarray]:
+def nms_arrays(arrays: list[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
     """``[n, 3]`` int64 ``(batch, class, box)`` of the boxes ONNX's NonMaxSuppression keeps:
     per batch and class, boxes by descending score (lower index first among equals), each
-    kept unless it overlaps a kept one by IoU above the threshold, at most
-    ``max_output_boxes_per_class``; a score threshold drops boxes scoring at most it."""
+    kept unless it overlaps a kept one by IoU above ``iou_threshold``, at most
+    ``max_output_boxes_per_class``; a ``score_threshold`` (None: none) drops boxes scoring
+    at most it."""
     boxes, scores = np.asarray(arrays[0]), np.asarray(arrays[1], np.float64)
-    limit = int(_scalar(arrays[2] if len(arrays) > 2 else None, 0))
-    iou = float(_scalar(arrays[3] if len(arrays) > 3 else None, 0.0))
-    floor = _scalar(arrays[4] if len(arrays) > 4 else None, None)
+    limit, iou = int(attrs["max_output_boxes_per_class"]), float(attrs["iou_threshold"])
+    floor = attrs["score_threshold"]
     picked: list[tuple[int, int, int]] = []
     for batch in range(boxes.shape[0]):
         corners = _corners(boxes[batch], attrs["center_point_box"])
@@ -383,14 +379,14 @@ def non_max_suppression(boxes: Tensor, scores: Tensor, *, max_output_boxes_per_c
                               " give an int >= 0")
     if center_point_box not in (0, 1) or isinstance(center_point_box, bool):
         raise VkumdValueError(f"{op}: center_point_box={center_point_box!r}; give 0 or 1")
-    numbers = [np.array([max_output_boxes_per_class]), np.array([float(iou_threshold)]),
-               None if score_threshold is None else np.array([float(score_threshold)])]
-    (picked,) = nms_arrays([boxes.numpy(), scores.numpy(), *numbers],
-                           {"center_point_box": center_point_box})
+    attrs = {"max_output_boxes_per_class": max_output_boxes_per_class,
+             "iou_threshold": float(iou_threshold), "center_point_box": center_point_box,
+             "score_threshold": None if score_threshold is None else float(score_threshold)}
+    (picked,) = nms_arrays([boxes.numpy(), scores.numpy()], attrs)
     return _upload(boxes.context, picked, None)
 
 
-define("non_max_suppression",
-       ("boxes", "scores", "max_output_boxes_per_class?", "iou_threshold?",
-        "score_threshold?"), {"center_point_box": 0}, rule=_in_no_graph("non_max_suppression"),
+define("non_max_suppression", ("boxes", "scores"),
+       {"max_output_boxes_per_class": REQUIRED, "iou_threshold": 0.0, "score_threshold": None,
+        "center_point_box": 0}, rule=_in_no_graph("non_max_suppression"),
        reference=_reference(nms_arrays), host_step=nms_arrays, eager=non_max_suppression)

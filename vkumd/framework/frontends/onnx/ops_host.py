@@ -25,16 +25,27 @@ Adapt = Callable[[list[np.ndarray]], list[np.ndarray]]
 
 
 def host_step(node: onnx.NodeProto, op: str, attrs: dict[str, Any],
-              adapt: Adapt = lambda outs: outs) -> HostStep:
+              adapt: Adapt = lambda outs: outs, scalars: tuple[str, ...] = ()) -> HostStep:
     """The :class:`HostStep` of ``node``: registry op ``op`` (it must be a host step) with
-    ``attrs``, its results passed through ``adapt`` (ONNX's layout) and cut to the node's
-    outputs."""
-    compute = OPS[op].host_step
+    ``attrs`` (the record's defaults filled in), its results passed through ``adapt``
+    (ONNX's layout) and cut to the node's outputs.
+
+    Args:
+        scalars: attributes the node's inputs past the op's own give at run time, in order
+            (NonMaxSuppression's limit and thresholds); an absent or empty one keeps the
+            default.
+    """
+    record = OPS[op]
+    compute = record.host_step
     assert compute is not None, f"{op} is not a host step"
-    count = len(node.output)
+    count, own = len(node.output), len(record.inputs)
 
     def run(arrays: list[Any]) -> list[Any]:
-        return adapt(compute([np.asarray(a) for a in arrays], attrs))[:count]
+        given = dict(record.attrs, **attrs)
+        for name, value in zip(scalars, arrays[own:], strict=False):
+            if value is not None and np.size(value):
+                given[name] = np.asarray(value).reshape(-1)[0].item()
+        return adapt(compute([np.asarray(a) for a in arrays[:own]], given))[:count]
 
     call = HostStepCall(op, tuple(node.input), tuple(node.output), run)
     return HostStep(f"the size of its output depends on the input's values: a host step "
@@ -62,7 +73,7 @@ def nonzero(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Boun
 def unique(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """``vkumd.ops.unique``: Y, indices of first occurrences, inverse indices, counts (int64);
     ``sorted=0`` keeps the order of first occurrence."""
-    raise host_step(node, "unique", {"axis": _axis(st, node, attrs),
+    raise host_step(node, "unique", {"dim": _axis(st, node, attrs),
                                      "sorted": bool(attrs.get("sorted", 1))})
 
 
@@ -83,4 +94,6 @@ def non_max_suppression(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
     center = attrs.get("center_point_box", 0)
     if center not in (0, 1):
         raise Unsupported(f"center_point_box={center}; ONNX defines 0 and 1")
-    raise host_step(node, "non_max_suppression", {"center_point_box": center})
+    raise host_step(node, "non_max_suppression", {"center_point_box": center,
+                                                  "max_output_boxes_per_class": 0},
+                    scalars=("max_output_boxes_per_class", "iou_threshold", "score_threshold"))
