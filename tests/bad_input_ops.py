@@ -125,6 +125,12 @@ UNARY: dict[str, Callable[[Env, Any], Any]] = {
     "trilu": lambda e, x: ops.trilu(x),
     "scatter_elements": lambda e, x: ops.scatter_elements(x, e.ints([[0]]), e.t((1, 1))),
     "scatter_nd": lambda e, x: ops.scatter_nd(x, e.ints([[0]]), e.t((1, 3))),
+    "nonzero": lambda e, x: ops.nonzero(x),
+    "unique": lambda e, x: ops.unique(x),
+    "compress": lambda e, x: ops.compress(x, e.ints([1])),
+    "masked_select": lambda e, x: ops.masked_select(x, e.t()),
+    "non_max_suppression": lambda e, x: ops.non_max_suppression(
+        x, e.t((1, 1, 3)), max_output_boxes_per_class=1),
 }
 UNARY.update(RECURRENT_UNARY)
 # Every op whose public function the registry generates (a one-input float op running as a
@@ -643,5 +649,30 @@ ACTIVATION_PARAMS = [
       lambda e: ops.fused_elementwise([e.t()], (("clip", 0, 1.0),)), VE, "min, max"),
 ]
 
+# The host steps (nonzero, unique, compress, masked_select): refused before any read-back.
+HOST_STEPS = [
+    C("unique_dim_out_of_range", lambda e: ops.unique(e.t(), dim=2), VE, "out of range"),
+    C("unique_dim_of_0d", lambda e: ops.unique(e.t(()), dim=0), VE, "0-d x"),
+    C("unique_sorted_not_bool", lambda e: ops.unique(e.t(), sorted=1), TE, "sorted"),
+    C("nonzero_as_tuple_not_bool", lambda e: ops.nonzero(e.t(), as_tuple="no"), TE,
+      "as_tuple"),
+    C("compress_condition_2d", lambda e: ops.compress(e.t(), e.ints([[1, 0]])), VE,
+      "must be 1-D"),
+    C("compress_condition_too_long", lambda e: ops.compress(e.t(), e.ints([1, 0, 1]), axis=0),
+      VE, "more than the length of axis 0"),
+    C("compress_axis_out_of_range", lambda e: ops.compress(e.t(), e.ints([1]), axis=2), VE,
+      "out of range"),
+    C("compress_other_context",
+      lambda e: ops.compress(e.t(), e.other.tensor(np.ones(2, np.int32))), VE,
+      "different context"),
+    C("non_max_suppression_shapes", lambda e: ops.non_max_suppression(
+        e.t((1, 3, 4)), e.t((1, 2, 4)), max_output_boxes_per_class=1), VE,
+      "[batches, boxes, 4]"),
+    C("non_max_suppression_negative_limit", lambda e: ops.non_max_suppression(
+        e.t((1, 3, 4)), e.t((1, 2, 3)), max_output_boxes_per_class=-1), VE, "int >= 0"),
+    C("masked_select_no_broadcast", lambda e: ops.masked_select(e.t(), e.t((2, 2))), VE,
+      "broadcast"),
+]
+
 CASES = (_each_op() + MIXED + DTYPES + SHAPES + RESAMPLE + SCALARS + KEYWORDS + OUT + VIEWS
-         + FLOAT_ATTRS + RECURRENT + ACTIVATION_PARAMS)
+         + FLOAT_ATTRS + RECURRENT + ACTIVATION_PARAMS + HOST_STEPS)

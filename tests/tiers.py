@@ -153,6 +153,7 @@ FAST: dict[str, str] = {
 }
 
 TRANSFERS: dict[str, str] = {
+    "tests/framework/test_host_steps.py": "host steps: read back, numpy, upload",
     "tests/framework/test_tensor.py": "upload and read back, every dtype and shape",
     "tests/framework/test_views.py": "views at offsets, slices, split and concat, DLPack",
     "tests/framework/test_float8.py": "float8 tensors uploaded and read back as float32",

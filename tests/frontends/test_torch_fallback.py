@@ -91,3 +91,34 @@ def test_weight_change_converts_again() -> None:
     fast(x)
     model.fc3.weight.mul_(2.0)
     assert rel_err(fast(x), model(x)) < 1e-4
+
+
+class WithNonzero(nn.Module):
+    """Device work on both sides of torch.nonzero, whose output size depends on the data."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = F.relu(self.a(x))
+        return torch.nonzero(h), self.b(h) * 2
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("capture", [False, True])
+def test_data_dependent_ops_stay_in_torch(capture: bool) -> None:
+    torch.manual_seed(2)
+    model = WithNonzero().eval()
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend=vkumd.torch.make_backend())
+    with warnings.catch_warnings(record=True) as caught, torch._dynamo.config.patch(
+            capture_dynamic_output_shape_ops=capture):
+        warnings.simplefilter("always")
+        x = torch.randn(5, 16)
+        got, want = fast(x), model(x)
+    assert torch.equal(got[0], want[0])
+    assert rel_err(got[1], want[1]) < 1e-4
+    if capture:  # the node reaches the backend, which leaves it to torch and says why
+        assert any("aten.nonzero.default (its output size depends on the data" in m
+                   for m in _fallbacks(caught)), _fallbacks(caught)

@@ -103,3 +103,21 @@ class EagerMethods(TensorMethods):
                 :meth:`__getitem__` for the key.
         """
         self[key].copy_(value)
+
+    # Host steps, eager only (a traced value has no data to size them by): each reads the
+    # tensor back to the host, a synchronisation and a transfer (vkumd.framework.opset.
+    # host_steps).
+    def nonzero(self, *, as_tuple: bool = False) -> Any:
+        """The indices of the nonzero entries (``vkumd.ops.nonzero``, a host step)."""
+        return self._ops.nonzero(self, as_tuple=as_tuple)
+
+    def unique(self, sorted: bool = True, return_inverse: bool = False,
+               return_counts: bool = False, dim: int | None = None) -> Any:
+        """The distinct values (``vkumd.ops.unique``, a host step)."""
+        return self._ops.unique(self, sorted=sorted, return_inverse=return_inverse,
+                                return_counts=return_counts, dim=dim)
+
+    def masked_select(self, mask: Any) -> Any:
+        """The entries where ``mask`` is nonzero, 1-D (``vkumd.ops.masked_select``, a host
+        step)."""
+        return self._ops.masked_select(self, mask)

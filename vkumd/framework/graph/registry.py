@@ -139,6 +139,12 @@ class OpDef:
         host: runs a node on the host in numpy, ``(ctx, inputs, attrs, shapes) -> outputs``,
             where ``lower`` cannot (exact moves and comparisons only).
         eager: the public ``vkumd.ops`` function, if the op has one.
+        host_step: the op's output size depends on its input values (``nonzero``,
+            ``unique``): it always runs on the host, ``(arrays, attrs) -> arrays`` in numpy
+            keeping the inputs' dtypes (indices int64). Its eager function reads the inputs
+            back (a synchronisation and a transfer), calls this and uploads the result; a
+            graph cannot hold it (its rule refuses), the ONNX runner runs a model in segments
+            around it (:mod:`vkumd.framework.frontends.onnx.segments`).
         saturating: float attributes rounded to the tensor's type as a number operand is
             (past its range: infinity), where every other attribute past float32's range is
             refused (:func:`check_floats`).
@@ -158,6 +164,7 @@ class OpDef:
     refuse: Callable[[Any], str | None] | None = None
     host: Callable[..., Any] | None = None
     eager: Callable[..., Any] | None = None
+    host_step: Callable[[list[np.ndarray], dict[str, Any]], list[np.ndarray]] | None = None
     saturating: tuple[str, ...] = ()
 
     def overwritable(self, index: int) -> bool:

@@ -28,6 +28,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     gathers,
     generation,
     grid_sample,
+    host_steps,
     kv_cache,
     layout,
     log_softmax,

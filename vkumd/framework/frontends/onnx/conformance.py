@@ -17,8 +17,12 @@
   made with rounding at every step in float16, or keep float32 noise where the exact result
   is zero; the report lists each;
 - **passed**: every output within tolerance, computed on the device (the ONNX runner
-  refuses host steps); a case whose graph is left with no node (its outputs are sizes,
-  constants or an input) is counted apart among them.
+  refuses host fallbacks); a case whose graph is left with no node (its outputs are sizes,
+  constants or an input) is counted apart among them. A model with a node whose output size
+  depends on the data (NonZero, Unique, Compress) runs in segments around that host step
+  (:mod:`.segments`) and passes only where the device ran its other nodes; a case that is
+  the host step alone is checked all the same (a wrong result fails) but counted as
+  skipped, "host step only".
 
 onnxruntime runs the same cases beside it (:mod:`.conformance_ort`). Options: ``--json PATH``
 (every case's record and the summary), ``--write-docs`` (docs/frameworks.md's table and
@@ -165,9 +169,13 @@ def run_vkumd(case: Any, ctx: Any) -> tuple[str, str]:
         return "skipped", skip_reason(exc)
     except Exception as exc:  # noqa: BLE001 -- anything else is a failure, with its message
         return "failed", _short(exc)
-    # The runner refuses host steps, so a graph with nodes ran on the device; one without
-    # returned sizes, constants or an input, which the report counts apart.
-    return "passed", "" if rep.model.graph.nodes else NO_KERNEL
+    # The runner refuses host fallbacks, so a graph with nodes ran on the device; one without
+    # returned sizes, constants or an input, which the report counts apart. A model run in
+    # segments around a host step (NonZero, Unique, ...) passes only where the device ran
+    # nodes besides it: one that is the host step alone is checked, and skipped.
+    if rep.model.host_steps_run and not rep.model.device_nodes_run:
+        return "skipped", f"{SKIP_GROUPS[5]}: {', '.join(rep.model.host_steps_run)}"
+    return "passed", "" if rep.model.device_nodes_run else NO_KERNEL
 
 
 def onnx_check() -> Any:

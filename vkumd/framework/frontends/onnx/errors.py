@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from vkumd.errors import VkumdValueError
 from vkumd.framework.models.errors import ModelFileError
+
+
+@dataclass(frozen=True)
+class HostStepCall:
+    """A node whose output size depends on its input values, to run on the host.
+
+    Attributes:
+        op: the registry op that computes it (its record has a ``host_step``).
+        inputs: the node's ONNX input names ("" for an absent optional one).
+        outputs: its ONNX output names.
+        run: its outputs from its inputs' arrays (ONNX types in, ONNX types out).
+    """
+
+    op: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    run: Callable[[list[Any]], list[Any]]
 
 
 @dataclass(frozen=True)
@@ -18,12 +37,15 @@ class Refusal:
         reason: why (an unknown operator, an attribute value, a dtype).
         needs: the tensor whose value the node needs at import time (a shape, axes), when
             that is the only reason; None otherwise.
+        host_step: the node's output size depends on its input values: how to run it on
+            the host (the model then runs in segments around it); None otherwise.
     """
 
     name: str
     op_type: str
     reason: str
     needs: str | None = None
+    host_step: HostStepCall | None = None
 
     def __str__(self) -> str:
         return f"{self.op_type} node {self.name or '(unnamed)'!r}: {self.reason}"
@@ -71,6 +93,20 @@ class NeedsConstant(Unsupported):
     def __init__(self, message: str, name: str) -> None:
         super().__init__(message)
         self.name = name
+
+
+class HostStep(Unsupported):
+    """Raised by the converter of a node whose output size depends on its input values
+    (NonZero, Unique, Compress, NonMaxSuppression): the model runs in segments around it.
+
+    Args:
+        message: the refusal's text (what a caller that cannot segment sees).
+        call: how to run the node on the host.
+    """
+
+    def __init__(self, message: str, call: HostStepCall) -> None:
+        super().__init__(message)
+        self.call = call
 
 
 class TooBig(Unsupported):

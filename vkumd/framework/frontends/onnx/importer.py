@@ -23,6 +23,7 @@ from vkumd.framework.frontends.onnx import (  # noqa: F401
     ops_activation,
     ops_attention,
     ops_control,
+    ops_host,
     ops_index,
     ops_linalg,
     ops_logic,
@@ -40,6 +41,7 @@ from vkumd.framework.frontends.onnx import (  # noqa: F401
 )
 from vkumd.framework.frontends.onnx.derived import Derived
 from vkumd.framework.frontends.onnx.errors import (
+    HostStep,
     MalformedGraphError,
     NeedsConstant,
     OnHost,
@@ -429,7 +431,8 @@ def _run_converter(st: State, node: onnx.NodeProto, spec: Any, static: bool, bou
                 exc = None
         if exc is not None:
             needs = exc.name if isinstance(exc, NeedsConstant) else None
-            refusals.append(Refusal(node.name, node.op_type, str(exc), needs))
+            step = exc.call if isinstance(exc, HostStep) else None
+            refusals.append(Refusal(node.name, node.op_type, str(exc), needs, step))
             poisoned.update(node.output)
             return _REFUSED
     return results

@@ -16,6 +16,7 @@ from vkumd.framework.frontends.onnx.errors import UnsupportedModelError
 from vkumd.framework.frontends.onnx.files import read_model
 from vkumd.framework.frontends.onnx.importer import Dynamic, Imported, import_model
 from vkumd.framework.frontends.onnx.run import run_graph
+from vkumd.framework.frontends.onnx.segments import Segmented, first_host_step
 from vkumd.framework.frontends.onnx.state import IR_DTYPES
 from vkumd.framework.graph import Graph, evaluate, run_passes
 
@@ -42,12 +43,19 @@ class OnnxModel:
     A model whose shapes, axes or slice bounds are graph inputs (ONNX allows it; exporters
     rarely do) cannot be imported once for all values: it is *specialized*, imported again
     for each distinct value of its integer inputs, which are then folded like initializers.
+    A model with a node whose output size depends on its input values (NonZero, Unique,
+    Compress) runs in *segments* around it (:mod:`.segments`): the device work before it,
+    the node on the host, the rest imported per shape of its outputs.
 
     Attributes:
         graph: the IR after the default passes (what the executor runs); for a specialized
             model, the latest specialization's (None before the first call).
         imported: the import's record (graph before passes, ONNX names and types).
         specialized_on: the integer inputs folded per call (empty for most models).
+        segmented: the model's split around its first host step, or None.
+        device_nodes_run: how many graph nodes the latest call ran on the device (0: its
+            outputs were sizes, constants, inputs or host steps' results).
+        host_steps_run: the registry ops the latest call ran as host steps, in order.
 
     Args:
         source: the model.
@@ -67,9 +75,20 @@ class OnnxModel:
         self._lock = threading.Lock()
         self.specialized_on: list[str] = []
         self.graph: Graph | None = None
+        self.segmented: Segmented | None = None
+        self.device_nodes_run = 0
+        self.host_steps_run: list[str] = []
         try:
             self.imported: Imported | None = import_model(source, dynamic, name=name)
         except UnsupportedModelError as exc:
+            step = first_host_step(exc)
+            if step is not None:
+                self.imported = None
+                self._all_inputs = [(vi.name, vi.type.tensor_type.elem_type)
+                                    for vi in source.graph.input
+                                    if vi.name not in {t.name for t in source.graph.initializer}]
+                self.segmented = Segmented(source, step, self._segment, name or "model")
+                return
             names = _shape_inputs(source, exc)
             if names is None:
                 raise
@@ -79,6 +98,34 @@ class OnnxModel:
                                 if vi.name not in {t.name for t in source.graph.initializer}]
             return
         self.graph = run_passes(self.imported.graph)
+
+    def _segment(self, model: onnx.ModelProto, name: str) -> OnnxModel:
+        """A segment of a segmented model as a model of its own (sharing the context)."""
+        names = {vi.name for vi in model.graph.input}
+        dynamic = {k: v for k, v in (self._dynamic or {}).items() if k in names}
+        return OnnxModel(model, dynamic or None, self._ctx, name)
+
+    def _run_segments(self, inputs: dict[str, Any], how: str) -> dict[str, np.ndarray]:
+        assert self.segmented is not None
+        ctx = self._context() if how == "__call__" else None
+
+        def prepare(segment: OnnxModel) -> None:
+            if segment._ctx is None:
+                segment._ctx = ctx
+
+        missing = [n for n in self.input_names if n not in inputs]
+        unknown = [n for n in inputs if n not in self.input_names]
+        if missing or unknown:
+            raise VkumdValueError(f"inputs missing: {missing}, unknown: {unknown}; the model "
+                                  f"takes {self.input_names}")
+        out, ran = self.segmented.run(inputs, how, prepare)
+        if how == "__call__":
+            prefix = self.segmented.prefix
+            before = [op for s in ran if s is prefix for op in s.host_steps_run]
+            after = [op for s in ran if s is not prefix for op in s.host_steps_run]
+            self.device_nodes_run = sum(s.device_nodes_run for s in ran)
+            self.host_steps_run = [*before, self.segmented.call.op, *after]
+        return out
 
     def _specialize(self, inputs: dict[str, Any]) -> tuple[Imported, Graph]:
         values = {n: np.asarray(inputs[n]) for n in self.specialized_on if n in inputs}
@@ -139,9 +186,13 @@ class OnnxModel:
                 silently: float64, float ids and non-bool masks are refused).
             NoDeviceKernel: the graph needs a kernel vkumd lacks.
         """
+        if self.segmented is not None:
+            return self._run_segments(inputs, "__call__")
         imp, feed = self._bind(inputs)
         assert self.graph is not None
-        return self._typed(imp, run_graph(self.graph, self._context(), feed).values())
+        result = self._typed(imp, run_graph(self.graph, self._context(), feed).values())
+        self.device_nodes_run, self.host_steps_run = len(self.graph.nodes), []
+        return result
 
     def evaluate(self, **inputs: Any) -> dict[str, np.ndarray]:
         """Run the model's IR in float64 numpy (:func:`vkumd.framework.graph.evaluate`), with
@@ -152,6 +203,8 @@ class OnnxModel:
         Returns:
             An array per ONNX output name, rounded to the output's ONNX type.
         """
+        if self.segmented is not None:
+            return self._run_segments(inputs, "evaluate")
         imp, feed = self._bind(inputs)
         assert self.graph is not None
         return self._typed(imp, evaluate(self.graph, feed))

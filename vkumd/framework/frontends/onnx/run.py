@@ -2,8 +2,9 @@
 node through the one interpreter -- on the device only.
 
 Where each node runs is :func:`~vkumd.framework.execute.lower.device_reason`'s decision, as
-for ``vkumd.compile``; the ONNX runner refuses host steps (:class:`NoDeviceKernel`), so a
-result it returns is always the device's.
+for ``vkumd.compile``; the ONNX runner refuses host fallbacks (:class:`NoDeviceKernel`), so a
+result it returns is always the device's. (A node whose output size depends on the data is
+no node of these graphs: the model runs in segments around it, :mod:`.segments`.)
 """
 
 from __future__ import annotations

@@ -70,6 +70,18 @@ def constant_nodes(gm: fx.GraphModule, kinds: dict[str, str]) -> set[fx.Node]:
     return found
 
 
+DATA_DEPENDENT = "its output size depends on the data: runs in torch"
+"""Why ``nonzero``, ``unique``, ``masked_select``... stay in torch. Dynamo already breaks the
+graph before them unless ``capture_dynamic_output_shape_ops`` is set; then the partitioner
+leaves them to torch, whose own kernel is the same synchronisation a vkumd host step is
+(``vkumd.ops.nonzero`` and the rest are eager ops; a graph's sizes are fixed before it runs)."""
+
+
+def _data_dependent(target: Any) -> bool:
+    return isinstance(target, torch._ops.OpOverload) and (
+        torch.Tag.dynamic_output_shape in target.tags)
+
+
 def refusal(node: fx.Node, constants: set[fx.Node]) -> str | None:
     """Why vkumd does not take ``node`` (a call), or None when it does."""
     if node in constants:
@@ -85,6 +97,8 @@ def refusal(node: fx.Node, constants: set[fx.Node]) -> str | None:
                 return f"result {node.args[1]} of {source.target}"
         return None
     if target not in HANDLERS:
+        if _data_dependent(target):
+            return DATA_DEPENDENT
         return "no vkumd counterpart"
     wanted = MULTI_OUTPUT.get(target)
     if wanted is not None:
