@@ -8,23 +8,31 @@ Each row is one depthwise layer of PP-OCRv4's recogniser (48 x 320) or detector
 its channels, input size, filter and stride. Per kernel, the median and range of R runs
 (one launch each, submitted and waited for: device time plus one round trip), in turns so
 that a change in the shared machine's load touches both alike, and GFLOP/s (2 flops per
-tap per output). "direct" forces the direct kernel the depthwise one replaces; a row
-whose stride the depthwise kernel does not take says so.
+tap per output). With ``LP_NUM_THREADS=0`` the times are process CPU time on one core,
+comparable with ``LP_NUM_THREADS=0 python bench/ceiling.py``'s ceiling. "direct" forces the
+direct kernel the depthwise one replaces (the planner's ``force``); a row whose stride the
+depthwise kernel does not take says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import statistics
 import time
 from typing import Any
 
-import numpy as np
+os.environ.setdefault("VKUMD_VALIDATION", "0")
 
-import vkumd
-import vkumd.framework.opset.conv as conv_module
-from vkumd import ops
+import numpy as np  # noqa: E402
+
+import vkumd  # noqa: E402
+from vkumd import ops  # noqa: E402
+from vkumd.compiler.kernels import conv as conv_kernels  # noqa: E402
+from vkumd.compiler.kernels import conv_route as route_module  # noqa: E402
+from vkumd.framework.opset import conv as conv_op  # noqa: E402
 
 # (model, channels, height, width, kernel, stride (y, x)).
 SHAPES: tuple[tuple[str, int, int, int, int, tuple[int, int]], ...] = (
@@ -41,11 +49,18 @@ SHAPES: tuple[tuple[str, int, int, int, int, tuple[int, int]], ...] = (
 )
 
 
+def _clock() -> float:
+    """Process CPU seconds with ``LP_NUM_THREADS=0`` (lavapipe runs each submission on one
+    thread: a one-core time, as ``bench/ceiling.py`` takes its ceiling), else wall seconds."""
+    return time.process_time() if os.environ.get("LP_NUM_THREADS") == "0" else \
+        time.perf_counter()
+
+
 def _timed(run: Any, ctx: Any) -> float:
-    start = time.perf_counter()
+    start = _clock()
     run()
     ctx.synchronize()
-    return (time.perf_counter() - start) * 1e3
+    return (_clock() - start) * 1e3
 
 
 def bench_shape(ctx: Any, c: int, h: int, w: int, k: int, stride: tuple[int, int],
@@ -61,15 +76,15 @@ def bench_shape(ctx: Any, c: int, h: int, w: int, k: int, stride: tuple[int, int
         return ops.conv2d(x, wt, b, stride=stride, pads=(pad,) * 4, groups=c,
                           activation="hardswish")
 
-    fits = conv_module.depthwise_fits(c, (c, 1, k, k), stride, (1, 1), c)
-    original = conv_module.depthwise_fits
+    fits = conv_kernels.depthwise_fits(c, (c, 1, k, k), stride, (1, 1), c)
+    original = conv_op.conv_route
 
     def direct() -> Any:
-        conv_module.depthwise_fits = lambda *a: False  # type: ignore[assignment]
+        conv_op.conv_route = functools.partial(route_module.conv_route, force="direct")
         try:
             return conv()
         finally:
-            conv_module.depthwise_fits = original  # type: ignore[assignment]
+            conv_op.conv_route = original
 
     runs = {"depthwise": conv, "direct": direct} if fits else {"direct": direct}
     results = {name: fn().numpy() for name, fn in runs.items()}  # warm: pipelines, plans
@@ -97,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the rows here too")
     args = parser.parse_args(argv)
     ctx = vkumd.Context()
-    print(f"device: {ctx.caps.name}; median [min-max] ms of {args.repeats} runs, "
+    clock = "one-core CPU" if os.environ.get("LP_NUM_THREADS") == "0" else "wall"
+    print(f"device: {ctx.caps.name}; median [min-max] {clock} ms of {args.repeats} runs, "
           "GFLOP/s")
     print(f"{'layer':<34}{'depthwise':>26}{'direct':>26}")
     rows = []

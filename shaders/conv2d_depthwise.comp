@@ -1,20 +1,25 @@
 #version 450
 // Depthwise 2-D convolution, NCHW, one input and one output channel per group, a square
-// KERNEL x KERNEL filter known when compiling, dilation 1 and a horizontal stride SX of 1 or
-// 2 known when compiling (any vertical stride): MobileNet's and PP-OCR's 3x3 and 5x5 layers.
+// KERNEL x KERNEL filter, dilation 1 and strides SY (vertical) and SX (horizontal) of 1 or 2,
+// all known when compiling: MobileNet's, ShuffleNet's and PP-OCR's 3x3 and 5x5 layers.
 // out[n, c, oy, ox] = bias[c] + sum over (ky, kx) of
-// x[n, c, oy*sy - pt + ky, ox*SX - pl + kx] * w[c, 0, ky, kx],
+// x[n, c, oy*SY - pt + ky, ox*SX - pl + kx] * w[c, 0, ky, kx],
 // zero outside the input; float32 accumulation; then conv_epilogue.glsl's activation and
 // residual.
 //
-// An invocation owns a strip of STRIP outputs along a row and loads each input row segment
-// the strip needs once ((STRIP - 1) * SX + KERNEL values) instead of once per output and
-// tap: for a 3x3 filter at stride 1, 6 loads serve 12 products (at stride 2, 9), for 5x5 8
-// serve 20 (at stride 2, 11). It walks a run of rows_per
-// (image, channel) planes by increments, as conv2d.comp does, so the divisions happen once
-// per run. Segments inside the row skip the bounds tests.
+// On lavapipe every load in a loop is a gather over the subgroup (docs/performance.md), so
+// the kernel is laid out to load each input element as few times as it can. An invocation
+// owns a strip of STRIP outputs along a row and a band of output rows below it, in one
+// (image, channel) plane: it loads the plane's filter and bias once, then walks down the
+// band keeping the KERNEL input row segments of the current output row in registers
+// ((STRIP - 1) * SX + KERNEL values each); moving to the next output row shifts them by SY
+// and loads only the SY new rows. A 3x3 at stride 1 with strips of 8 loads 10 values per 8
+// outputs (72 products) where one load per tap would be 72. Neighbouring invocations own
+// neighbouring strips. Loads outside the input read a clamped in-bounds address and select
+// zero, so no branch splits a subgroup at the borders.
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 #extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #include "elementwise_types.glsl"
 
@@ -39,102 +44,168 @@
 #ifndef SX
 #define SX 1
 #endif
-#define STRIP 4
+#ifndef SY
+#define SY 1
+#endif
+#ifndef STRIP
+#define STRIP 8
+#endif
 #define SEGMENT ((STRIP - 1) * SX + KERNEL)
+// Input rows an output row shares with the next one.
+#define KEPT (KERNEL - SY)
 
 layout(local_size_x_id = 0) in;
 
 layout(std430, binding = 0) readonly buffer X { ELEM x[]; };
+#if QUADS
+#if DTYPE == F32
+#define QUAD vec4
+#else
+#define QUAD f16vec4
+#endif
+layout(std430, binding = 0) readonly buffer XQuads { QUAD x4[]; };
+layout(std430, binding = 3) writeonly buffer OutQuads { QUAD result4[]; };
+#endif
 layout(std430, binding = 1) readonly buffer W { ELEM w[]; };
 layout(std430, binding = 2) readonly buffer B { ELEM bias[]; };  // w when has_bias is 0
 layout(std430, binding = 3) writeonly buffer Out { ELEM result[]; };
 layout(std430, binding = 4) readonly buffer R { ELEM residual[]; };  // x when residual_mode is 0
 
 layout(push_constant) uniform Depthwise {
-    uint rows_total;  // n * c planes
-    uint strips;      // oh * strips_per_row
+    uint items;           // planes * bands * strips_per_row
     uint strips_per_row;
+    uint bands;           // bands of output rows per plane
+    uint band_rows;       // output rows per band
     uint channels;
     uint h;
     uint w;
     uint oh;
     uint ow;
-    uint sy;
     int pt;
     int pl;
     uint has_bias;
-    uint act;         // the epilogue's activation (activation.glsl) and its parameters
+    uint act;             // the epilogue's activation (activation.glsl) and its parameters
     float act_p0;
     float act_p1;
-    uint residual_mode;  // 0 none, 1 added after the activation, 2 before it
-    uint rows_per;    // planes per invocation (the grid's y covers rows_total)
+    uint residual_mode;   // 0 none, 1 added after the activation, 2 before it
 } pc;
 
 #include "conv_epilogue.glsl"
 
-void main() {
-    uint first = gl_WorkGroupID.y * pc.rows_per;
-    if (first >= pc.rows_total) {
-        return;
+#ifndef QUADS
+#define QUADS 0
+#endif
+#if QUADS
+// The quads (4 aligned elements) a segment spans: from the one holding column x0 - pl
+// (pl <= PAD_MAX) to the one holding its last column.
+#define PAD_MAX 4
+#define QUAD_SPAN ((SEGMENT + 6) / 4)
+// The SEGMENT input values of row iy from column x0 on, zero outside the input, loaded as
+// QUAD_SPAN quads: w is a multiple of 4, so a row starts at a quad and each quad is inside
+// or outside it whole.
+void load_row(uint plane_base, int iy, int x0, out float seg[SEGMENT]) {
+    bool row_in = iy >= 0 && iy < int(pc.h);
+    uint row = (plane_base + uint(clamp(iy, 0, int(pc.h) - 1)) * pc.w) / 4u;
+    int q0 = (x0 + PAD_MAX) / 4 - PAD_MAX / 4;  // floor(x0 / 4) for x0 >= -PAD_MAX
+    int quads = int(pc.w) / 4;
+    float v[QUAD_SPAN * 4];
+    [[unroll]] for (int q = 0; q < QUAD_SPAN; ++q) {
+        int qi = q0 + q;
+        vec4 quad = vec4(x4[row + uint(clamp(qi, 0, quads - 1))]);
+        bool in_row = row_in && qi >= 0 && qi < quads;
+        [[unroll]] for (int e = 0; e < 4; ++e) {
+            v[q * 4 + e] = in_row ? quad[e] : 0.0;
+        }
     }
-    uint last = min(first + pc.rows_per, pc.rows_total);
+    int skip = x0 - q0 * 4;  // 0..3
+    [[unroll]] for (int i = 0; i < SEGMENT; ++i) {
+        float s = v[i];
+        [[unroll]] for (int d = 1; d < 4; ++d) {
+            s = skip == d ? v[i + d] : s;
+        }
+        seg[i] = s;
+    }
+}
+#else
+// The SEGMENT input values of row iy from column x0 on, zero outside the input.
+void load_row(uint plane_base, int iy, int x0, out float seg[SEGMENT]) {
+    bool row_in = iy >= 0 && iy < int(pc.h);
+    uint row = plane_base + uint(clamp(iy, 0, int(pc.h) - 1)) * pc.w;
+    [[unroll]] for (int i = 0; i < SEGMENT; ++i) {
+        int ix = x0 + i;
+        float v = TO_F(x[row + uint(clamp(ix, 0, int(pc.w) - 1))]);
+        seg[i] = row_in && ix >= 0 && ix < int(pc.w) ? v : 0.0;
+    }
+}
+#endif
+
+void main() {
     uint in_plane = pc.h * pc.w;
     uint out_plane = pc.oh * pc.ow;
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
-    for (uint s = gl_GlobalInvocationID.x; s < pc.strips; s += stride) {
-        uint oy = s / pc.strips_per_row;
-        uint ox0 = (s - oy * pc.strips_per_row) * STRIP;
-        int y0 = int(oy * pc.sy) - pc.pt;
-        int x0 = int(ox0 * uint(SX)) - pc.pl;
-        bool inside = x0 >= 0 && x0 + SEGMENT <= int(pc.w);
-        uint c = first % pc.channels;
-        uint base = first * in_plane;
-        uint out_at = first * out_plane + oy * pc.ow + ox0;
-        for (uint r = first; r < last; ++r) {
+    for (uint item = gl_GlobalInvocationID.x; item < pc.items; item += stride) {
+        uint rest = item / pc.strips_per_row;
+        uint ox0 = (item - rest * pc.strips_per_row) * uint(STRIP);
+        uint plane = rest / pc.bands;
+        uint oy = (rest - plane * pc.bands) * pc.band_rows;
+        uint oy_end = min(oy + pc.band_rows, pc.oh);
+        uint c = plane % pc.channels;
+        uint base = plane * in_plane;
+        int x0 = int(ox0) * SX - pc.pl;
+
+        float taps[KERNEL * KERNEL];
+        [[unroll]] for (int t = 0; t < KERNEL * KERNEL; ++t) {
+            taps[t] = TO_F(w[c * uint(KERNEL * KERNEL) + uint(t)]);
+        }
+        float b = pc.has_bias != 0u ? TO_F(bias[c]) : 0.0;
+
+        // seg[ky]: input row oy*SY - pt + ky. The rows the first output row shares with
+        // the one above it go where the shift below expects them.
+        float seg[KERNEL][SEGMENT];
+        int iy = int(oy) * SY - pc.pt;
+        [[unroll]] for (int k = 0; k < KEPT; ++k) {
+            load_row(base, iy + k, x0, seg[k + SY]);
+        }
+        uint out_at = plane * out_plane + oy * pc.ow + ox0;
+        for (; oy < oy_end; ++oy) {
+            [[unroll]] for (int k = 0; k < KEPT; ++k) {
+                seg[k] = seg[k + SY];
+            }
+            [[unroll]] for (int k = KEPT; k < KERNEL; ++k) {
+                load_row(base, iy + k, x0, seg[k]);
+            }
             float acc[STRIP];
-            float b = pc.has_bias != 0u ? TO_F(bias[c]) : 0.0;
-            for (uint j = 0u; j < STRIP; ++j) {
+            [[unroll]] for (int j = 0; j < STRIP; ++j) {
                 acc[j] = b;
             }
-            uint taps = c * uint(KERNEL * KERNEL);
-            for (uint ky = 0u; ky < uint(KERNEL); ++ky) {
-                int iy = y0 + int(ky);
-                if (iy < 0 || iy >= int(pc.h)) {
-                    continue;
-                }
-                uint row = base + uint(iy) * pc.w;
-                float seg[SEGMENT];
-                if (inside) {
-                    for (uint i = 0u; i < uint(SEGMENT); ++i) {
-                        seg[i] = TO_F(x[row + uint(x0) + i]);
-                    }
-                } else {
-                    for (uint i = 0u; i < uint(SEGMENT); ++i) {
-                        int ix = x0 + int(i);
-                        float v = 0.0;
-                        if (ix >= 0 && ix < int(pc.w)) {
-                            v = TO_F(x[row + uint(ix)]);
-                        }
-                        seg[i] = v;
-                    }
-                }
-                for (uint kx = 0u; kx < uint(KERNEL); ++kx) {
-                    float wv = TO_F(w[taps + ky * uint(KERNEL) + kx]);
-                    for (uint j = 0u; j < STRIP; ++j) {
-                        acc[j] += seg[j * uint(SX) + kx] * wv;
+            [[unroll]] for (int ky = 0; ky < KERNEL; ++ky) {
+                [[unroll]] for (int kx = 0; kx < KERNEL; ++kx) {
+                    float wv = taps[ky * KERNEL + kx];
+                    [[unroll]] for (int j = 0; j < STRIP; ++j) {
+                        acc[j] += seg[ky][j * SX + kx] * wv;
                     }
                 }
             }
-            for (uint j = 0u; j < STRIP; ++j) {
-                if (ox0 + j < pc.ow) {
-                    result[out_at + j] = FROM_F(conv_finish(acc[j], out_at + j));
+#if QUADS
+            // ow is a multiple of 4: each quad of the strip is inside the row or past it.
+            [[unroll]] for (int j = 0; j < STRIP; j += 4) {
+                if (ox0 + uint(j) < pc.ow) {
+                    uint at = out_at + uint(j);
+                    result4[at / 4u] = QUAD(conv_finish(acc[j], at),
+                                            conv_finish(acc[j + 1], at + 1u),
+                                            conv_finish(acc[j + 2], at + 2u),
+                                            conv_finish(acc[j + 3], at + 3u));
                 }
             }
-            base += in_plane;
-            out_at += out_plane;
-            if (++c == pc.channels) {
-                c = 0u;
+#else
+            [[unroll]] for (int j = 0; j < STRIP; ++j) {
+                if (ox0 + uint(j) < pc.ow) {
+                    result[out_at + uint(j)] = FROM_F(conv_finish(acc[j], out_at + uint(j)));
+                }
             }
+#endif
+            iy += SY;
+            out_at += pc.ow;
         }
     }
 }

@@ -88,7 +88,7 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_qmatmul.py::test_qembedding_rows_and_out_of_range_ids":
         "quantized embedding",
     "tests/framework/test_conv.py::test_matches_float64": "direct convolution",
-    "tests/framework/test_conv.py::test_depthwise_runs_of_planes_cross_images":
+    "tests/framework/test_conv.py::test_depthwise_bands":
         "depthwise convolution",
     "tests/framework/test_conv_epilogue.py::test_every_path_applies_the_epilogue":
         "convolution epilogue, every path",

@@ -65,6 +65,11 @@ CASES = [
     ((2, 7, 13, 17), 7, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 7, True),   # depthwise, x stride 2
     ((1, 5, 9, 23), 5, (5, 5), (1, 2), (1, 1), (2, 1, 2, 3), 5, False),   # 5x5, strips cut
     ((1, 3, 4, 31), 3, (3, 3), (1, 2), (1, 1), (0, 0, 0, 0), 3, True),    # segments inside
+    # The depthwise kernel's quads (rows in and out of a multiple of 4, left pad <= 4).
+    ((1, 7, 9, 20), 7, (3, 3), (1, 1), (1, 1), (1, 1, 0, 1), 7, True),   # quads, cut strip
+    ((2, 5, 11, 24), 5, (5, 5), (2, 2), (1, 1), (2, 1, 1, 2), 5, False),  # quads, stride 2
+    ((1, 3, 6, 16), 3, (5, 5), (2, 1), (1, 1), (0, 4, 3, 0), 3, True),    # quads, left pad 4
+    ((1, 3, 5, 13), 3, (3, 3), (1, 1), (1, 1), (1, 5, 1, 0), 3, True),    # left pad 5: no quads
 ]
 
 
@@ -283,41 +288,45 @@ def test_columns_past_the_limit_run_in_blocks_of_channels(ctx, monkeypatch: pyte
     assert conv_kernels.im2col_blocks((2, 7, 10, 9), w.shape, want.shape[2:], 1, 4) is None
 
 
-def test_depthwise_kernel_takes_horizontal_strides_1_and_2() -> None:
-    """The 3x3 CASES at horizontal stride 2 run on the depthwise kernel (their "chosen"
-    path); a 5x5 at stride 2 (measured slower there), another stride or a dilation keeps the
-    direct kernel. The kernel's 5x5 stride-2 variant, planned directly, is still right."""
+def test_depthwise_kernel_takes_strides_1_and_2() -> None:
+    """3x3 and 5x5 at strides 1 and 2 either way run on the depthwise kernel; another stride,
+    a dilation or a non-square filter keeps the direct kernel."""
     assert conv_kernels.depthwise_fits(7, (7, 1, 3, 3), (2, 2), (1, 1), 7)
     assert conv_kernels.depthwise_fits(3, (3, 1, 3, 3), (1, 2), (1, 1), 3)
-    assert not conv_kernels.depthwise_fits(5, (5, 1, 5, 5), (1, 2), (1, 1), 5)
+    assert conv_kernels.depthwise_fits(5, (5, 1, 5, 5), (1, 2), (1, 1), 5)
+    assert conv_kernels.depthwise_fits(5, (5, 1, 5, 5), (2, 1), (1, 1), 5)
     assert not conv_kernels.depthwise_fits(5, (5, 1, 3, 3), (1, 3), (1, 1), 5)
+    assert not conv_kernels.depthwise_fits(5, (5, 1, 3, 3), (3, 1), (1, 1), 5)
     assert not conv_kernels.depthwise_fits(5, (5, 1, 3, 3), (1, 2), (2, 2), 5)
+    assert not conv_kernels.depthwise_fits(5, (5, 1, 3, 5), (1, 1), (1, 1), 5)
 
 
-def test_depthwise_kernel_5x5_at_horizontal_stride_2(ctx) -> None:
+# (x shape, kernel, stride, pads (top, left, bottom, right)): odd channels and sizes, widths
+# that leave a strip cut, with quads (rows of a multiple of 4) and without.
+DEPTHWISE_BANDS = [
+    ((3, 5, 8, 11), 3, (2, 1), (1, 1, 0, 1)),
+    ((2, 5, 9, 23), 5, (1, 2), (2, 1, 2, 3)),
+    ((1, 7, 13, 16), 5, (1, 1), (2, 2, 1, 2)),
+    ((2, 3, 10, 16), 3, (2, 2), (0, 1, 1, 0)),
+]
+
+
+@pytest.mark.parametrize("band_rows", [1, 2, 3, 1000])
+@pytest.mark.parametrize("case", DEPTHWISE_BANDS, ids=str)
+def test_depthwise_bands(ctx, case, band_rows: int) -> None:
+    """The depthwise kernel walks a band of band_rows output rows per invocation, keeping
+    the input rows it shares between output rows: bands that start inside the image, in
+    the padding and past images (each plane's own channel's bias and filter)."""
+    shape, k, stride, pads = case
     rng = np.random.default_rng()
-    x = rng.standard_normal((2, 5, 9, 23)).astype(np.float32)
-    w = rng.standard_normal((5, 1, 5, 5)).astype(np.float32)
-    want = pixelwise(x, w, None, (1, 2), (1, 1), (2, 1, 2, 1), 5)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((shape[1], 1, k, k)).astype(np.float32)
+    bias = rng.standard_normal(shape[1]).astype(np.float32)
+    want = pixelwise(x, w, bias, stride, (1, 1), pads, shape[1])
+    assert conv_kernels.depthwise_fits(shape[1], w.shape, stride, (1, 1), shape[1])
     out = poisoned(ctx, want.shape, "float32")
-    plan = conv_kernels.depthwise_plan(ctx.caps, "F32", x.shape, 5, want.shape[2:], (1, 2),
-                                       (2, 1), False)
-    ctx.run(plan, (ctx.tensor(x), ctx.tensor(w), None, out, None))
-    assert_close(out.numpy().astype(np.float64), want, "float32", "5x5 stride (1, 2)")
-
-
-@pytest.mark.parametrize("rows_per", [1, 4, 1000])
-def test_depthwise_runs_of_planes_cross_images(ctx, rows_per: int) -> None:
-    """The depthwise kernel walks rows_per (image, channel) planes: runs that cross images
-    must restart the channel count (the bias and filter of each plane's own channel)."""
-    rng = np.random.default_rng()
-    x = rng.standard_normal((3, 5, 8, 11)).astype(np.float32)
-    w = rng.standard_normal((5, 1, 3, 3)).astype(np.float32)
-    bias = rng.standard_normal(5).astype(np.float32)
-    want = pixelwise(x, w, bias, (2, 1), (1, 1), (1, 1, 0, 1), 5)
-    assert conv_kernels.depthwise_fits(5, w.shape, (2, 1), (1, 1), 5)
-    out = poisoned(ctx, want.shape, "float32")
-    plan = conv_kernels.depthwise_plan(ctx.caps, "F32", x.shape, 3, want.shape[2:], (2, 1),
-                                       (1, 1), True, rows_per=rows_per)
+    plan = conv_kernels.depthwise_plan(ctx.caps, "F32", x.shape, k, want.shape[2:], stride,
+                                       pads[:2], True, band_rows=band_rows)
     ctx.run(plan, (ctx.tensor(x), ctx.tensor(w), ctx.tensor(bias), out, None))
-    assert_close(out.numpy().astype(np.float64), want, "float32", f"rows_per {rows_per}")
+    assert_close(out.numpy().astype(np.float64), want, "float32",
+                 f"{case} band_rows {band_rows}")

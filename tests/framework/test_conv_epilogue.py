@@ -86,6 +86,7 @@ PATHS = {
     "grouped": ((2, 6, 7, 9), 16, (3, 3), (1, 1), (1, 1, 1, 1), 2),
     "grouped_pointwise": ((1, 9, 5, 7), 24, (1, 1), (1, 1), (0, 0, 0, 0), 3),
     "depthwise": ((2, 6, 9, 11), 6, (3, 3), (1, 1), (1, 1, 1, 1), 6),
+    "depthwise_quads": ((1, 5, 9, 16), 5, (5, 5), (2, 1), (2, 2, 1, 2), 5),
     "direct": ((2, 4, 9, 7), 8, (3, 2), (1, 2), (0, 1, 1, 0), 2),
     "blocked": ((1, 7, 10, 9), 5, (3, 2), (1, 2), (1, 0, 2, 1), 1),
     "split_k": ((1, 16, 5, 3), 6, (3, 3), (1, 1), (1, 1, 1, 1), 1),
@@ -121,7 +122,7 @@ def chosen_path(caps: DeviceCaps, path: str) -> None:
         assert gemm
     elif path == "blocked":
         assert blocks is not None and len(blocks) > 1
-    elif path == "depthwise":
+    elif path in ("depthwise", "depthwise_quads"):
         assert not gemm and blocks is None
         assert conv_kernels.depthwise_fits(shape[1], w_shape, stride, (1, 1), groups)
     elif path in ("im2col", "grouped", "split_k"):
@@ -160,7 +161,8 @@ def test_every_activation(ctx, monkeypatch: pytest.MonkeyPatch, act: str | None,
     run_case(ctx, "float32", *PATHS[path], act, "after")
 
 
-@pytest.mark.parametrize("path", ["gemm", "im2col", "depthwise", "direct", "implicit"])
+@pytest.mark.parametrize("path", ["gemm", "im2col", "depthwise", "depthwise_quads", "direct",
+                                  "implicit"])
 def test_float16(ctx, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     force(monkeypatch, path)
     run_case(ctx, "float16", *PATHS[path], "hardswish", "after")

@@ -180,10 +180,11 @@ def test_route(ctx, monkeypatch: pytest.MonkeyPatch) -> None:
     assert path(cpu, (1, 256, 14, 14), (256, 256, 3, 3)) == "im2col"
     assert path(gpu, (1, 256, 14, 14), (256, 256, 3, 3)) == "implicit"
     assert path(cpu, (1, 8, 9, 9), (8, 1, 3, 3), groups=8) == "depthwise"
-    # Horizontal stride 2: the depthwise kernel for 3x3, the direct one for 5x5 (measured,
-    # vkumd/compiler/kernels/conv.py DEPTHWISE_TAKES_X).
+    # Horizontal stride 2: the depthwise kernel for 3x3 and 5x5; stride 3 the direct one.
     assert path(cpu, (1, 8, 9, 9), (8, 1, 3, 3), stride=(1, 2), groups=8) == "depthwise"
     assert path(cpu, (1, 8, 11, 11), (8, 1, 5, 5), stride=(1, 2), pads=(2, 2, 2, 2),
+                groups=8) == "depthwise"
+    assert path(cpu, (1, 8, 11, 11), (8, 1, 5, 5), stride=(1, 3), pads=(2, 2, 2, 2),
                 groups=8) == "direct"
     # Columns past the limit: the implicit GEMM instead of im2col's blocks.
     monkeypatch.setattr(route_module, "im2col_blocks", lambda *a: [(0, 9), (9, 18)])

@@ -155,69 +155,94 @@ def row_runs(caps: DeviceCaps, rows_total: int, pixels: int, rows_per: int = 0
                       1)
 
 
-DEPTHWISE_PUSH = PushLayout("rows_total:u32", "strips:u32", "strips_per_row:u32",
-                            "channels:u32", "h:u32", "w:u32", "oh:u32", "ow:u32", "sy:u32",
-                            "pt:i32", "pl:i32", "has_bias:u32", "act:u32", "act_p0:f32",
-                            "act_p1:f32", "residual_mode:u32", "rows_per:u32")
-# Square filter sizes and horizontal strides the depthwise kernel is compiled for; outputs
-# per invocation along a row.
+DEPTHWISE_PUSH = PushLayout("items:u32", "strips_per_row:u32", "bands:u32", "band_rows:u32",
+                            "channels:u32", "h:u32", "w:u32", "oh:u32", "ow:u32", "pt:i32",
+                            "pl:i32", "has_bias:u32", "act:u32", "act_p0:f32", "act_p1:f32",
+                            "residual_mode:u32")
+# Square filter sizes and strides (vertical, horizontal) the depthwise kernel is compiled
+# for.
 DEPTHWISE_KERNELS = (3, 5)
-DEPTHWISE_STRIDES_X = (1, 2)
-# The horizontal strides the planner gives it, per filter size: at stride 2 a 3x3 ran
-# 0.9-1.0x the direct kernel's time on PP-OCR's layers, a 5x5 1.04-1.16x (bench/depthwise.py,
-# lavapipe, load 10: noisy), so a 5x5 at stride 2 stays direct.
-DEPTHWISE_TAKES_X = {3: (1, 2), 5: (1,)}
-DEPTHWISE_STRIP = 4
+DEPTHWISE_STRIDES = (1, 2)
+# Outputs per invocation along a row (the shader's STRIP).
+DEPTHWISE_STRIP = 8
+# Output rows per band: on GPUs short bands (many invocations); on CPU drivers bands as long
+# as leave about CPU_WORKGROUPS workgroups, at least this many rows (each band reloads the
+# KERNEL - SY input rows it shares with the band above).
+DEPTHWISE_GPU_BAND = 4
+DEPTHWISE_MIN_BAND = 4
 CONV2D_DEPTHWISE = register(Kernel(
     name="conv2d_depthwise",
     source="conv2d_depthwise.comp",
     buffers=5,
     push=DEPTHWISE_PUSH,
     defines={"DTYPE": tuple(CONV_CODES.values()), "KERNEL": DEPTHWISE_KERNELS,
-             "SX": DEPTHWISE_STRIDES_X},
+             "SX": DEPTHWISE_STRIDES, "SY": DEPTHWISE_STRIDES, "QUADS": (0, 1)},
     spec_constants={WORKGROUP: 0},
-    variants=lambda caps: [{**v, "KERNEL": k, "SX": sx} for v in _conv_variants(caps)
-                           for k in DEPTHWISE_KERNELS for sx in DEPTHWISE_STRIDES_X],
+    variants=lambda caps: [{**v, "KERNEL": k, "SX": sx, "SY": sy, "QUADS": q}
+                           for v in _conv_variants(caps) for k in DEPTHWISE_KERNELS
+                           for sx in DEPTHWISE_STRIDES for sy in DEPTHWISE_STRIDES
+                           for q in (0, 1)],
 ))
+# The quads variant (QUADS=1) loads input rows and stores output rows as 4-element vectors,
+# fewer load and store instructions: it needs rows of a multiple of 4 elements in and out
+# and a left pad of at most this many columns.
+DEPTHWISE_QUAD_PAD = 4
 
 
 def depthwise_fits(c_in: int, w_shape: tuple[int, int, int, int], stride: tuple[int, int],
                    dilation: tuple[int, int], groups: int) -> bool:
     """Whether ``shaders/conv2d_depthwise.comp`` takes the convolution: one input and one
     output channel per group, a square filter of :data:`DEPTHWISE_KERNELS`, dilation 1 and
-    a horizontal stride of :data:`DEPTHWISE_TAKES_X` (any vertical stride). Measured on
-    lavapipe (2 shared cores, load 0.6-2, noisy), against the direct kernel: a 3x3 on
-    96 x 56x56 3.9-8.2 ms against 7.8-11.9, a 3x3 on 64 x 24x160 2.3-2.4 against 8.0-8.6, a
-    5x5 on 240 x 12x80 (PP-OCR's recogniser) 9.1-10.5 against 14.9-16.8; at horizontal
-    stride 2 see ``bench/depthwise.py``. Strips of 8 measured the same within the noise;
-    4 keeps fewer registers per invocation."""
+    strides of :data:`DEPTHWISE_STRIDES` (measured against the direct kernel in
+    ``bench/depthwise.py``; numbers in docs/vision.md, "Layouts and kernels")."""
     c_out, per_group, kh, kw = w_shape
     return (groups == c_in == c_out and per_group == 1 and kh == kw
             and kh in DEPTHWISE_KERNELS and dilation == (1, 1)
-            and stride[1] in DEPTHWISE_TAKES_X[kh])
+            and stride[0] in DEPTHWISE_STRIDES and stride[1] in DEPTHWISE_STRIDES)
+
+
+def depthwise_bands(caps: DeviceCaps, planes: int, strips: int, oh: int,
+                    band_rows: int = 0) -> tuple[int, int]:
+    """(bands per plane, output rows per band) of the depthwise kernel; ``band_rows`` 0 is
+    the planner's choice (:data:`DEPTHWISE_GPU_BAND`, :data:`DEPTHWISE_MIN_BAND`)."""
+    if not band_rows:
+        if caps.device_type == "cpu":
+            wanted = -(-CPU_WORKGROUPS * ELEMENTWISE_WORKGROUP // (planes * strips))
+            band_rows = max(-(-oh // wanted), DEPTHWISE_MIN_BAND)
+        else:
+            band_rows = DEPTHWISE_GPU_BAND
+    band_rows = min(band_rows, oh)
+    return -(-oh // band_rows), band_rows
 
 
 @functools.lru_cache(maxsize=4096)
 def depthwise_plan(caps: DeviceCaps, code: str, x_shape: tuple[int, int, int, int],
                    kernel: int, out_hw: tuple[int, int], stride: tuple[int, int],
-                   pads: tuple[int, int], has_bias: bool, rows_per: int = 0,
+                   pads: tuple[int, int], has_bias: bool, band_rows: int = 0,
                    epilogue: Epilogue = NO_EPILOGUE) -> FixedLaunch:
     """A depthwise convolution :func:`depthwise_fits` takes; ``stride`` is (y, x), ``pads``
     (top, left); then ``epilogue``. Operands: x, w, bias (x when there is none), out
-    ``[n, c, *out_hw]``, residual (of out's shape; x when there is none).
+    ``[n, c, *out_hw]``, residual (of out's shape; x when there is none). ``band_rows``
+    forces the output rows per invocation (:func:`depthwise_bands`).
 
     Raises:
         VkumdValueError: a tensor past the kernel's 32-bit indexing.
     """
     n, c, h, w = x_shape
-    check_indexing("conv2d", x=n * c * h * w, out=n * c * out_hw[0] * out_hw[1])
-    per_row = -(-out_hw[1] // DEPTHWISE_STRIP)
-    rows_per, grid = row_runs(caps, n * c, out_hw[0] * per_row, rows_per)
-    program = CONV2D_DEPTHWISE.specialize({"DTYPE": code, "KERNEL": kernel, "SX": stride[1],
+    oh, ow = out_hw
+    check_indexing("conv2d", x=n * c * h * w, out=n * c * oh * ow)
+    per_row = -(-ow // DEPTHWISE_STRIP)
+    bands, band_rows = depthwise_bands(caps, n * c, per_row, oh, band_rows)
+    items = n * c * bands * per_row
+    check_indexing("conv2d", items=items)
+    quads = int(w % 4 == 0 and ow % 4 == 0 and pads[1] <= DEPTHWISE_QUAD_PAD)
+    program = CONV2D_DEPTHWISE.specialize({"DTYPE": code, "KERNEL": kernel, "SY": stride[0],
+                                           "SX": stride[1], "QUADS": quads,
                                            WORKGROUP: ELEMENTWISE_WORKGROUP})
-    push = DEPTHWISE_PUSH.pack(n * c, out_hw[0] * per_row, per_row, c, h, w, *out_hw, stride[0],
-                               *pads, int(has_bias), *epilogue, rows_per)
-    return FixedLaunch(program, push, grid, (3,))
+    push = DEPTHWISE_PUSH.pack(items, per_row, bands, band_rows, c, h, w, oh, ow, *pads,
+                               int(has_bias), *epilogue)
+    groups = min(-(-items // ELEMENTWISE_WORKGROUP), caps.max_workgroup_count[0])
+    return FixedLaunch(program, push, (groups, 1, 1), (3,))
 
 
 IM2COL_PUSH = PushLayout("rows_total:u32", "pixels:u32", "h:u32", "w:u32", "ow:u32", "kh:u32",

@@ -4,7 +4,7 @@ The geometry (strides, dilation, the four pads, groups) is checked once, in the 
 the eager function and every frontend share. The planner
 (:func:`vkumd.compiler.kernels.conv_route.conv_route`) picks the path: the GEMM for a
 pointwise convolution, the depthwise kernel ``shaders/conv2d_depthwise.comp`` for 3x3 and 5x5
-depthwise ones at horizontal stride 1 (3x3 also 2), the direct kernel ``shaders/conv2d.comp``
+depthwise ones at strides of 1 and 2, the direct kernel ``shaders/conv2d.comp``
 for groups too narrow for the GEMM's tiles, and the implicit GEMM (or im2col + GEMM) for the
 rest. Each path applies the epilogue
 (:mod:`vkumd.framework.opset.conv_epilogue`: bias, activation, residual) in its store.
