@@ -11,6 +11,7 @@
 #include "common.glsl"
 #include "elementwise_types.glsl"
 #include "activation.glsl"
+#include "int64_emulated.glsl"
 
 #ifndef DTYPE
 #define DTYPE F32
@@ -93,6 +94,26 @@
 #define LOAD(x) (x)
 #define LOAD4(v) (v)
 #define STORE(v) (v)
+#elif DTYPE == I64 && defined(EMU64) && EMU64 == 1
+// int64 without shaderInt64: two 32-bit words (int64_emulated.glsl); scalar only (VEC 1),
+// a subset of the ops (INT64_EMULATED_OPS in elementwise.py).
+#define ELEM uvec2
+#define ELEM4 uvec4
+#define VALUE uvec2
+#define VALUE4 uvec4
+#define LOAD(x) (x)
+#define LOAD4(v) (v)
+#define STORE(v) (v)
+#define I64_WORDS 1
+#elif DTYPE == I64
+// int64 with shaderInt64: int64_t, wrapping.
+#define ELEM int64_t
+#define ELEM4 i64vec4
+#define VALUE int64_t
+#define VALUE4 i64vec4
+#define LOAD(x) (x)
+#define LOAD4(v) (v)
+#define STORE(v) (v)
 #elif DTYPE == F64
 // float64 computed in double (shaderFloat64), never through float32.
 #define ELEM double
@@ -103,7 +124,10 @@
 #define LOAD4(v) (v)
 #define STORE(v) (v)
 #else
-#error "DTYPE must be F32, F16, BF16, I32, I8, U8, I16, U16, U32, U64 or F64"
+#error "DTYPE must be F32, F16, BF16, I32, I8, U8, I16, U16, U32, U64, I64 or F64"
+#endif
+#ifndef I64_WORDS
+#define I64_WORDS 0
 #endif
 #if DTYPE == I32 || DTYPE == I8 || DTYPE == U8 || DTYPE == I16 || DTYPE == U16
 #define INTEGER 1
@@ -143,7 +167,11 @@ double nan_double() {
 
 // OUT U8 (comparisons only): the 1/0 result stored as uint8, a graph's bool mask; any other
 // OUT is DTYPE's own storage.
-#if defined(OUT) && OUT == U8
+#if defined(OUT) && OUT == U8 && I64_WORDS
+#define ELEM_OUT uint8_t
+#define ELEM_OUT4 u8vec4
+#define STORE_OUT(v) uint8_t(v.x)
+#elif defined(OUT) && OUT == U8
 #define ELEM_OUT uint8_t
 #define ELEM_OUT4 u8vec4
 #define STORE_OUT(v) uint8_t(uint(v))
@@ -200,6 +228,21 @@ VALUE divide(VALUE x, VALUE y) {
 #if UNSIGNED
     // Rounding down and toward zero agree; a zero divisor gives 0 (numpy's floor_divide).
     return y == VALUE(0) ? VALUE(0) : x / y;
+#elif DTYPE == I64 && !I64_WORDS
+    // As the 32-bit integers below, in int64_t.
+    if (y == int64_t(0)) {
+        return int64_t(0);
+    }
+    if (y == int64_t(-1)) {
+        return int64_t(uint64_t(0) - uint64_t(x));  // wraps INT64_MIN to itself
+    }
+    int64_t q = x / y;
+    if (OP == 4u && q * y != x && ((x < int64_t(0)) != (y < int64_t(0)))) {
+        q -= int64_t(1);
+    }
+    return q;
+#elif I64_WORDS
+    return x;  // not a variant: the emulated int64 does not divide
 #elif INTEGER
     if (y == 0) {
         return 0;
@@ -226,6 +269,17 @@ VALUE divide(VALUE x, VALUE y) {
 VALUE remainder(VALUE x, VALUE y) {
 #if UNSIGNED
     return y == VALUE(0) ? VALUE(0) : x % y;
+#elif DTYPE == I64 && !I64_WORDS
+    if (y == int64_t(0) || y == int64_t(-1)) {
+        return int64_t(0);
+    }
+    int64_t r = x - (x / y) * y;
+    if (OP == 12u && r != int64_t(0) && ((r < int64_t(0)) != (y < int64_t(0)))) {
+        r += y;
+    }
+    return r;
+#elif I64_WORDS
+    return x;  // not a variant
 #elif DTYPE == F64
     // double has no vkumd_mod. The truncated remainder exactly, as C's fmod: subtract |y|
     // scaled by powers of two from |x| (each step d <= r < 2d, so r - d is exact), at most
@@ -281,6 +335,24 @@ VALUE power(VALUE x, VALUE y) {
         e >>= 1;
     }
     return r;
+#elif DTYPE == I64 && !I64_WORDS
+    if (y < int64_t(0)) {
+        return x == int64_t(1) ? x : (x == int64_t(-1) ? ((y & int64_t(1)) != int64_t(0) ? x
+                                                          : int64_t(1)) : int64_t(0));
+    }
+    int64_t r = int64_t(1);
+    int64_t base = x;
+    uint64_t e = uint64_t(y);
+    while (e != uint64_t(0)) {
+        if ((e & uint64_t(1)) != uint64_t(0)) {
+            r *= base;
+        }
+        base *= base;
+        e >>= 1;
+    }
+    return r;
+#elif I64_WORDS
+    return x;  // not a variant
 #elif DTYPE == F64
     return x;  // not a variant: double has no pow() (see elementwise.py)
 #elif INTEGER
@@ -307,6 +379,39 @@ VALUE truth(bool c) {
     return c ? VALUE(1) : VALUE(0);
 }
 
+#if I64_WORDS
+// The emulated int64's ops (INT64_EMULATED_OPS): the same results as int64_t's below.
+uvec2 i64_truth(bool c) {
+    return uvec2(c ? 1u : 0u, 0u);
+}
+
+VALUE apply(VALUE x, VALUE y) {
+    bool past = i64_negative(y) || y.y != 0u || y.x >= 64u;
+    switch (OP) {
+    case 0u: return i64_add(x, y);
+    case 1u: return i64_sub(x, y);
+    case 2u: return i64_mul(x, y);
+    case 6u: return i64_truth(i64_lt(x, y));
+    case 7u: return i64_truth(!i64_lt(y, x));
+    case 8u: return i64_truth(i64_lt(y, x));
+    case 9u: return i64_truth(!i64_lt(x, y));
+    case 10u: return i64_truth(i64_eq(x, y));
+    case 11u: return i64_truth(!i64_eq(x, y));
+    case 15u: return i64_lt(x, y) ? y : x;
+    case 16u: return i64_lt(y, x) ? y : x;
+    case 17u: return x & y;
+    case 18u: return x | y;
+    case 19u: return x ^ y;
+    case 20u: return past ? uvec2(0u) : i64_shl(x, y.x);
+    case 21u: return past ? (i64_negative(x) ? uvec2(0xFFFFFFFFu) : uvec2(0u)) : i64_shr(x, y.x);
+    }
+    return x;  // not a variant
+}
+
+void apply4(uint q, uint ia, uint ib) {
+    // not a variant: the emulated int64 runs VEC 1 only
+}
+#else
 VALUE apply(VALUE x, VALUE y) {
     if (OP == 6u) {
         return truth(x < y);
@@ -365,6 +470,21 @@ VALUE apply(VALUE x, VALUE y) {
         return y < 0 || y >= 32 ? (x < 0 ? -1 : 0) : x >> y;
     }
 #endif
+#if DTYPE == I64
+    // Shifts by a count outside [0, 64) as the 32-bit integers' outside [0, 32).
+    if (OP == 17u) {
+        return x & y;
+    } else if (OP == 18u) {
+        return x | y;
+    } else if (OP == 19u) {
+        return x ^ y;
+    } else if (OP == 20u) {
+        return y < int64_t(0) || y >= int64_t(64) ? int64_t(0) : x << y;
+    } else if (OP == 21u) {
+        return y < int64_t(0) || y >= int64_t(64) ? (x < int64_t(0) ? int64_t(-1) : int64_t(0))
+                                                  : x >> y;
+    }
+#endif
     if (OP == 16u) {
         return min(x, y);
     }
@@ -396,6 +516,7 @@ void apply4(uint q, uint ia, uint ib) {
     result4[q] = ELEM_OUT4(STORE_OUT(apply(x.x, y.x)), STORE_OUT(apply(x.y, y.y)),
                            STORE_OUT(apply(x.z, y.z)), STORE_OUT(apply(x.w, y.w)));
 }
+#endif
 
 void main() {
     uint step = VKUMD_THREAD_COUNT;

@@ -26,6 +26,17 @@
 #extension GL_EXT_shader_8bit_storage : require
 #include "common.glsl"
 #include "elementwise_types.glsl"
+#if defined(EMU64) && EMU64 == 1 && (SRC == F64 || DST == F64)
+#define I64_DOUBLE 1
+#endif
+#include "int64_emulated.glsl"
+// I64_WORDS: int64 is one side and the device has no shaderInt64 (EMU64 1): it is a uvec2 of
+// two 32-bit words (int64_emulated.glsl), converted by the functions there, VEC 1 only.
+#if defined(EMU64) && EMU64 == 1 && (SRC == I64 || DST == I64)
+#define I64_WORDS 1
+#else
+#define I64_WORDS 0
+#endif
 
 #ifndef SRC
 #define SRC F32
@@ -73,6 +84,14 @@
 #elif SRC == F64
 #define SRC_ELEM double
 #define SRC_ELEM4 dvec4
+#define SRC_VALUE(x) (x)
+#elif SRC == I64 && I64_WORDS
+#define SRC_ELEM uvec2
+#define SRC_ELEM4 uvec4
+#define SRC_VALUE(x) (x)
+#elif SRC == I64
+#define SRC_ELEM int64_t
+#define SRC_ELEM4 i64vec4
 #define SRC_VALUE(x) (x)
 #else
 #error "SRC must be F32, F16, BF16, I32, I16, U16, U32, U64, F64 or a float8 format"
@@ -122,10 +141,16 @@
 #elif DST == F64
 #define DST_ELEM double
 #define DST_ELEM4 dvec4
+#elif DST == I64 && I64_WORDS
+#define DST_ELEM uvec2
+#define DST_ELEM4 uvec4
+#elif DST == I64
+#define DST_ELEM int64_t
+#define DST_ELEM4 i64vec4
 #else
 #error "DST must be F32, F16, BF16, I32, I16, U16, U32, U64, F64 or a float8 format"
 #endif
-#define WIDE_TYPE(t) (t == I16 || t == U16 || t == U32 || t == U64 || t == F64)
+#define WIDE_TYPE(t) (t == I16 || t == U16 || t == U32 || t == U64 || t == F64 || t == I64)
 #if WIDE_TYPE(SRC) || WIDE_TYPE(DST)
 #define WIDE 1
 #else
@@ -173,8 +198,51 @@ layout(push_constant) uniform Shape {
     uint dst_stride[6];  // out element strides (row-major of shape unless out is a slice)
 } pc;
 
+#if I64_WORDS && SRC == I64 && DST != I64
+// The emulated int64 as DST: floats rounded once from the 64-bit value, integers wrapped
+// from the low word (numpy's astype).
+#if DST == F32
+#define FROM_I64(x) i64_to_float(x)
+#elif DST == F16
+#define FROM_I64(x) float16_t(i64_to_float(x))
+#elif DST == BF16
+#define FROM_I64(x) uint16_t(float_to_bf16(i64_to_float(x)))
+#elif DST == F64
+#define FROM_I64(x) i64_to_double(x)
+#elif DST == I32
+#define FROM_I64(x) int(x.x)
+#elif DST == U32
+#define FROM_I64(x) (x.x)
+#elif DST == I16
+#define FROM_I64(x) int16_t(int(x.x))
+#elif DST == U16
+#define FROM_I64(x) uint16_t(x.x)
+#else
+#error "the emulated int64 converts to F32, F16, BF16, F64, I32, U32, I16 and U16"
+#endif
+#elif I64_WORDS && DST == I64 && SRC != I64
+// ... and as SRC: floats truncated toward zero, integers widened by their sign.
+#if SRC == F32 || SRC == F16 || SRC == BF16
+#define TO_I64(x) i64_from_float(SRC_FLOAT(x))
+#elif SRC == F64
+#define TO_I64(x) i64_from_double(x)
+#elif SRC == I32 || SRC == I16
+#define TO_I64(x) i64_from_int(int(x))
+#elif SRC == U32 || SRC == U16
+#define TO_I64(x) i64_from_uint(uint(x))
+#else
+#error "the emulated int64 converts from F32, F16, BF16, F64, I32, U32, I16 and U16"
+#endif
+#endif
+
 DST_ELEM convert(SRC_ELEM x) {
-#if SRC == DST && WIDE
+#if I64_WORDS && SRC == DST
+    return x;
+#elif I64_WORDS && SRC == I64
+    return FROM_I64(x);
+#elif I64_WORDS
+    return TO_I64(x);
+#elif SRC == DST && WIDE
     return x;  // a copy (the wider types are not scaled)
 #elif WIDE
     return FROM_VALUE(SRC_VALUE(x));
@@ -196,12 +264,14 @@ void convert_one(uint index, uint is) {
 
 // Vector q of the output from source vector is, or from source element is where BCAST.
 void convert4(uint q, uint is) {
+#if !I64_WORDS  // not a variant there: the emulated int64 converts VEC 1 only
     if (BCAST != 0u) {
         result4[q] = DST_ELEM4(convert(src[is]));
         return;
     }
     SRC_ELEM4 v = src4[is];
     result4[q] = DST_ELEM4(convert(v.x), convert(v.y), convert(v.z), convert(v.w));
+#endif
 }
 
 void main() {

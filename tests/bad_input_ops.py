@@ -4,6 +4,7 @@ contexts, dtypes, shapes, scalars, keywords and ``out=``. Each is
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +13,7 @@ from bad_input_env import Case, Env
 from bad_input_recurrent import RECURRENT, RECURRENT_UNARY
 
 from vkumd import ops
-from vkumd.errors import ContextClosed, VkumdTypeError, VkumdValueError
+from vkumd.errors import CapabilityMissing, ContextClosed, VkumdTypeError, VkumdValueError
 from vkumd.framework.graph import OPS
 from vkumd.framework.opset.common import one_step
 
@@ -187,7 +188,7 @@ DTYPES = [
       TE, "true division"),
     C("div_int32_true_division", lambda e: ops.div(e.t(dtype="int32"), e.t(dtype="int32")),
       TE, "true division"),
-    C("cast_to_int64", lambda e: ops.cast(e.t(), "int64"), TE, "not supported"),
+    C("cast_to_complex64", lambda e: ops.cast(e.t(), "complex64"), TE, "not supported"),
     C("cast_to_int8", lambda e: ops.cast(e.t(), "int8"), TE, "cast takes"),
     C("cast_from_uint8", lambda e: ops.cast(e.t(dtype="uint8"), "float32"), TE,
       "not supported"),
@@ -674,5 +675,43 @@ HOST_STEPS = [
       "broadcast"),
 ]
 
+def _without_shader_int64(env: Env, call: Callable[[Env], Any]) -> Any:
+    """``call`` with the shared context's caps lacking shaderInt64 (int64 emulated), then
+    the caps restored."""
+    caps = env.ctx.caps
+    env.ctx.caps = dataclasses.replace(caps, shader_int64=False)
+    try:
+        return call(env)
+    finally:
+        env.ctx.caps = caps
+
+
+def _i64(env: Env) -> Any:
+    return env.ctx.tensor(np.array([[2**40 + 1, -3, 7]], np.int64))
+
+
+# int64 (DeviceCaps.int64_arithmetic): ops the emulated path lacks name shaderInt64; index
+# ops take int32 ids; nothing is converted silently.
+INT64 = [
+    C("int64_floor_div_without_shader_int64",
+      lambda e: _without_shader_int64(e, lambda e: ops.div(_i64(e), _i64(e), rounding="floor")),
+      CapabilityMissing, "shaderInt64"),
+    C("int64_remainder_without_shader_int64",
+      lambda e: _without_shader_int64(e, lambda e: ops.remainder(_i64(e), _i64(e))),
+      CapabilityMissing, "shaderInt64"),
+    C("int64_pow_without_shader_int64",
+      lambda e: _without_shader_int64(e, lambda e: ops.pow(_i64(e), _i64(e))),
+      CapabilityMissing, "shaderInt64"),
+    C("int64_true_division", lambda e: ops.div(_i64(e), _i64(e)), TE, "true division"),
+    C("int64_mixed_with_float32", lambda e: ops.add(_i64(e), e.t((1, 3))), TE,
+      "int64 and float32"),
+    C("int64_embedding_ids", lambda e: ops.embedding(_i64(e)[0], e.t((4, 3))), TE,
+      "must be int32"),
+    C("int64_relu", lambda e: ops.relu(_i64(e)), TE, "int64"),
+    C("int64_value_past_range",
+      lambda e: e.ctx.tensor(np.array([2**63], np.uint64), dtype="int64"), VE,
+      "do not fit in int64"),
+]
+
 CASES = (_each_op() + MIXED + DTYPES + SHAPES + RESAMPLE + SCALARS + KEYWORDS + OUT + VIEWS
-         + FLOAT_ATTRS + RECURRENT + ACTIVATION_PARAMS + HOST_STEPS)
+         + FLOAT_ATTRS + RECURRENT + ACTIVATION_PARAMS + HOST_STEPS + INT64)

@@ -18,7 +18,7 @@ class DType:
 
     Attributes:
         name: ``"float32"``, ``"float16"``, ``"bfloat16"``, ``"int32"``, ``"int8"``, ``"uint8"``,
-            ``"int16"``, ``"uint16"``, ``"uint32"``, ``"uint64"``, ``"float64"``.
+            ``"int16"``, ``"uint16"``, ``"uint32"``, ``"uint64"``, ``"float64"``, ``"int64"``.
         storage: the numpy dtype of the stored bits (``uint16`` for bfloat16).
         numpy: the numpy dtype that :meth:`Tensor.numpy` returns (``float32`` for bfloat16,
             which numpy lacks).
@@ -71,6 +71,10 @@ uint32 = DType("uint32", np.dtype(np.uint32), np.dtype(np.uint32))
 uint64 = DType("uint64", np.dtype(np.uint64), np.dtype(np.uint64))
 float64 = DType("float64", np.dtype(np.float64), np.dtype(np.float64))
 WIDE: tuple[DType, ...] = (int16, uint16, uint32, uint64, float64)
+# int64, as numpy stores it: numpy's and torch's default integer, so an int64 array becomes
+# an int64 tensor as torch.tensor(np.arange(5)) does (computed natively or in two 32-bit
+# words: DeviceCaps.int64_arithmetic).
+int64 = DType("int64", np.dtype(np.int64), np.dtype(np.int64))
 
 # The float8 formats: a byte of bits each, float32 to numpy (vkumd/framework/float8.py).
 float8_e4m3fn = DType("float8_e4m3fn", np.dtype(np.uint8), np.dtype(np.float32))
@@ -79,11 +83,12 @@ float8_e5m2 = DType("float8_e5m2", np.dtype(np.uint8), np.dtype(np.float32))
 float8_e5m2fnuz = DType("float8_e5m2fnuz", np.dtype(np.uint8), np.dtype(np.float32))
 FLOAT8: tuple[DType, ...] = (float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz)
 
-ALL: tuple[DType, ...] = (float32, float16, bfloat16, int32, int8, uint8, *WIDE, *FLOAT8)
+ALL: tuple[DType, ...] = (float32, float16, bfloat16, int32, int8, uint8, *WIDE, *FLOAT8, int64)
 _BY_NAME = {d.name: d for d in ALL}
 _FROM_NUMPY = {np.dtype(np.float32): float32, np.dtype(np.float16): float16,
                np.dtype(np.int32): int32, np.dtype(np.int8): int8, np.dtype(np.uint8): uint8}
 _FROM_NUMPY.update({d.storage: d for d in WIDE})
+_FROM_NUMPY[int64.storage] = int64
 # numpy's default float: an array of it becomes a tensor only when asked for (dtype=), so
 # that np.random.rand(...) does not silently make 8-byte tensors.
 _ASKED_ONLY = (np.dtype(np.float64),)
@@ -130,7 +135,7 @@ _UNSTORABLE = "cOSUVMm"
 # wrap an int64 id of 2**33 + 1 to 1 and truncate a float id of 1.7 to 1 without a word.
 INT_RANGES = {"int32": (-2**31, 2**31 - 1), "int8": (-128, 127), "uint8": (0, 255),
               "int16": (-2**15, 2**15 - 1), "uint16": (0, 2**16 - 1), "uint32": (0, 2**32 - 1),
-              "uint64": (0, 2**64 - 1)}
+              "uint64": (0, 2**64 - 1), "int64": (-2**63, 2**63 - 1)}
 
 
 def host_array(data: Any, *, dtype: object | None = None, expected: DType | None = None,
@@ -148,8 +153,10 @@ def host_array(data: Any, *, dtype: object | None = None, expected: DType | None
       int32 is refused rather than wrapped;
     - with ``dtype`` (the caller asking for a type), floats round to the float type asked
       for; an integer type takes only whole values within its range;
-    - with neither, the array's own type must be one vkumd stores (float64, int64 and bool
-      need ``dtype=``).
+    - with neither, the array's own type must be one vkumd stores: an int64 array becomes
+      an int64 tensor (as ``torch.tensor`` makes one: int64 is numpy's default integer and
+      vkumd stores it exactly); float64 (numpy's default float, which would silently make
+      8-byte tensors of ``np.random.rand``) and bool need ``dtype=``.
 
     Args:
         data: anything numpy makes an array of.
@@ -250,8 +257,8 @@ def from_array(array: np.ndarray, requested: object | None, what: str = "ctx.ten
     """Choose the tensor dtype for ``array``; conversions that lose data must be asked for
     (:func:`host_array`'s rule).
 
-    float64 and int64 (numpy's defaults) need ``dtype=``; complex, object, bool and string
-    arrays are refused.
+    float64 (numpy's default float) needs ``dtype=``; int64 arrays become int64 tensors;
+    complex, object, bool and string arrays are refused.
     """
     return host_array(array, dtype=requested, what=what)[1]
 

@@ -164,9 +164,10 @@ class DeviceCaps:
     """``shaderFloat64``: double arithmetic in shaders. Without it float64 tensors are refused
     (naming the feature): no float32 computing stands in for float64."""
     shader_int64: bool
-    """``shaderInt64``: 64-bit integer arithmetic in shaders. The one 64-bit integer path:
-    uint64 tensors are stored and computed natively with it and refused (naming the feature)
-    without it; there is no emulated path. (ONNX's int64 is narrowed to int32 on import.)"""
+    """``shaderInt64``: 64-bit integer arithmetic in shaders. uint64 tensors are stored and
+    computed natively with it and refused (naming the feature) without it. int64 tensors are
+    computed natively with it and in two 32-bit words without it
+    (:attr:`int64_arithmetic`)."""
     shader_int16: bool
     """``shaderInt16``: 16-bit integer arithmetic. Not needed for int16/uint16 tensors, whose
     kernels widen to 32 bits (they need 16-bit storage only)."""
@@ -238,6 +239,16 @@ class DeviceCaps:
         state = dict(self.__dict__)
         state.pop("_hash", None)
         return state
+
+    @property
+    def int64_arithmetic(self) -> str:
+        """How int64 tensors are computed: ``"native"`` (``int64_t`` in shaders) where
+        ``shaderInt64`` is listed, else ``"emulated"``: each value is two 32-bit words (low,
+        high) and the kernels' emulated variants compute storage, casts, add, sub, mul,
+        comparisons, max, min and the bitwise ops and shifts with carries and
+        ``umulExtended``. Ops the emulated path does not offer (division, remainder, pow)
+        are refused naming ``shaderInt64``."""
+        return "native" if self.shader_int64 else "emulated"
 
     @property
     def device_local_bytes(self) -> int:

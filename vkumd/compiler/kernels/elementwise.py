@@ -7,6 +7,7 @@ from vkumd.compiler.kernels.limits import (
     ELEMENTWISE_DTYPES,
     ELEMENTWISE_MAX_DIMS,
     FLOAT8_DTYPES,
+    INT64_DTYPES,
     WIDE_DTYPES,
 )
 from vkumd.compiler.kernels.type_codes import type_codes
@@ -36,6 +37,21 @@ ELEMENTWISE_TYPES = tuple(ELEMENTWISE_CODES.values())
 BINARY_CODES = type_codes(BINARY_DTYPES)
 BINARY_TYPES = tuple(BINARY_CODES.values())
 INTEGER_TYPES = ("I32", "I8", "U8", "I16", "U16", "U32", "U64")
+INTEGER_TYPES = (*INTEGER_TYPES, "I64")
+# int64 without shaderInt64 (DeviceCaps.int64_arithmetic "emulated"): the ops its two-word
+# variants compute (EMU64 1, shaders/include/int64_emulated.glsl); the others are refused
+# naming shaderInt64. Its variants are scalar (VEC 1), and cast converts it to and from
+# EMULATED_CAST_TYPES.
+INT64_EMULATED_OPS = ("add", "sub", "mul", "lt", "le", "gt", "ge", "eq", "ne", "max", "min",
+                      "and", "or", "xor", "shl", "shr")
+EMULATED_CAST_TYPES = ("F32", "F16", "BF16", "F64", "I32", "U32", "I16", "U16")
+INT64_CODE = "I64"
+
+
+def int64_emulated(caps: DeviceCaps, *codes: str | None) -> bool:
+    """Whether a kernel on type codes ``codes`` computes int64 in two 32-bit words on
+    ``caps`` (the planners add ``EMU64`` 1 and take the scalar variant)."""
+    return caps.int64_arithmetic == "emulated" and INT64_CODE in codes
 # Ops the binary kernel runs for integers only (floats take the generated kernels, whose max
 # and min keep NaN; the bitwise ops have no float meaning).
 INTEGER_OPS = ("max", "min", "and", "or", "xor", "shl", "shr")
@@ -57,7 +73,8 @@ def wide_types(caps: DeviceCaps) -> list[str]:
     """The wider and unsigned integer and float64 codes usable on ``caps``: int16 and uint16
     need 16-bit storage, uint64 ``shaderInt64``, float64 ``shaderFloat64``."""
     return ((["I16", "U16"] if caps.storage_16bit else []) + ["U32"]
-            + (["U64"] if caps.shader_int64 else []) + (["F64"] if caps.shader_float64 else []))
+            + (["U64"] if caps.shader_int64 else []) + (["F64"] if caps.shader_float64 else [])
+            + [INT64_CODE])
 
 
 def _binary_types(caps: DeviceCaps) -> list[str]:
@@ -66,10 +83,13 @@ def _binary_types(caps: DeviceCaps) -> list[str]:
             + wide_types(caps))
 
 
-def _takes(dtype: str, name: str) -> bool:
+def _takes(caps: DeviceCaps, dtype: str, name: str) -> bool:
     """Whether the binary kernel offers op ``name`` on type code ``dtype``."""
     if dtype == "F64":
         return name in FLOAT64_OPS
+    if dtype == INT64_CODE and caps.int64_arithmetic == "emulated" and (
+            name not in INT64_EMULATED_OPS):
+        return False
     # Integers have no true division (ops refuse it); they divide rounding down or toward
     # zero.
     return (name != "div" or dtype not in INTEGER_TYPES) and (
@@ -80,11 +100,24 @@ def _elementwise_variants(caps: DeviceCaps) -> list[dict]:
     # Each scalar variant and its vectorised twin for same-shape operands (VEC 4).
     plain = [{"DTYPE": dtype, "OP": op, "VEC": vec, "BCAST": 0, WORKGROUP: 64}
              for dtype in _binary_types(caps) for name, op in ELEMENTWISE_OPS.items()
-             if _takes(dtype, name) for vec in (1, 4)]
+             if _takes(caps, dtype, name) for vec in (1, 4)]
     masks = [{"DTYPE": dtype, "OP": ELEMENTWISE_OPS[name], "OUT": MASK_CODE, "VEC": vec,
               "BCAST": 0, WORKGROUP: 64}
              for dtype in _binary_types(caps) for name in COMPARISONS for vec in (1, 4)]
-    return plain + (masks if caps.storage_8bit else [])
+    return _emulated(caps, plain + (masks if caps.storage_8bit else []))
+
+
+def _emulated(caps: DeviceCaps, variants: list[dict]) -> list[dict]:
+    """``variants`` with the int64 ones made the emulated kind where ``caps`` needs it
+    (``EMU64`` 1, scalar only)."""
+    kept = []
+    for v in variants:
+        if int64_emulated(caps, v.get("DTYPE"), v.get("SRC"), v.get("DST")):
+            if v["VEC"] != 1:
+                continue
+            v = {**v, "EMU64": 1}
+        kept.append(v)
+    return kept
 
 
 ELEMENTWISE_BINARY = register(Kernel(
@@ -92,7 +125,7 @@ ELEMENTWISE_BINARY = register(Kernel(
     source="elementwise_binary.comp",
     buffers=3,
     push=BINARY_PUSH,
-    defines={"DTYPE": BINARY_TYPES, "OUT": (MASK_CODE,)},
+    defines={"DTYPE": BINARY_TYPES, "OUT": (MASK_CODE,), "EMU64": (0, 1)},
     spec_constants={WORKGROUP: 0, "OP": 1, "VEC": 2, "BCAST": 3},
     variants=_elementwise_variants,
 ))
@@ -113,18 +146,21 @@ def _float8_pairs(caps: DeviceCaps) -> list[tuple[str, str]]:
     pairs = [(f8, t) for f8 in FLOAT8_TYPES for t in floats + list(FLOAT8_TYPES)]
     return pairs + [(t, f8) for f8 in FLOAT8_TYPES for t in floats]
 # The types cast and copy take: the elementwise ones and the wider ones (converted, not scaled).
-CAST_CODES = type_codes((*ELEMENTWISE_DTYPES, *WIDE_DTYPES))
+CAST_CODES = type_codes((*ELEMENTWISE_DTYPES, *WIDE_DTYPES, *INT64_DTYPES))
 
 
 def _elementwise_unary_variants(caps: DeviceCaps) -> list[dict]:
     types = _elementwise_types(caps)
     every = types + wide_types(caps)
-    converts = [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64} for src in every for dst in every]
+    converts = [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64} for src in every for dst in every
+                if not int64_emulated(caps, src, dst)
+                or {src, dst} <= {INT64_CODE, *EMULATED_CAST_TYPES}]
     converts += [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64}
                  for src, dst in _float8_pairs(caps)]
     scales = [{"SRC": t, "DST": t, "OP": 1, WORKGROUP: 64} for t in types]
     # Each scalar variant and its vectorised twin for contiguous operands (VEC 4, BCAST 0).
-    return [{**v, "VEC": vec, "BCAST": 0} for v in converts + scales for vec in (1, 4)]
+    return _emulated(caps, [{**v, "VEC": vec, "BCAST": 0} for v in converts + scales
+                            for vec in (1, 4)])
 
 
 ELEMENTWISE_UNARY = register(Kernel(
@@ -133,7 +169,7 @@ ELEMENTWISE_UNARY = register(Kernel(
     buffers=2,
     push=UNARY_PUSH,
     defines={"SRC": tuple(CAST_CODES.values()) + FLOAT8_TYPES,
-             "DST": tuple(CAST_CODES.values()) + FLOAT8_TYPES},
+             "DST": tuple(CAST_CODES.values()) + FLOAT8_TYPES, "EMU64": (0, 1)},
     spec_constants={WORKGROUP: 0, "OP": 1, "VEC": 2, "BCAST": 3},
     variants=_elementwise_unary_variants,
 ))

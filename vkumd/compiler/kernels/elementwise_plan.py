@@ -24,6 +24,7 @@ from vkumd.compiler.kernels.elementwise import (
     ELEMENTWISE_UNARY_OPS,
     FILL_PUSH,
     UNARY_PUSH,
+    int64_emulated,
 )
 from vkumd.compiler.kernels.elementwise_vector import (
     invocations,
@@ -199,11 +200,15 @@ def binary_plan(caps: DeviceCaps, op: str, dtype: str, a_shape: tuple[int, ...],
         if words[-2:] != [0, 0] or min(words) < 0:
             vector = False
         words = _u32(words)
-    mask = vector_layout(caps, (dtype, dtype, out or dtype), words) if vector else None
+    emulated = int64_emulated(caps, dtype)
+    mask = (vector_layout(caps, (dtype, dtype, out or dtype), words)
+            if vector and not emulated else None)
     variant = {"DTYPE": dtype, "OP": ELEMENTWISE_OPS[op], "VEC": 1 if mask is None else 4,
                "BCAST": mask or 0, WORKGROUP: ELEMENTWISE_WORKGROUP}
     if out is not None:
         variant["OUT"] = out
+    if emulated:  # int64 in two 32-bit words (DeviceCaps.int64_arithmetic)
+        variant["EMU64"] = 1
     program = ELEMENTWISE_BINARY.specialize(variant)
     size = math.prod(out_shape)
     return FixedLaunch(program, BINARY_PUSH.pack(*words),
@@ -232,19 +237,24 @@ def unary_plan(caps: DeviceCaps, kind: str, src: str, dst: str, src_shape: tuple
         if offset or min(words) < 0:  # the vector paths: aligned, non-negative steps
             vector = False
         words = _u32(words)
-    mask = vector_layout(caps, (src, dst), words) if vector else None
+    emulated = int64_emulated(caps, src, dst)
+    mask = vector_layout(caps, (src, dst), words) if vector and not emulated else None
     dims = words[2:2 + words[1]]
     push = UNARY_PUSH.pack(*words, alpha_bits, offset, 0, *_padded(_row_major(dims)))
-    return FixedLaunch(_unary_program(kind, src, dst, mask), push,
+    return FixedLaunch(_unary_program(kind, src, dst, mask, emulated), push,
                        _grid(caps, invocations(size, mask is not None)), (1,))
 
 
-def _unary_program(kind: str, src: str, dst: str, mask: int | None) -> KernelVariant:
-    """The unary kernel's variant: scalar where ``mask`` is None, else VEC 4 with it."""
-    return ELEMENTWISE_UNARY.specialize({"SRC": src, "DST": dst,
-                                         "OP": ELEMENTWISE_UNARY_OPS[kind],
-                                         "VEC": 1 if mask is None else 4, "BCAST": mask or 0,
-                                         WORKGROUP: ELEMENTWISE_WORKGROUP})
+def _unary_program(kind: str, src: str, dst: str, mask: int | None,
+                   emulated: bool = False) -> KernelVariant:
+    """The unary kernel's variant: scalar where ``mask`` is None, else VEC 4 with it;
+    ``emulated``: int64 in two 32-bit words (``EMU64`` 1)."""
+    variant = {"SRC": src, "DST": dst, "OP": ELEMENTWISE_UNARY_OPS[kind],
+               "VEC": 1 if mask is None else 4, "BCAST": mask or 0,
+               WORKGROUP: ELEMENTWISE_WORKGROUP}
+    if emulated:
+        variant["EMU64"] = 1
+    return ELEMENTWISE_UNARY.specialize(variant)
 
 
 def _row_major(shape: Sequence[int]) -> list[int]:
@@ -290,9 +300,10 @@ def window_copy_plan(caps: DeviceCaps, src: str, dst: str, window: tuple[int, ..
     push = UNARY_PUSH.pack(size, ndim, *_padded(dims, 1), *_padded(read), 0, src_offset,
                            dst_offset, *_padded(write))
     # The vector variant takes one flat run whose both ends start on a vector.
+    emulated = int64_emulated(caps, src, dst)
     vector = (ndim == 0 and src_offset % 4 == 0 and dst_offset % 4 == 0
-              and vector_aligned(caps, (src, dst)))
-    program = _unary_program("convert", src, dst, 0 if vector else None)
+              and vector_aligned(caps, (src, dst)) and not emulated)
+    program = _unary_program("convert", src, dst, 0 if vector else None, emulated)
     return FixedLaunch(program, push, _grid(caps, invocations(size, vector)), (1,))
 
 

@@ -39,6 +39,11 @@ WIDE_DTYPES = ("int16", "uint16", "uint32", "uint64", "float64")
 BINARY_DTYPES = (*BINARY_DTYPES, *WIDE_DTYPES)
 # The integer types the binary kernel computes exactly (wrapping; bitwise ops, max, min).
 INTEGER_DTYPES = ("int32", "int8", "uint8", "int16", "uint16", "uint32", "uint64")
+# int64: natively with shaderInt64, else emulated in two 32-bit words (fewer ops:
+# INT64_EMULATED_OPS in elementwise.py). Taken by the binary kernel and cast.
+INT64_DTYPES = ("int64",)
+BINARY_DTYPES = (*BINARY_DTYPES, *INT64_DTYPES)
+INTEGER_DTYPES = (*INTEGER_DTYPES, *INT64_DTYPES)
 ELEMENTWISE_MAX_DIMS = 6
 # The float8 formats (vkumd/framework/float8.py): elementwise_unary converts them to and from
 # the float types (and each other) when the device has 8-bit storage; no other kernel reads

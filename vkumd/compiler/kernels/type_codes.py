@@ -46,6 +46,10 @@ ELEMENT_TYPES: dict[str, ElementType] = {
     "uint64": ElementType("U64", "uint64_t", 8),
     "float64": ElementType("F64", "double", 8),
 }
+# int64 (ONNX's INT64, torch's and numpy's default integer): an int64_t with shaderInt64, else
+# two 32-bit words (low first, as int64_t is stored little-endian) that the emulated kernel
+# variants compute on (DeviceCaps.int64_arithmetic).
+ELEMENT_TYPES["int64"] = ElementType("I64", "int64_t", 8)
 # The float8 formats (ONNX's FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2, FLOAT8E5M2FNUZ): a byte
 # of bits each, which only the conversion kernel reads (vkumd/framework/float8.py).
 FLOAT8_TYPES: dict[str, ElementType] = {

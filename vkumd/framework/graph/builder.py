@@ -73,7 +73,7 @@ class GraphBuilder(OpMethods):
 
         Args:
             name: unique among inputs and weights.
-            data: an array; float64 and int64 arrays need ``dtype``.
+            data: an array; float64 arrays need ``dtype`` (int64 ones are stored as int64).
             dtype: the stored type; default the array's.
 
         Returns:

@@ -168,7 +168,7 @@ class Graph:
 
         Args:
             name: unique among inputs and weights.
-            data: an array (or scalar); float64/int64 need ``dtype``.
+            data: an array (or scalar); float64 needs ``dtype`` (int64 is stored as int64).
             dtype: the stored type; default the array's own (float32, float16, int32, ...).
 
         Returns:

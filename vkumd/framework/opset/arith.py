@@ -24,9 +24,10 @@ import numpy as np
 from vkumd.compiler.kernels.elementwise import (
     BINARY_CODES,
     ELEMENTWISE_CODES,
+    INT64_EMULATED_OPS,
 )
 from vkumd.compiler.kernels.elementwise_plan import binary_plan, fill_plan
-from vkumd.errors import VkumdTypeError, VkumdValueError
+from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.graph.ir import Node
 from vkumd.framework.graph.operands import Types, only, same_dtype
@@ -144,12 +145,29 @@ def _plan_binary(op: str, kernel_op: str, a: Tensor, b: Tensor, caps: Any
                  ) -> tuple[Any, tuple[int, ...], Any]:
     """Check and plan ``a OP b``: ``(caps, out_shape, plan)``; raises as the checks do."""
     check_dtype(op, a, "the first operand", BINARY_CODES)
+    check_int64_op(op, kernel_op, a.dtype, caps)
     out_shape = broadcast_shape(op, a.shape, b.shape)
     if 0 in out_shape:  # nothing to launch
         return caps, out_shape, None
     plan = binary_plan(caps, kernel_op, BINARY_CODES[a.dtype.name], a.shape, b.shape,
                        out_shape)
     return caps, out_shape, plan
+
+
+def check_int64_op(op: str, kernel_op: str, dtype: dtypes.DType, caps: Any) -> None:
+    """Refuse an int64 op that the emulated path (no ``shaderInt64``:
+    ``DeviceCaps.int64_arithmetic``) does not compute.
+
+    Raises:
+        CapabilityMissing: naming ``shaderInt64``.
+    """
+    if (dtype is dtypes.int64 and caps.int64_arithmetic == "emulated"
+            and kernel_op not in INT64_EMULATED_OPS):
+        raise CapabilityMissing(
+            f"{op}: int64 {op} needs 64-bit integer arithmetic in shaders (shaderInt64), which "
+            f"{caps.name} lacks; without it vkumd computes int64 in two 32-bit words for "
+            f"{', '.join(INT64_EMULATED_OPS)} only. Cast to int32 or float64 first (ops.cast) "
+            "where the values allow")
 
 
 Operand = Tensor | float | int

@@ -53,6 +53,7 @@ from vkumd.framework.frontends.onnx.errors import (
 )
 from vkumd.framework.frontends.onnx.files import ordered_nodes, read_model
 from vkumd.framework.frontends.onnx.fold import on_host, shape_like, too_big
+from vkumd.framework.frontends.onnx.int64_values import int64_data_values
 from vkumd.framework.frontends.onnx.patterns import attention_idioms, fuse_erf_gelu
 from vkumd.framework.frontends.onnx.schema import legacy_broadcast, undeclared_attributes
 from vkumd.framework.frontends.onnx.state import (
@@ -86,6 +87,8 @@ class Imported:
         graph: the IR before passes.
         input_names: ONNX names of the graph inputs, in order.
         input_types: their ONNX element types.
+        input_dtypes: the IR dtypes that store them (INT64 as int64 where it carries data,
+            else int32: :mod:`.int64_values`).
         output_names: ONNX names of the outputs, in order.
         output_types: their ONNX element types (results are converted back to them).
         input_shapes: the graph inputs' shapes (where the symbols' sizes are read).
@@ -97,6 +100,7 @@ class Imported:
     graph: Graph
     input_names: list[str] = field(default_factory=list)
     input_types: list[int] = field(default_factory=list)
+    input_dtypes: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
     output_types: list[int] = field(default_factory=list)
     input_shapes: list[tuple[int | Dim, ...]] = field(default_factory=list)
@@ -246,6 +250,7 @@ def _import(model: onnx.ModelProto, where: str, dynamic: Dynamic | None,
     builder = GraphBuilder(symbol(g.name or "onnx"))
     st = State(builder, _opset(model))
     st.convert_node = lambda node, refused, poisoned: _convert(st, node, refused, poisoned)
+    st.int64_data = int64_data_values(g)
     refusals: list[Refusal] = []
     initialized = {t.name for t in g.initializer}
     for t in g.initializer:
@@ -258,7 +263,7 @@ def _import(model: onnx.ModelProto, where: str, dynamic: Dynamic | None,
             continue
         elem = vi.type.tensor_type.elem_type
         try:
-            dt = ir_dtype(elem)
+            dt = "int64" if vi.name in st.int64_data else ir_dtype(elem)
         except Unsupported as exc:
             refusals.append(Refusal(vi.name, "graph input", str(exc)))
             continue
@@ -266,6 +271,7 @@ def _import(model: onnx.ModelProto, where: str, dynamic: Dynamic | None,
         st.bind(vi.name, builder.input(vi.name, shape, dt))
         out.input_names.append(vi.name)
         out.input_types.append(elem)
+        out.input_dtypes.append(dt)
         out.input_shapes.append(tuple(shape))
     for vi in g.output:
         try:
@@ -317,12 +323,15 @@ def _undeclared(nodes: list[onnx.NodeProto], opset: int, refusals: list[Refusal]
     return refused
 
 
+_INT64 = onnx.TensorProto.INT64
+
+
 def _check_output_type(vi: onnx.ValueInfoProto, computed: str, where: str) -> None:
     """Refuse a graph output whose declared element type is not what the graph computes
     (compared as vkumd stores them: an int64 output computed as int32, a bool one as uint8,
     are restored to their declared type on return)."""
     declared = vi.type.tensor_type.elem_type
-    if IR_DTYPES[declared] != computed:
+    if IR_DTYPES[declared] != computed and (declared, computed) != (_INT64, "int64"):
         raise MalformedGraphError(
             f"{where}: the graph declares output {vi.name!r} as {type_name(declared)}, but "
             f"computes it as {computed}; declare the type the graph computes (or add a Cast)")

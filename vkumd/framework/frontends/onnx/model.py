@@ -166,8 +166,9 @@ class OnnxModel:
             raise VkumdValueError(f"inputs missing: {missing}, unknown: {unknown}; the model "
                                   f"takes {self.input_names}")
         out: dict[str, np.ndarray] = {}
-        for name, elem in zip(imp.input_names, imp.input_types, strict=True):
-            out[name] = _input_array(name, elem, inputs[name])
+        for name, elem, dtype in zip(imp.input_names, imp.input_types, imp.input_dtypes,
+                                     strict=True):
+            out[name] = _input_array(name, elem, inputs[name], dtype)
         out.update(imp.derived_feeds(inputs))
         return out
 
@@ -225,10 +226,11 @@ class OnnxModel:
         return out
 
 
-def _input_array(name: str, elem: int, value: Any) -> np.ndarray:
+def _input_array(name: str, elem: int, value: Any, dtype: str | None = None) -> np.ndarray:
     """An ONNX input's array as vkumd stores it, by the one conversion rule
     (:func:`vkumd.framework.dtypes.host_array`): int64 ids within int32 (never wrapped),
-    bool as uint8; nothing else narrowed."""
+    int64 data as int64 (``dtype``, the graph input's IR type), bool as uint8; nothing else
+    narrowed."""
     what = f"input {name!r}"
     array = dtypes.as_array(value, what)
     if elem == onnx.TensorProto.BOOL:
@@ -236,7 +238,7 @@ def _input_array(name: str, elem: int, value: Any) -> np.ndarray:
             raise VkumdTypeError(f"{what}: arrays of {array.dtype} are not converted silently; "
                                  "the graph takes bool; convert first (e.g. a.astype(np.bool_))")
         return array.view(np.uint8)
-    stored = IR_DTYPES.get(elem)
+    stored = dtype if elem == onnx.TensorProto.INT64 and dtype else IR_DTYPES.get(elem)
     if stored is None:
         return array  # the import refused the type already
     if array.dtype.name == stored and dtypes.dtype(stored).storage != dtypes.dtype(stored).numpy:

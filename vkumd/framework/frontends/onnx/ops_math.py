@@ -170,14 +170,14 @@ def where(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound 
 @converter("Cast", attrs=("to", "saturate", "round_mode"))
 def cast(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """Cast to a stored type; to bool as ``x != 0`` (uint8)."""
-    return [_cast_to(st, node.input[0], attrs["to"], attrs)]
+    return [_cast_to(st, node.input[0], attrs["to"], attrs, node.output[0])]
 
 
 # The ONNX element type of a graph value, from its IR dtype: int32 stores INT32 and INT64
 # alike (the same values), uint8 stores UINT8 and BOOL (told apart in like_type).
 _ONNX_OF_IR = {"float32": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FLOAT16,
                "bfloat16": onnx.TensorProto.BFLOAT16, "int32": onnx.TensorProto.INT32,
-               "int8": onnx.TensorProto.INT8,
+               "int8": onnx.TensorProto.INT8, "int64": onnx.TensorProto.INT64,
                **{name: elem for elem, name in FLOAT8_IR_DTYPES.items()}}
 
 
@@ -210,11 +210,13 @@ def cast_like(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bo
     target = like_type(st, node.input[1], node.input[0])
     if target is None:
         return [st.env[node.input[0]]]
-    return [_cast_to(st, node.input[0], target, attrs)]
+    return [_cast_to(st, node.input[0], target, attrs, node.output[0])]
 
 
-def _cast_to(st: State, name: str, target: int, attrs: dict[str, Any]) -> Bound:
-    """``name`` converted to ONNX element type ``target`` (Cast's and CastLike's body)."""
+def _cast_to(st: State, name: str, target: int, attrs: dict[str, Any], result: str = ""
+             ) -> Bound:
+    """``name`` converted to ONNX element type ``target`` (Cast's and CastLike's body); to
+    int64 where ``result`` carries data (``st.int64_data``), else INT64 as int32."""
     if attrs.get("round_mode", "up") != "up":
         raise Unsupported(f"round_mode={attrs['round_mode']!r} is not supported")
     known = st.known(name)
@@ -222,7 +224,8 @@ def _cast_to(st: State, name: str, target: int, attrs: dict[str, Any]) -> Bound:
         if target not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
             raise Unsupported("a shape with symbolic dimensions cast to a non-integer type")
         return known
-    want = ir_dtype(target)
+    want = ("int64" if target == onnx.TensorProto.INT64 and result in st.int64_data
+            else ir_dtype(target))
     saturate = bool(attrs.get("saturate", 1))
     if known is not None:
         np_type = onnx.helper.tensor_dtype_to_np_dtype(target)

@@ -31,8 +31,9 @@ _INT32 = np.iinfo(np.int32)
 # Known arrays up to this many elements are shapes, axes or scalars to converters.
 SHAPE_LIKE = 64
 
-# ONNX element types vkumd stores, and as what. int64 is narrowed to int32 (the device has no
-# 64-bit integers; values are range-checked) and bool is uint8 0/1, as vkumd's comparisons.
+# ONNX element types vkumd stores, and as what. INT64 is narrowed to int32 (indices, shapes:
+# values are range-checked) unless it carries data, which is int64 (int64_values.py, read
+# from State.int64_data); bool is uint8 0/1, as vkumd's comparisons.
 IR_DTYPES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
     onnx.TensorProto.BFLOAT16: "bfloat16", onnx.TensorProto.INT32: "int32",
@@ -67,8 +68,8 @@ def ir_dtype(elem_type: int) -> str:
     if elem_type not in IR_DTYPES:
         raise Unsupported(f"{type_name(elem_type)} tensors are not supported (vkumd stores "
                           "float32, float16, bfloat16, float64, int32, int16, int8, uint32, "
-                          "uint16, uint8, uint64, the float8 formats; int64 as int32, bool as "
-                          "uint8)")
+                          "uint16, uint8, uint64, the float8 formats, int64 (as int32 for "
+                          "indices); bool as uint8)")
     return IR_DTYPES[elem_type]
 
 
@@ -151,6 +152,9 @@ class State:
         # Set by the importer: convert one node, recording refusals (list) and the names
         # they make unusable (set); control flow inlines its subgraphs' nodes through it.
         self.convert_node: Callable[[onnx.NodeProto, list[Any], set[str]], None] | None = None
+        # INT64 values that carry data, computed as int64 (the importer fills it from
+        # int64_values.int64_data_values); every other INT64 value is narrowed to int32.
+        self.int64_data: frozenset[str] = frozenset()
 
     def bind(self, name: str, value: Bound) -> None:
         """Bind an ONNX name to a value or a known array."""
@@ -236,7 +240,7 @@ class State:
                 self.derived_inputs[input_name] = name
             return self._weights[name]
         if name not in self._weights:
-            data, dt = self._storage(bound)
+            data, dt = self._storage(bound, name in self.int64_data)
             weight_name = self.b.graph.unique_name(name or "const")
             self._weights[name] = self.b.weight(weight_name, data, dt)
         return self._weights[name]
@@ -246,12 +250,14 @@ class State:
         return self.b.constant(np.asarray(data), dtype)
 
     @staticmethod
-    def _storage(array: np.ndarray) -> tuple[np.ndarray, str]:
+    def _storage(array: np.ndarray, int64_data: bool = False) -> tuple[np.ndarray, str]:
         if is_symbolic(tidy(array)):
             raise Unsupported(f"the shape {array.tolist()} has symbolic dimensions and cannot "
                               "be used as a tensor")
         array = tidy(array)
         kind, size = array.dtype.kind, array.dtype.itemsize
+        if int64_data and array.dtype == np.int64:
+            return array, "int64"  # data, not indices: stored exactly (int64_values.py)
         if kind == "b":
             return array.astype(np.uint8), "uint8"
         if kind in "iu" and (size == 8 or (kind == "u" and size > 1) or size == 2):
