@@ -324,14 +324,14 @@ define("scale", ("x",), {"alpha": 1.0}, inplace=True, rule=_scale_rule,
 def _cast_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
     target = attrs["dtype"]
     name = target.name if isinstance(target, dtypes.DType) else target
-    if name not in CAST_TARGETS and name not in PACKED_DTYPES:
-        raise VkumdTypeError(f"cast: dtype={target!r}; cast converts to "
-                             f"{', '.join(CAST_TARGETS)}")
     source = only(ins)
-    if source.dtype.is_packed or dtypes.dtype(name).is_packed:
+    if source.dtype.is_packed or name in PACKED_DTYPES:
         check_packed_pair(source.dtype, dtypes.dtype(name))
         round_mode_code(attrs["round_mode"], attrs["saturate"])
         return [TensorType(source.shape, dtypes.dtype(name))]
+    if name not in CAST_TARGETS:
+        raise VkumdTypeError(f"cast: dtype={target!r}; cast converts to "
+                             f"{', '.join(CAST_TARGETS)}")
     _check_float8_pair(source.dtype, dtypes.dtype(name))
     return [TensorType(source.shape, dtypes.dtype(name))]
 
