@@ -54,7 +54,7 @@ PACKED_INT_DTYPES = ("int4", "uint4", "int2", "uint2")
 PACKED_FLOAT_DTYPES = ("float4_e2m1", "float8_e8m0")
 PACKED_DTYPES = (*PACKED_INT_DTYPES, *PACKED_FLOAT_DTYPES)
 PACKED_INT_PARTNERS = (*FLOAT_DTYPES, "int32", "int8", "uint8")
-# QLINEAR_PACKED
+QLINEAR_QUANT_DTYPES = (*QLINEAR_QUANT_DTYPES, *PACKED_INT_DTYPES, "float4_e2m1")
 QLINEAR_FLOAT_DTYPES = ("float32", "float16")
 
 # The generated fused elementwise kernels (fused_elementwise.py). Inputs a kernel takes: its
