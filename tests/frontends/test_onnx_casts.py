@@ -397,3 +397,16 @@ def test_cast_float4_to_int32_is_refused(ctx) -> None:
     m = model([helper.make_node("Cast", ["x"], ["y"], to=T.INT32, name="the_node")],
               {"x": (T.FLOAT4E2M1, [3])}, T.INT32)
     refused(ctx, m, "float4_e2m1 converts to and from")
+
+
+def test_bitcast_is_a_view_of_the_bits(ctx) -> None:
+    m = model([helper.make_node("BitCast", ["x"], ["y"], to=T.INT32)],
+              {"x": (T.FLOAT, [3, 5])}, T.INT32, opset=26)
+    x = np.random.default_rng().standard_normal((3, 5)).astype(np.float32)
+    np.testing.assert_array_equal(run(ctx, m, x=x), x.view(np.int32))
+
+
+def test_bitcast_of_other_widths_is_refused(ctx) -> None:
+    m = model([helper.make_node("BitCast", ["x"], ["y"], to=T.INT8, name="the_node")],
+              {"x": (T.FLOAT16, [3])}, T.INT8, opset=26)
+    refused(ctx, m, "same width")

@@ -177,8 +177,10 @@ def _float32_to_e8m0(bits: np.ndarray, saturate: bool, round_mode: str) -> np.nd
 
 def to_codes(values: np.ndarray, fmt: PackedFormat) -> np.ndarray:
     """Host data (already checked by :func:`vkumd.framework.dtypes.host_array`) to codes:
-    integers wrap into an integer type (they were checked to fit), floats convert."""
+    integers wrap into an integer type (they were checked to fit), floats convert
+    (float8_e8m0 to nearest, not saturating, as ``ml_dtypes``' ``astype`` for positive values,
+    so every value it holds uploads exactly)."""
     array = np.asarray(values)
     if fmt.is_int and array.dtype.kind in "iub":
         return ints_to_codes(array, fmt)
-    return floats_to_codes(array, fmt)
+    return floats_to_codes(array, fmt, saturate=False, round_mode="nearest")

@@ -155,10 +155,12 @@ class Tensor(EagerMethods, ViewMethods, Handle):
             return self.copied().alias(shape)
         return self.as_strided(shape, contiguous_strides(shape), self.element_offset)
 
-    def as_strided(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int
-                   ) -> Tensor:
+    def as_strided(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
+                   dtype: DType | None = None) -> Tensor:
         """A view of ``shape`` with element ``strides`` from element ``offset`` of this
-        tensor's allocation, as ``torch.as_strided`` (no copy, no launch).
+        tensor's allocation, as ``torch.as_strided`` (no copy, no launch); with ``dtype`` (of
+        this dtype's width: :func:`vkumd.framework.opset.bitcast.bitcast` checks) its bits
+        read as that type.
 
         Raises:
             VkumdValueError: the view reaches outside the allocation, or the tensor was
@@ -167,12 +169,13 @@ class Tensor(EagerMethods, ViewMethods, Handle):
         allocation = self._live_allocation("Tensor.as_strided()")
         shape, strides, offset = tuple(shape), tuple(strides), int(offset)
         check_span("Tensor.as_strided()", shape, strides, offset, self.capacity)
-        if self.dtype.is_packed and (offset or not is_row_major(shape, strides)):
+        packed = self.dtype.is_packed or (dtype is not None and dtype.is_packed)
+        if packed and (offset or not is_row_major(shape, strides)):
             raise VkumdTypeError(f"Tensor.as_strided(): {self.dtype.name} packs several "
                                  "elements to a byte, so only whole, row-major views of it "
                                  "exist (reshape); cast to int8, uint8 or float32 first to "
                                  "slice, transpose or broadcast it")
-        view = Tensor(self.context, shape, self.dtype,
+        view = Tensor(self.context, shape, self.dtype if dtype is None else dtype,
                       allocation if math.prod(shape) else None, strides, offset, self.capacity)
         if view.allocation is not None:
             with _SHARING:

@@ -27,6 +27,7 @@ from vkumd.framework.frontends.onnx.state import (
     tidy,
 )
 from vkumd.framework.graph import Value
+from vkumd.framework.opset.bitcast import check_widths
 from vkumd.framework.opset.packed import check_packed_pair
 from vkumd.framework.opset.unary import FLOAT8_PARTNERS
 from vkumd.framework.packed import FORMATS as PACKED_FORMATS
@@ -298,3 +299,28 @@ def variadic_sum(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list
     if node.op_type == "Mean" and len(values) > 1:
         total = st.b.scale(total, 1.0 / len(values))
     return [total]
+
+
+@converter("BitCast", attrs=("to",))
+def bit_cast(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """The input's bits read as type ``to`` of the same width: a view (``opset/bitcast.py``);
+    a known input is reinterpreted here, as numpy's ``view``."""
+    target = attrs["to"]
+    if target == onnx.TensorProto.INT64:
+        raise Unsupported("BitCast to INT64: vkumd stores INT64 as int32, so its bits are not "
+                          "INT64's")
+    want = ir_dtype(target)
+    known = st.known(node.input[0])
+    if known is not None and known.dtype != object:
+        np_type = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(target))
+        if np_type.itemsize != known.dtype.itemsize:
+            raise Unsupported(f"BitCast from {known.dtype} to {np_type}: the widths differ")
+        return [known.view(np_type)]
+    x = st.value(node.input[0])
+    try:
+        check_widths(x.dtype, dtypes.dtype(want))
+    except VkumdTypeError as exc:
+        raise Unsupported(str(exc)) from None
+    if x.dtype.name == want:
+        return [x]
+    return [st.b.bitcast(x, dtype=want, source=x.dtype.name)]
