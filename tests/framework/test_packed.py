@@ -20,6 +20,7 @@ from vkumd.framework.packed import (
     floats_to_codes,
     ints_to_codes,
     pack,
+    to_codes,
     unpack,
 )
 
@@ -109,13 +110,19 @@ def test_tensor_round_trips_host_values(ctx, name: str, shape: tuple[int, ...]) 
         want = values.astype(fmt.numpy)
     else:
         values = rng.standard_normal(shape).astype(np.float32) * 4
-        want = codes_to_values(floats_to_codes(values, fmt), fmt)
+        want = codes_to_values(to_codes(values, fmt), fmt)  # float8_e8m0: to nearest
     t = ctx.tensor(values, dtype=name)
     assert t.dtype is dtypes.dtype(name) and t.nbytes == -(-t.size * fmt.bits // 8)
     got = t.numpy()
     assert got.shape == shape and got.dtype == fmt.numpy
     _same(got, want)
     _same(t.reshape(-1).numpy(), want.reshape(-1))
+
+
+def test_e8m0_uploads_every_value_exactly(ctx) -> None:
+    fmt = FORMATS["float8_e8m0"]
+    values = codes_to_values(np.arange(256, dtype=np.uint8), fmt)
+    _same(ctx.tensor(values, dtype="float8_e8m0").numpy(), values)
 
 
 def test_ml_dtypes_arrays_upload_as_their_type(ctx) -> None:
