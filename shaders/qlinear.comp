@@ -1,7 +1,8 @@
 #version 450
 // ONNX's linear quantization, one element per invocation (grid-stride):
 //   OP 0 dequantize: out[i] = (float(q[i]) - float(zp[j])) * scale[j]
-//   OP 1 quantize:   out[i] = clamp(roundEven(x[i] / scale[j]) + zp[j]) to QTYPE's range;
+//   OP 1 quantize:   out[i] = clamp(roundEven(x[i] / scale[j]) + zp[j]) to QTYPE's range
+//                    (the packed integer types too, written a byte at a time);
 //                    to a float8 format, float_to_f8(x[i] / scale[j]) (saturating or not;
 //                    its zero point is zero by the spec and not read)
 // j picks the scale (and zero point) of element i: with inner the elements after the axis,
@@ -19,6 +20,7 @@
 #extension GL_EXT_shader_8bit_storage : require
 #include "common.glsl"
 #include "elementwise_types.glsl"
+#include "packed_types.glsl"
 
 #if QTYPE == U8
 #define Q_ELEM uint8_t
@@ -33,8 +35,20 @@
 #elif IS_FLOAT8(QTYPE)
 #define Q_ELEM uint8_t
 #define Q_FLOAT(x) f8_to_float(uint(x), QTYPE)
+#elif IS_PACKED(QTYPE) && QTYPE != F8E8M0
+// The packed types (packed_types.glsl): bytes, read by element index; a quantized output is
+// written a byte per invocation, its elements computed together.
+#define Q_ELEM uint8_t
+#define Q_LOW float(PACKED_SIGNED(QTYPE) ? -int(1u << (PACKED_BITS(QTYPE) - 1u)) : 0)
+#define Q_HIGH float(PACKED_SIGNED(QTYPE) ? int(PACKED_MASK(QTYPE) >> 1u) : int(PACKED_MASK(QTYPE)))
 #else
-#error "QTYPE must be U8, I8 or a float8 format"
+#error "QTYPE must be U8, I8, a float8 format or a packed type but F8E8M0"
+#endif
+// Element k of a quantized array as float32.
+#if IS_PACKED(QTYPE)
+#define Q_AT(arr, k) packed_to_float(PACKED_READ(arr, k, QTYPE), QTYPE)
+#else
+#define Q_AT(arr, k) Q_FLOAT(arr[k])
 #endif
 
 #if FTYPE == F32
@@ -70,14 +84,48 @@ layout(push_constant) uniform Push {
     uint saturate;  // float8 targets: 1 clamps to the largest finite value
 } pc;
 
+// The scale's (and zero point's) index for element i.
+uint scale_index(uint i) {
+    uint rest = i / pc.inner;
+    uint a = rest % pc.axis_len;
+    uint o = rest / pc.axis_len;
+    return o * pc.s_outer + (a / pc.block) * pc.s_axis + (i % pc.inner) * pc.s_inner;
+}
+
+#if OP == 1 && IS_PACKED(QTYPE)
+// Element i quantized to its field of QTYPE: integers rounded half to even, the zero point
+// added, clamped; float4_e2m1 (x / scale + zero point) through float_to_packed, saturating.
+uint quantize_field(uint i) {
+    uint j = scale_index(i);
+    float v = float(src[i]) / scale[j];
+    float zp = pc.has_zero != 0u ? Q_AT(zero, j) : 0.0;
+#if QTYPE == F4E2M1
+    return float_to_packed(floatBitsToUint(v + zp), QTYPE, 1u);
+#else
+    return int_to_packed(int(clamp(roundEven(v) + zp, Q_LOW, Q_HIGH)), QTYPE);
+#endif
+}
+#endif
+
 void main() {
+#if OP == 1 && IS_PACKED(QTYPE)
+    const uint per = 8u / PACKED_BITS(QTYPE);
+    uint bytes = (pc.n + per - 1u) / per;
+    for (uint b = VKUMD_FIRST_INDEX; b < bytes; b += VKUMD_THREAD_COUNT) {
+        uint packed = 0u;
+        for (uint t = 0u; t < per; ++t) {
+            if (b * per + t < pc.n) {
+                packed |= quantize_field(b * per + t) << (t * PACKED_BITS(QTYPE));
+            }
+        }
+        result[b] = uint8_t(packed);
+    }
+    return;
+#endif
     for (uint i = VKUMD_FIRST_INDEX; i < pc.n; i += VKUMD_THREAD_COUNT) {
-        uint rest = i / pc.inner;
-        uint a = rest % pc.axis_len;
-        uint o = rest / pc.axis_len;
-        uint j = o * pc.s_outer + (a / pc.block) * pc.s_axis + (i % pc.inner) * pc.s_inner;
+        uint j = scale_index(i);
         float s = scale[j];
-#if OP == 1
+#if OP == 1 && !IS_PACKED(QTYPE)
         float v = float(src[i]) / s;
 #if IS_FLOAT8(QTYPE)
         result[i] = Q_ELEM(float_to_f8(v, QTYPE, pc.saturate != 0u));
@@ -90,9 +138,9 @@ void main() {
         result[i] = int8_t(int(q));
 #endif
 #endif
-#else
-        float zp = pc.has_zero != 0u ? Q_FLOAT(zero[j]) : 0.0;
-        result[i] = F_ELEM((Q_FLOAT(src[i]) - zp) * s);
+#elif OP == 0
+        float zp = pc.has_zero != 0u ? Q_AT(zero, j) : 0.0;
+        result[i] = F_ELEM((Q_AT(src, i) - zp) * s);
 #endif
     }
 }

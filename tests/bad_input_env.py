@@ -44,6 +44,8 @@ class Env:
         """A new tensor of ones (of ``ctx``, default the shared one)."""
         context = ctx if ctx is not None else self.ctx
         storage = "float32" if dtype == "bfloat16" or dtype.startswith("float8") else dtype
+        if dtype in ("int4", "uint4", "int2", "uint2", "float4_e2m1"):  # no numpy type
+            storage = "float32"
         return context.tensor(np.ones(shape, dtype=storage), dtype=dtype)
 
     def ints(self, values: Any) -> Any:

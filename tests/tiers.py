@@ -33,6 +33,8 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_elementwise.py::test_copy_is_bit_exact": "copy",
     "tests/framework/test_elementwise.py::test_cast_to_bfloat16_rounds_to_nearest_even": "cast",
     "tests/framework/test_float8.py::test_cast_to_float8_on_device": "cast to float8",
+    "tests/framework/test_packed.py::test_cast_floats_to_packed_on_device":
+        "packed_cast (to the packed types)",
     "tests/framework/test_qlinear.py::test_quantize_matches_the_reference":
         "quantize_linear (qlinear)",
     "tests/framework/test_elementwise.py::test_int32_division_rounds_as_asked": "int32 division",
@@ -157,6 +159,8 @@ TRANSFERS: dict[str, str] = {
     "tests/framework/test_tensor.py": "upload and read back, every dtype and shape",
     "tests/framework/test_views.py": "views at offsets, slices, split and concat, DLPack",
     "tests/framework/test_float8.py": "float8 tensors uploaded and read back as float32",
+    "tests/framework/test_packed.py": "packed tensors uploaded packed and read back unpacked",
+    "tests/framework/test_bitcast.py": "bitcast views read back as the other type",
     "tests/runtime/test_device_only_memory.py": "the staging paths themselves",
     "tests/runtime/test_memory.py": "which memory tensors live in, mapped or not",
     "tests/runtime/test_lifetime.py": "staging and DLPack memory outliving tensors",

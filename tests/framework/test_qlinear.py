@@ -13,7 +13,11 @@ from vkumd.framework import ops
 from vkumd.framework.float8 import FORMATS
 from vkumd.framework.opset.qlinear import quantize_reference
 
-QTYPES = ["uint8", "int8", *FORMATS]
+PACKED_QTYPES = ["int4", "uint4", "int2", "uint2", "float4_e2m1"]
+QTYPES = ["uint8", "int8", *FORMATS, *PACKED_QTYPES]
+# Zero points drawn from these (the packed integer types' own ranges are small).
+ZERO_RANGES = {"uint8": (0, 40), "int8": (-20, 20), "int4": (-3, 3), "uint4": (0, 6),
+               "int2": (-2, 2), "uint2": (0, 3)}
 SHAPE = (3, 7, 11)
 # (axis, block_size, scale shape) for x of SHAPE.
 FORMS = {"tensor": (1, 0, ()), "tensor1": (0, 0, (1,)), "axis": (1, 0, (7,)),
@@ -34,13 +38,25 @@ def _operands(rng: np.random.Generator, qtype: str, form: str):
     axis, block, scale_shape = FORMS[form]
     scale = rng.uniform(0.02, 0.3, scale_shape).astype(np.float32)
     zero = None
-    if qtype in ("uint8", "int8"):
-        low, high = (0, 40) if qtype == "uint8" else (-20, 20)
-        zero = rng.integers(low, high, scale_shape).astype(qtype)
+    if qtype in ZERO_RANGES:
+        low, high = ZERO_RANGES[qtype]
+        zero = rng.integers(low, high, scale_shape).astype(qtype if qtype.endswith("int8")
+                                                            else np.int8)
     return axis, block, scale, zero
 
 
+def _q_tensor(ctx, values: np.ndarray, qtype: str):
+    """A tensor of quantized ``values`` (a float or an integer type's values)."""
+    as_float = qtype in FORMATS or qtype == "float4_e2m1"
+    return ctx.tensor(values.astype(np.float32) if as_float else values.astype(
+        qtype if qtype.endswith("int8") else np.int8), dtype=qtype)
+
+
 def _poisoned(ctx, dtype: str):
+    if dtype in PACKED_QTYPES:  # every byte 0xFF, the last one's spare bits too
+        out = ctx.empty(SHAPE, dtype)
+        ctx.transfers.upload(out.allocation, memoryview(np.full(out.nbytes, 0xFF, np.uint8)))
+        return out
     return ctx.tensor(np.full(SHAPE, -5.0 if dtype != "uint8" else 7, np.float32
                               if dtype != "uint8" else np.uint8), dtype=dtype)
 
@@ -50,11 +66,12 @@ def _poisoned(ctx, dtype: str):
 def test_quantize_matches_the_reference(ctx, qtype: str, form: str) -> None:
     rng = np.random.default_rng()
     axis, block, scale, zero = _operands(rng, qtype, form)
-    x = (rng.standard_normal(SHAPE) * 20).astype(np.float32)
+    x = (rng.standard_normal(SHAPE) * (20 if qtype not in PACKED_QTYPES else 0.6)
+         ).astype(np.float32)
     x.flat[:3] = [1e9, -1e9, 0.0]  # past every range: clamped
     out = _poisoned(ctx, qtype)
     ops.quantize_linear(ctx.tensor(x), ctx.tensor(scale),
-                        None if zero is None else ctx.tensor(zero), axis=axis,
+                        None if zero is None else _q_tensor(ctx, zero, qtype), axis=axis,
                         block_size=block, dtype=qtype, out=out)
     want = quantize_reference(x, scale, zero, qtype, axis, block, True)
     np.testing.assert_array_equal(out.numpy().astype(np.float64), want)
@@ -68,10 +85,10 @@ def test_dequantize_matches_float64(ctx, qtype: str, form: str, ftype: str) -> N
     axis, block, scale, zero = _operands(rng, qtype, form)
     values = quantize_reference(rng.standard_normal(SHAPE).astype(np.float32) * 10,
                                 np.array(0.1, np.float32), None, qtype, 0, 0, True)
-    q = ctx.tensor(values.astype(np.float32) if qtype in FORMATS else values.astype(qtype),
-                   dtype=qtype)
+    q = _q_tensor(ctx, values, qtype)
     out = _poisoned(ctx, ftype)
-    ops.dequantize_linear(q, ctx.tensor(scale), None if zero is None else ctx.tensor(zero),
+    ops.dequantize_linear(q, ctx.tensor(scale), None if zero is None else _q_tensor(
+                              ctx, zero, qtype),
                           axis=axis, block_size=block, dtype=ftype, out=out)
     shift = 0.0 if zero is None else _expand(zero.astype(np.float64), axis, block)
     want = (values - shift) * _expand(scale.astype(np.float64), axis, block)

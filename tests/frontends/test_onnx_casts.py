@@ -363,3 +363,50 @@ def test_cast_float8_to_int32_is_refused(ctx) -> None:
     m = model([helper.make_node("Cast", ["x"], ["y"], to=T.INT32, name="the_node")],
               {"x": (T.FLOAT8E5M2, [3])}, T.INT32)
     refused(ctx, m, "float8 formats convert to and from the float types only")
+
+
+@pytest.mark.parametrize("target", [T.INT4, T.UINT4, T.INT2, T.UINT2, T.FLOAT4E2M1])
+def test_cast_to_packed_and_back_on_the_device(ctx, target: int) -> None:
+    """Cast float32 -> a packed type -> float32, at an odd element count: both casts run as
+    kernels; the result is vkumd's packed reference (itself checked against ml_dtypes)."""
+    from vkumd.framework.frontends.onnx.state import PACKED_IR_DTYPES
+    from vkumd.framework.packed import FORMATS, codes_to_values, floats_to_codes
+
+    m = model([helper.make_node("Cast", ["x"], ["q"], to=target),
+               helper.make_node("Cast", ["q"], ["y"], to=T.FLOAT)],
+              {"x": (T.FLOAT, [3, 7])}, T.FLOAT)
+    x = (np.random.default_rng().standard_normal((3, 7)) * 6).astype(np.float32)
+    fmt = FORMATS[PACKED_IR_DTYPES[target]]
+    want = codes_to_values(floats_to_codes(x, fmt), fmt).astype(np.float32)
+    np.testing.assert_array_equal(run(ctx, m, x=x), want)
+
+
+def test_cast_e8m0_round_mode_on_the_device(ctx) -> None:
+    from onnx.numpy_helper import to_float8e8m0
+
+    m = model([helper.make_node("Cast", ["x"], ["q"], to=T.FLOAT8E8M0, round_mode="nearest",
+                                saturate=0),
+               helper.make_node("Cast", ["q"], ["y"], to=T.FLOAT)],
+              {"x": (T.FLOAT, [11])}, T.FLOAT, opset=24)
+    x = np.abs(np.random.default_rng().standard_normal(11) * 100).astype(np.float32)
+    want = to_float8e8m0(x, False, "nearest").astype(np.float32)
+    np.testing.assert_array_equal(run(ctx, m, x=x), want)
+
+
+def test_cast_float4_to_int32_is_refused(ctx) -> None:
+    m = model([helper.make_node("Cast", ["x"], ["y"], to=T.INT32, name="the_node")],
+              {"x": (T.FLOAT4E2M1, [3])}, T.INT32)
+    refused(ctx, m, "float4_e2m1 converts to and from")
+
+
+def test_bitcast_is_a_view_of_the_bits(ctx) -> None:
+    m = model([helper.make_node("BitCast", ["x"], ["y"], to=T.INT32)],
+              {"x": (T.FLOAT, [3, 5])}, T.INT32, opset=26)
+    x = np.random.default_rng().standard_normal((3, 5)).astype(np.float32)
+    np.testing.assert_array_equal(run(ctx, m, x=x), x.view(np.int32))
+
+
+def test_bitcast_of_other_widths_is_refused(ctx) -> None:
+    m = model([helper.make_node("BitCast", ["x"], ["y"], to=T.INT8, name="the_node")],
+              {"x": (T.FLOAT16, [3])}, T.INT8, opset=26)
+    refused(ctx, m, "same width")

@@ -61,7 +61,7 @@ class Context(RuntimeContext):
     def _new_tensor(self, shape: tuple[int, ...], dtype: dtypes.DType, zero: bool) -> Tensor:
         self.check_open("creating a tensor")
         # Python ints: numpy's int64 product wraps, and (2**32, 2**32) became 0 bytes.
-        nbytes = math.prod(shape) * dtype.itemsize
+        nbytes = dtype.nbytes(math.prod(shape))
         limit = self.caps.max_storage_buffer_range
         if nbytes > limit:
             raise VkumdValueError(

@@ -10,6 +10,15 @@ import numpy as np
 from vkumd.compiler.kernels.type_codes import ELEMENT_TYPES
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.float8 import FORMATS, float8_bits_to_float32, float32_to_float8_bits
+from vkumd.framework.packed import FORMATS as PACKED_FORMATS
+from vkumd.framework.packed import (
+    ML_DTYPES_NAMES,
+    codes_to_values,
+    pack,
+    packed_nbytes,
+    to_codes,
+    unpack,
+)
 
 
 @dataclass(frozen=True)
@@ -25,6 +34,7 @@ class DType:
         itemsize: bytes per element.
         code: the type code kernels are compiled with (``"F32"``, ``"BF16"``, ...).
         glsl: the GLSL type kernels use for one element in storage.
+        bits: bits per element (less than a byte for the packed types, several to a byte).
 
     ``itemsize``, ``code`` and ``glsl`` are the kernels' table's
     (:data:`vkumd.compiler.kernels.type_codes.ELEMENT_TYPES`), read once here.
@@ -36,12 +46,14 @@ class DType:
     itemsize: int = field(init=False)
     code: str = field(init=False)
     glsl: str = field(init=False)
+    bits: int = field(init=False)
 
     def __post_init__(self) -> None:
         kernel_type = ELEMENT_TYPES[self.name]
         object.__setattr__(self, "itemsize", kernel_type.itemsize)
         object.__setattr__(self, "code", kernel_type.code)
         object.__setattr__(self, "glsl", kernel_type.glsl)
+        object.__setattr__(self, "bits", kernel_type.bits or 8 * kernel_type.itemsize)
 
     def __str__(self) -> str:
         return self.name
@@ -56,6 +68,16 @@ class DType:
         """Whether the type is one of the float8 formats (stored as its byte, read back as
         float32; only casts compute on it)."""
         return self.name in FORMATS
+
+    @property
+    def is_packed(self) -> bool:
+        """Whether the type is a packed one (int4, uint4, int2, uint2, float4_e2m1,
+        float8_e8m0: vkumd/framework/packed.py), which only casts and quantization read."""
+        return self.name in PACKED_FORMATS
+
+    def nbytes(self, count: int) -> int:
+        """Bytes that ``count`` elements take (packed types: ``ceil(count * bits / 8)``)."""
+        return packed_nbytes(count, self.bits) if self.is_packed else count * self.itemsize
 
 
 float32 = DType("float32", np.dtype(np.float32), np.dtype(np.float32))
@@ -84,6 +106,11 @@ float8_e5m2fnuz = DType("float8_e5m2fnuz", np.dtype(np.uint8), np.dtype(np.float
 FLOAT8: tuple[DType, ...] = (float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz)
 
 ALL: tuple[DType, ...] = (float32, float16, bfloat16, int32, int8, uint8, *WIDE, *FLOAT8, int64)
+# The packed types: bytes of several elements (float8_e8m0 one), unpacked to numpy as int8,
+# uint8 or float32 (vkumd/framework/packed.py).
+PACKED: tuple[DType, ...] = tuple(DType(name, np.dtype(np.uint8), fmt.numpy)
+                                  for name, fmt in PACKED_FORMATS.items())
+ALL += PACKED
 _BY_NAME = {d.name: d for d in ALL}
 _FROM_NUMPY = {np.dtype(np.float32): float32, np.dtype(np.float16): float16,
                np.dtype(np.int32): int32, np.dtype(np.int8): int8, np.dtype(np.uint8): uint8}
@@ -136,6 +163,7 @@ _UNSTORABLE = "cOSUVMm"
 INT_RANGES = {"int32": (-2**31, 2**31 - 1), "int8": (-128, 127), "uint8": (0, 255),
               "int16": (-2**15, 2**15 - 1), "uint16": (0, 2**16 - 1), "uint32": (0, 2**32 - 1),
               "uint64": (0, 2**64 - 1), "int64": (-2**63, 2**63 - 1)}
+INT_RANGES.update({n: (f.low, f.high) for n, f in PACKED_FORMATS.items() if f.is_int})
 
 
 def host_array(data: Any, *, dtype: object | None = None, expected: DType | None = None,
@@ -178,6 +206,12 @@ def host_array(data: Any, *, dtype: object | None = None, expected: DType | None
     if source.name in FORMATS:  # ml_dtypes' float8 arrays: widened exactly, stored back
         own = _BY_NAME[source.name]
         array, source = array.astype(np.float32), _F32
+        if expected is None and dtype is None:
+            return array, own
+    if source.name in ML_DTYPES_NAMES:  # ml_dtypes' packed types: unpacked, stored back
+        own = _BY_NAME[ML_DTYPES_NAMES[source.name]]
+        array = array.astype(own.numpy)
+        source = array.dtype
         if expected is None and dtype is None:
             return array, own
     if expected is not None:
@@ -280,7 +314,11 @@ def bfloat16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
 
 
 def to_storage(array: np.ndarray, target: DType) -> np.ndarray:
-    """Convert ``array`` to contiguous storage bits of ``target``."""
+    """Convert ``array`` to contiguous storage bits of ``target`` (the packed types: their
+    bytes, ``target.nbytes(array.size)`` of them)."""
+    if target.is_packed:
+        fmt = PACKED_FORMATS[target.name]
+        return pack(to_codes(array, fmt), fmt.bits)
     if target is bfloat16:
         return float32_to_bfloat16_bits(np.asarray(array, dtype=np.float32))
     if target.is_float8:
@@ -290,8 +328,15 @@ def to_storage(array: np.ndarray, target: DType) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=target.storage)
 
 
-def from_storage(bits: np.ndarray, source: DType) -> np.ndarray:
-    """Turn storage bits of ``source`` into the numpy array users see."""
+def from_storage(bits: np.ndarray, source: DType, shape: tuple[int, ...] | None = None
+                 ) -> np.ndarray:
+    """Turn storage bits of ``source`` into the numpy array users see (the packed types:
+    ``bits`` are the bytes, unpacked to ``shape``)."""
+    if source.is_packed:
+        fmt = PACKED_FORMATS[source.name]
+        count = int(np.prod(shape)) if shape is not None else bits.size * 8 // fmt.bits
+        return codes_to_values(unpack(bits, fmt.bits, count), fmt).reshape(
+            shape if shape is not None else (count,))
     if source is bfloat16:
         return bfloat16_bits_to_float32(bits)
     if source.is_float8:

@@ -103,7 +103,7 @@ class Tensor(EagerMethods, ViewMethods, Handle):
         # Shapes never change, so the sizes ops read on every call are worked out once.
         self.size = math.prod(shape)
         """Number of elements."""
-        self.nbytes = self.size * dtype.itemsize
+        self.nbytes = dtype.nbytes(self.size)
         """Bytes of the elements (a view's, not its storage's)."""
         # None: row-major (worked out when asked: most tensors are never asked).
         self._strides = strides
@@ -156,10 +156,12 @@ class Tensor(EagerMethods, ViewMethods, Handle):
             return self.copied().alias(shape)
         return self.as_strided(shape, contiguous_strides(shape), self.element_offset)
 
-    def as_strided(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int
-                   ) -> Tensor:
+    def as_strided(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
+                   dtype: DType | None = None) -> Tensor:
         """A view of ``shape`` with element ``strides`` from element ``offset`` of this
-        tensor's allocation, as ``torch.as_strided`` (no copy, no launch).
+        tensor's allocation, as ``torch.as_strided`` (no copy, no launch); with ``dtype`` (of
+        this dtype's width: :func:`vkumd.framework.opset.bitcast.bitcast` checks) its bits
+        read as that type.
 
         Raises:
             VkumdValueError: the view reaches outside the allocation, or the tensor was
@@ -168,7 +170,13 @@ class Tensor(EagerMethods, ViewMethods, Handle):
         allocation = self._live_allocation("Tensor.as_strided()")
         shape, strides, offset = tuple(shape), tuple(strides), int(offset)
         check_span("Tensor.as_strided()", shape, strides, offset, self.capacity)
-        view = Tensor(self.context, shape, self.dtype,
+        packed = self.dtype.is_packed or (dtype is not None and dtype.is_packed)
+        if packed and (offset or not is_row_major(shape, strides)):
+            raise VkumdTypeError(f"Tensor.as_strided(): {self.dtype.name} packs several "
+                                 "elements to a byte, so only whole, row-major views of it "
+                                 "exist (reshape); cast to int8, uint8 or float32 first to "
+                                 "slice, transpose or broadcast it")
+        view = Tensor(self.context, shape, self.dtype if dtype is None else dtype,
                       allocation if math.prod(shape) else None, strides, offset, self.capacity)
         if view.allocation is not None:
             with _SHARING:
@@ -222,10 +230,11 @@ class Tensor(EagerMethods, ViewMethods, Handle):
             # A strided view: its elements gathered on the device (one launch), then read.
             return self.copied().numpy()
         self.context.before_host_access(self, "Tensor.numpy()")
-        bits = np.empty(self.shape, dtype=self.dtype.storage)
+        packed = self.dtype.is_packed
+        bits = np.empty((self.nbytes,) if packed else self.shape, dtype=self.dtype.storage)
         if allocation is not None:
             self.context.transfers.download(allocation, memoryview(bits).cast("B"))
-        return dtypes.from_storage(bits, self.dtype)
+        return dtypes.from_storage(bits, self.dtype, self.shape if packed else None)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         array = self.numpy()
@@ -354,9 +363,10 @@ class Tensor(EagerMethods, ViewMethods, Handle):
     def _host_array(self, what: str) -> np.ndarray:
         """A numpy array over the tensor's mapped memory that pins it while it lives."""
         allocation = self._live_allocation(what)
-        if self.dtype.storage != self.dtype.numpy:  # bfloat16, the float8 formats
+        if self.dtype.storage != self.dtype.numpy or self.dtype.is_packed:  # bfloat16, float8
             raise VkumdValueError(f"{what}: {self.dtype.name} tensors cannot be shared with "
-                                  "numpy; use .numpy(), which converts to float32")
+                                  "numpy; use .numpy(), which converts to "
+                                  f"{self.dtype.numpy}")
         if allocation is None:
             return np.empty(self.shape, dtype=self.dtype.storage)
         count = self.size if self.binding is not None else self.capacity

@@ -17,6 +17,7 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     kv_cache,
     nll,
     norm,
+    packed_cast,
     permute,
     pool,
     qlinear,

@@ -52,6 +52,14 @@ FLOAT8_DTYPES = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2
 # The linear quantization kernel (qlinear.py): its quantized and float types (scales are
 # float32).
 QLINEAR_QUANT_DTYPES = ("uint8", "int8", *FLOAT8_DTYPES)
+# The packed types (vkumd/framework/packed.py): packed_cast converts the integer ones to and
+# from PACKED_INT_PARTNERS and the float ones to and from the float types (8-bit storage);
+# qlinear quantizes to all but float8_e8m0 (a scale type).
+PACKED_INT_DTYPES = ("int4", "uint4", "int2", "uint2")
+PACKED_FLOAT_DTYPES = ("float4_e2m1", "float8_e8m0")
+PACKED_DTYPES = (*PACKED_INT_DTYPES, *PACKED_FLOAT_DTYPES)
+PACKED_INT_PARTNERS = (*FLOAT_DTYPES, "int32", "int8", "uint8")
+QLINEAR_QUANT_DTYPES = (*QLINEAR_QUANT_DTYPES, *PACKED_INT_DTYPES, "float4_e2m1")
 QLINEAR_FLOAT_DTYPES = ("float32", "float16")
 
 # The generated fused elementwise kernels (fused_elementwise.py). Inputs a kernel takes: its

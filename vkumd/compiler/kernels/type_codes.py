@@ -23,12 +23,14 @@ class ElementType:
         code: the type code kernels are compiled with (``"F32"``, ``"BF16"``, ...).
         glsl: the GLSL type of one element in storage (bfloat16 has none: its bits are a
             ``uint16_t``, computed in float32).
-        itemsize: bytes per element.
+        itemsize: bytes per element (the packed types: per storage byte).
+        bits: bits per element where several share a byte (the packed types), else 0.
     """
 
     code: str
     glsl: str
     itemsize: int
+    bits: int = 0
 
 
 ELEMENT_TYPES: dict[str, ElementType] = {
@@ -59,6 +61,18 @@ FLOAT8_TYPES: dict[str, ElementType] = {
     "float8_e5m2fnuz": ElementType("F8E5M2FNUZ", "uint8_t", 1),
 }
 ELEMENT_TYPES.update(FLOAT8_TYPES)
+# The packed types (ONNX's INT4, UINT4, INT2, UINT2, FLOAT4E2M1, FLOAT8E8M0): elements of
+# ``bits`` bits packed low bits first into bytes, which only the packed conversion and the
+# linear quantization kernels read (vkumd/framework/packed.py).
+PACKED_TYPES: dict[str, ElementType] = {
+    "int4": ElementType("I4", "uint8_t", 1, 4),
+    "uint4": ElementType("U4", "uint8_t", 1, 4),
+    "int2": ElementType("I2", "uint8_t", 1, 2),
+    "uint2": ElementType("U2", "uint8_t", 1, 2),
+    "float4_e2m1": ElementType("F4E2M1", "uint8_t", 1, 4),
+    "float8_e8m0": ElementType("F8E8M0", "uint8_t", 1, 8),
+}
+ELEMENT_TYPES.update(PACKED_TYPES)
 # Per type code: bytes of one element, and its GLSL storage type.
 CODE_BYTES = {t.code: t.itemsize for t in ELEMENT_TYPES.values()}
 CODE_GLSL = {t.code: t.glsl for t in ELEMENT_TYPES.values()}

@@ -37,7 +37,7 @@ class TensorView(Tensor):
 
     def __init__(self, base: Tensor, shape: tuple[int, ...], dtype: dtypes.DType,
                  offset: int) -> None:
-        nbytes = math.prod(shape) * dtype.itemsize
+        nbytes = dtype.nbytes(math.prod(shape))
         owner = base.allocation
         allocation = None
         if nbytes and owner is not None:
@@ -91,7 +91,7 @@ def view(base: Tensor, shape: Iterable[int], dtype: Any = None, offset: int = 0)
     """
     dims = tuple(int(d) for d in shape)
     dt = base.dtype if dtype is None else dtypes.dtype(dtype)
-    nbytes = math.prod(dims) * dt.itemsize
+    nbytes = dt.nbytes(math.prod(dims))
     if base.released:
         raise VkumdValueError("view(): the base tensor was released")
     if offset < 0 or offset + nbytes > base.nbytes:

@@ -126,7 +126,7 @@ class Recording:
                 ins = [self.tensors[v.id] if v is not None else None for v in node.inputs]
                 try:
                     if node.op in VIEW_OPS:  # a reshape returning an input's bytes
-                        ops.copy(view(ins[0], outs[0].shape), out=outs[0])
+                        ops.copy(view(ins[0], outs[0].shape, outs[0].dtype), out=outs[0])
                     else:
                         lowering_for(node)(node, ins, outs)
                 except GraphError:

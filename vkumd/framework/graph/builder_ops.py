@@ -197,10 +197,14 @@ class OpMethods:
         """``x * alpha`` for a real ``alpha``."""
         return self._apply("scale", [x], {"alpha": _as_float(alpha)})
 
-    def cast(self, x: Value, dtype: Any, *, saturate: bool = True) -> Value:
+    def cast(self, x: Value, dtype: Any, *, saturate: bool = True, round_mode: str = "up"
+             ) -> Value:
         """``x`` converted to ``dtype`` (float32, float16, bfloat16, int32 or a float8 format;
         ``saturate`` clamps what a float8 format cannot hold, as ONNX's Cast)."""
-        return self._apply("cast", [x], {"dtype": dtype, "saturate": bool(saturate)})
+        attrs = {"dtype": dtype, "saturate": bool(saturate)}
+        if round_mode != "up":  # float8_e8m0's rounding (vkumd/framework/packed.py)
+            attrs["round_mode"] = round_mode
+        return self._apply("cast", [x], attrs)
 
     # -- row-wise --------------------------------------------------------------------------
 

@@ -113,7 +113,7 @@ def value_nbytes(graph: Graph, value: Value, bindings: Mapping[str, int]) -> int
     count = 1
     for d in graph.dims.bind(value.shape, bindings):
         count *= d
-    return count * value.dtype.itemsize
+    return value.dtype.nbytes(count)
 
 
 def updated_value(node: Node) -> Value | None:

@@ -19,6 +19,7 @@ from vkumd.framework.opset import (  # noqa: F401  (importing declares the ops)
     arith,
     attention,
     batch_norm,
+    bitcast,
     bitwise,
     compare,
     conv,

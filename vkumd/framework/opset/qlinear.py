@@ -1,7 +1,10 @@
 """``quantize_linear`` and ``dequantize_linear``: ONNX's QuantizeLinear and DequantizeLinear,
 per tensor, per axis or blocked, on the device (``shaders/qlinear.comp``).
 
-Quantized types: uint8, int8 and the float8 formats; float types: float32 and float16. The
+Quantized types: uint8, int8, the float8 formats, and the packed int4, uint4, int2, uint2 and
+float4_e2m1 (:mod:`vkumd.framework.packed`; float4_e2m1 quantizes as ONNX's reference,
+``x / scale + zero_point`` rounded to nearest even and saturated); float types: float32 and
+float16. The
 scale is float32 (the ONNX importer converts another first). ``quantize_linear`` computes
 ``x / scale`` in float32, rounds it to nearest even and adds the zero point, clamped to the
 type's range (to a float8 format: the float8 cast, saturating or not, whose zero point is
@@ -33,9 +36,12 @@ from vkumd.framework.graph.registry import TensorType, define
 from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_storage, check_tensor, output
 from vkumd.framework.opset.common import attrs_of
+from vkumd.framework.packed import FORMATS as PACKED_FORMATS
+from vkumd.framework.packed import codes_to_values, floats_to_codes
 from vkumd.framework.tensor import Tensor
 
 _INT_RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
+_INT_RANGES.update({n: (f.low, f.high) for n, f in PACKED_FORMATS.items() if f.is_int})
 
 
 def scale_words(op: str, shape: tuple[int, ...], scale: tuple[int, ...], axis: Any,
@@ -203,6 +209,10 @@ def quantize_reference(x: np.ndarray, scale: np.ndarray, zero: np.ndarray | None
     if qtype in FORMATS:
         fmt = FORMATS[qtype]
         return float8_bits_to_float32(float32_to_float8_bits(ratio, fmt, saturate), fmt)
+    if qtype == "float4_e2m1":  # x / scale + zero point, rounded and saturated (packed.py)
+        shift = 0.0 if zero is None else _expand(zero, x.shape, axis, block_size)
+        fmt = PACKED_FORMATS[qtype]
+        return codes_to_values(floats_to_codes(ratio + np.float32(shift), fmt), fmt)
     low, high = _INT_RANGES[qtype]
     shift = 0.0 if zero is None else _expand(zero, x.shape, axis, block_size)
     return np.clip(np.rint(ratio.astype(np.float64)) + shift, low, high)

@@ -30,6 +30,7 @@ from vkumd.compiler.kernels.elementwise import (
     FLOAT8_CODES,
 )
 from vkumd.compiler.kernels.elementwise_plan import fill_plan, unary_plan
+from vkumd.compiler.kernels.limits import PACKED_DTYPES
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework import dtypes
 from vkumd.framework.float8 import FORMATS, float32_to_float8_bits
@@ -46,6 +47,12 @@ from vkumd.framework.ops.checks import (
     output,
 )
 from vkumd.framework.opset.common import attrs_of
+from vkumd.framework.opset.packed import (
+    check_packed_pair,
+    packed_cast,
+    packed_reference,
+    round_mode_code,
+)
 from vkumd.framework.strided import copy_into, strided_operands
 from vkumd.framework.tensor import Tensor
 
@@ -195,8 +202,8 @@ def copy(src: Tensor, out: Tensor | None = None) -> Tensor:
     return _unary("copy", src, out, src.dtype, "convert")
 
 
-def cast(t: Tensor, dtype: Any, out: Tensor | None = None, *, saturate: bool = True
-         ) -> Tensor:
+def cast(t: Tensor, dtype: Any, out: Tensor | None = None, *, saturate: bool = True,
+         round_mode: str = "up") -> Tensor:
     """Convert ``t`` to ``dtype`` (float32, float16, bfloat16, int32, one of int16, uint16,
     uint32, uint64 and float64, or a float8 format), like numpy's astype.
 
@@ -215,14 +222,25 @@ def cast(t: Tensor, dtype: Any, out: Tensor | None = None, *, saturate: bool = T
     gives infinity and the others NaN (:mod:`vkumd.framework.float8`). They need 8-bit
     storage.
 
+    The packed types (:mod:`vkumd.framework.packed`: ``int4``, ``uint4``, ``int2``,
+    ``uint2`` to and from the float types, int32, int8 and uint8; ``float4_e2m1`` and
+    ``float8_e8m0`` to and from the float types) convert as ONNX's Cast: integers wrap into
+    an integer type, a float becomes its truncation when that fits and 0 otherwise;
+    float4_e2m1 rounds to nearest even and saturates; float8_e8m0 rounds as ``round_mode``
+    (``"up"``, ``"nearest"``, ``"down"``), saturating with ``saturate``. ``out`` then has
+    ``t``'s shape; 8-bit storage is needed.
+
     Raises:
         VkumdTypeError: ``dtype`` is unknown or not one cast takes, or a float8 format
-            paired with an integer type or float64.
+            paired with an integer type or float64, or a packed type with one it does not
+            convert to or from.
         CapabilityMissing: float64 without shaderFloat64, uint64 without shaderInt64, a
             16-bit or 8-bit type without 16-bit or 8-bit storage.
     """
     check_tensor("cast", t, "the tensor")
     target = dtypes.dtype(dtype)
+    if t.dtype.is_packed or target.is_packed:
+        return packed_cast(t, target, out, saturate, round_mode)
     check_dtype("cast", t, "the tensor", CAST_TARGETS)
     if target.name not in CAST_TARGETS:
         raise VkumdTypeError(f"cast: {target.name} is not supported; cast takes "
@@ -311,21 +329,28 @@ define("scale", ("x",), {"alpha": 1.0}, inplace=True, rule=_scale_rule,
 def _cast_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
     target = attrs["dtype"]
     name = target.name if isinstance(target, dtypes.DType) else target
+    source = only(ins)
+    if source.dtype.is_packed or name in PACKED_DTYPES:
+        check_packed_pair(source.dtype, dtypes.dtype(name))
+        round_mode_code(attrs["round_mode"], attrs["saturate"])
+        return [TensorType(source.shape, dtypes.dtype(name))]
     if name not in CAST_TARGETS:
         raise VkumdTypeError(f"cast: dtype={target!r}; cast converts to "
                              f"{', '.join(CAST_TARGETS)}")
-    source = only(ins)
     _check_float8_pair(source.dtype, dtypes.dtype(name))
     return [TensorType(source.shape, dtypes.dtype(name))]
 
 
 def _cast_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     attrs = attrs_of(node)
-    cast(ins[0], attrs["dtype"], out=outs[0], saturate=attrs["saturate"])
+    cast(ins[0], attrs["dtype"], out=outs[0], saturate=attrs["saturate"],
+         round_mode=attrs["round_mode"])
 
 
 def _cast_reference(a: list[np.ndarray], attrs: dict[str, Any], s: Any) -> list[np.ndarray]:
     target = dtypes.dtype(attrs["dtype"])
+    if target.is_packed:
+        return [packed_reference(a[0], target, bool(attrs["saturate"]), attrs["round_mode"])]
     if target.is_float8:  # from float32, as the device reads it
         bits = float32_to_float8_bits(a[0], FORMATS[target.name], bool(attrs["saturate"]))
         return [np.asarray(dtypes.from_storage(bits, target), np.float64)]
@@ -335,6 +360,8 @@ def _cast_reference(a: list[np.ndarray], attrs: dict[str, Any], s: Any) -> list[
 def _cast_refuse(node: Node) -> str | None:
     """Why the unary kernel cannot run this cast (a float8 format with its partners passes)."""
     ends = [v.dtype for v in (node.inputs[0], node.outputs[0]) if v is not None]
+    if any(d.is_packed for d in ends):
+        return None  # the pair was checked by the rule; packed_cast takes any rank
     if any(d.is_float8 for d in ends) and all(d.name in FLOAT8_PARTNERS for d in ends):
         rank = max(len(v.shape) for v in (*node.inputs, *node.outputs) if v is not None)
         if rank > ELEMENTWISE_MAX_DIMS:
@@ -344,8 +371,9 @@ def _cast_refuse(node: Node) -> str | None:
     return cast_dtypes(node)
 
 
-define("cast", ("x",), {"dtype": REQUIRED, "saturate": True}, inplace=True, rule=_cast_rule,
-       reference=_cast_reference, lower=_cast_lower, refuse=_cast_refuse, eager=cast,
+define("cast", ("x",), {"dtype": REQUIRED, "saturate": True, "round_mode": "up"},
+       inplace=True, rule=_cast_rule, reference=_cast_reference, lower=_cast_lower,
+       refuse=_cast_refuse, eager=cast,
        elementwise=Elementwise(1, "{a}", params=("dtype",), glsl_params={
            "float32": "{a}",
            "float16": "unpackHalf2x16(packHalf2x16(vec2({a}, 0.0))).x",

@@ -241,7 +241,8 @@ def _input_array(name: str, elem: int, value: Any, dtype: str | None = None) -> 
     stored = dtype if elem == onnx.TensorProto.INT64 and dtype else IR_DTYPES.get(elem)
     if stored is None:
         return array  # the import refused the type already
-    if array.dtype.name == stored and dtypes.dtype(stored).storage != dtypes.dtype(stored).numpy:
+    if (array.dtype.name == stored and dtypes.dtype(stored).storage != dtypes.dtype(stored).numpy
+            and not dtypes.dtype(stored).is_packed):  # host_array unpacks ml_dtypes' int4...
         # ml_dtypes' bfloat16 or float8, widened exactly; stored rounds back
         array = array.astype(np.float32)
     array, target = dtypes.host_array(array, expected=dtypes.dtype(stored), what=what)

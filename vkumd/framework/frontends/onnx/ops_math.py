@@ -8,14 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes  # onnx's own dependency: its packed and float8 arrays are ml_dtypes'
 import numpy as np
 import onnx
 
 from vkumd.compiler.kernels.limits import INTEGER_DTYPES
+from vkumd.errors import VkumdTypeError
+from vkumd.framework import dtypes
 from vkumd.framework.float8 import FORMATS
 from vkumd.framework.frontends.onnx.errors import Unsupported
 from vkumd.framework.frontends.onnx.state import (
     FLOAT8_IR_DTYPES,
+    PACKED_IR_DTYPES,
     Bound,
     State,
     converter,
@@ -23,7 +27,11 @@ from vkumd.framework.frontends.onnx.state import (
     tidy,
 )
 from vkumd.framework.graph import Value
+from vkumd.framework.opset.bitcast import check_widths
+from vkumd.framework.opset.packed import check_packed_pair
 from vkumd.framework.opset.unary import FLOAT8_PARTNERS
+from vkumd.framework.packed import FORMATS as PACKED_FORMATS
+from vkumd.framework.packed import ML_DTYPES_NAMES, floats_to_codes, ints_to_codes
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Equal": "eq",
            "Less": "lt", "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge"}
@@ -178,7 +186,8 @@ def cast(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
 _ONNX_OF_IR = {"float32": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FLOAT16,
                "bfloat16": onnx.TensorProto.BFLOAT16, "int32": onnx.TensorProto.INT32,
                "int8": onnx.TensorProto.INT8, "int64": onnx.TensorProto.INT64,
-               **{name: elem for elem, name in FLOAT8_IR_DTYPES.items()}}
+               **{name: elem for elem, name in FLOAT8_IR_DTYPES.items()},
+               **{name: elem for elem, name in PACKED_IR_DTYPES.items()}}
 
 
 def like_type(st: State, name: str, source: str) -> int | None:
@@ -217,8 +226,9 @@ def _cast_to(st: State, name: str, target: int, attrs: dict[str, Any], result: s
              ) -> Bound:
     """``name`` converted to ONNX element type ``target`` (Cast's and CastLike's body); to
     int64 where ``result`` carries data (``st.int64_data``), else INT64 as int32."""
-    if attrs.get("round_mode", "up") != "up":
-        raise Unsupported(f"round_mode={attrs['round_mode']!r} is not supported")
+    round_mode = attrs.get("round_mode", "up")
+    if round_mode != "up" and target != onnx.TensorProto.FLOAT8E8M0:
+        raise Unsupported(f"round_mode={round_mode!r} is not supported")
     known = st.known(name)
     if known is not None and known.dtype == object:
         if target not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
@@ -231,6 +241,8 @@ def _cast_to(st: State, name: str, target: int, attrs: dict[str, Any], result: s
         np_type = onnx.helper.tensor_dtype_to_np_dtype(target)
         if np_type == np.float64:
             raise Unsupported("float64 tensors are not supported; use float32")
+        if want in PACKED_FORMATS:  # packed.py's rules, ml_dtypes' and ONNX's
+            return _packed_constant(known, want, saturate, round_mode)
         if want in FORMATS and saturate:  # ONNX's rule: clamp, then round to nearest even
             limit = FORMATS[want].max
             return np.clip(known.astype(np.float32), -limit, limit).astype(np_type)
@@ -244,7 +256,25 @@ def _cast_to(st: State, name: str, target: int, attrs: dict[str, Any], result: s
     if any(e in FORMATS for e in ends) and not all(e in FLOAT8_PARTNERS for e in ends):
         raise Unsupported(f"Cast from {ends[0]} to {ends[1]}: the float8 formats convert to "
                           "and from the float types only")
+    if any(e in PACKED_FORMATS for e in ends):
+        try:
+            check_packed_pair(dtypes.dtype(ends[0]), dtypes.dtype(ends[1]))
+        except VkumdTypeError as exc:
+            raise Unsupported(str(exc)) from None
+        return st.b.cast(x, want, saturate=saturate, round_mode=round_mode)
     return st.b.cast(x, want, saturate=saturate)
+
+
+def _packed_constant(known: np.ndarray, want: str, saturate: bool, round_mode: str
+                     ) -> np.ndarray:
+    """A known array cast to packed type ``want``, as ml_dtypes' array of it."""
+    fmt = PACKED_FORMATS[want]
+    if fmt.is_int and known.dtype.kind in "iub":
+        codes = ints_to_codes(known, fmt)
+    else:
+        codes = floats_to_codes(np.asarray(known, np.float32), fmt, saturate, round_mode)
+    ml_name = next(k for k, v in ML_DTYPES_NAMES.items() if v == want)
+    return codes.reshape(known.shape).view(getattr(ml_dtypes, ml_name))
 
 
 @converter("Sum", "Mean")
@@ -272,3 +302,28 @@ def variadic_sum(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list
     if node.op_type == "Mean" and len(values) > 1:
         total = st.b.scale(total, 1.0 / len(values))
     return [total]
+
+
+@converter("BitCast", attrs=("to",))
+def bit_cast(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
+    """The input's bits read as type ``to`` of the same width: a view (``opset/bitcast.py``);
+    a known input is reinterpreted here, as numpy's ``view``."""
+    target = attrs["to"]
+    if target == onnx.TensorProto.INT64:
+        raise Unsupported("BitCast to INT64: vkumd stores INT64 as int32, so its bits are not "
+                          "INT64's")
+    want = ir_dtype(target)
+    known = st.known(node.input[0])
+    if known is not None and known.dtype != object:
+        np_type = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(target))
+        if np_type.itemsize != known.dtype.itemsize:
+            raise Unsupported(f"BitCast from {known.dtype} to {np_type}: the widths differ")
+        return [known.view(np_type)]
+    x = st.value(node.input[0])
+    try:
+        check_widths(x.dtype, dtypes.dtype(want))
+    except VkumdTypeError as exc:
+        raise Unsupported(str(exc)) from None
+    if x.dtype.name == want:
+        return [x]
+    return [st.b.bitcast(x, dtype=want, source=x.dtype.name)]

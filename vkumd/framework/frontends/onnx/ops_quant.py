@@ -3,7 +3,8 @@ DynamicQuantizeLinear (``opset/qlinear.py``'s kernel), MatMulInteger, QLinearMat
 ConvInteger and QLinearConv (dequantized to exact integers in float32, multiplied by vkumd's
 matmul or convolution, requantized).
 
-Quantized types: uint8, int8 and the float8 formats; the scale is converted to float32 first
+Quantized types: uint8, int8, the float8 formats and the packed int4, uint4, int2, uint2 and
+float4_e2m1; the scale is converted to float32 first
 (the kernel's), and a bfloat16 result is computed in float32 and rounded once.
 """
 

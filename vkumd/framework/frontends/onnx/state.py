@@ -23,6 +23,7 @@ from vkumd.framework import dtypes
 from vkumd.framework.frontends.onnx.derived import Derived
 from vkumd.framework.frontends.onnx.errors import NeedsConstant, Unsupported
 from vkumd.framework.graph import Dim, GraphBuilder, Value
+from vkumd.framework.packed import ML_DTYPES_NAMES
 
 Bound = Value | np.ndarray | Derived
 Converter = Callable[["State", onnx.NodeProto, dict[str, Any]], list[Bound | None]]
@@ -52,6 +53,14 @@ FLOAT8_IR_DTYPES: dict[int, str] = {
     onnx.TensorProto.FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
 }
 IR_DTYPES.update(FLOAT8_IR_DTYPES)
+# The packed types: elements packed into bytes, read back as int8, uint8 or float32
+# (vkumd/framework/packed.py).
+PACKED_IR_DTYPES: dict[int, str] = {
+    onnx.TensorProto.INT4: "int4", onnx.TensorProto.UINT4: "uint4",
+    onnx.TensorProto.INT2: "int2", onnx.TensorProto.UINT2: "uint2",
+    onnx.TensorProto.FLOAT4E2M1: "float4_e2m1", onnx.TensorProto.FLOAT8E8M0: "float8_e8m0",
+}
+IR_DTYPES.update(PACKED_IR_DTYPES)
 
 
 def type_name(elem_type: int) -> str:
@@ -68,8 +77,9 @@ def ir_dtype(elem_type: int) -> str:
     if elem_type not in IR_DTYPES:
         raise Unsupported(f"{type_name(elem_type)} tensors are not supported (vkumd stores "
                           "float32, float16, bfloat16, float64, int32, int16, int8, uint32, "
-                          "uint16, uint8, uint64, the float8 formats, int64 (as int32 for "
-                          "indices); bool as uint8)")
+                          "uint16, uint8, uint64, the float8 formats, int4, uint4, int2, uint2, "
+                          "float4_e2m1, float8_e8m0, int64 (as int32 for indices); bool as "
+                          "uint8)")
     return IR_DTYPES[elem_type]
 
 
@@ -269,6 +279,9 @@ class State:
             raise Unsupported("float64 tensors are not supported; use float32")
         if array.dtype.name == "bfloat16" or array.dtype.name in FLOAT8_IR_DTYPES.values():
             return array.astype(np.float32), array.dtype.name  # exact; stored back as bits
+        if array.dtype.name in ML_DTYPES_NAMES:  # ml_dtypes' packed types: unpacked exactly
+            name = ML_DTYPES_NAMES[array.dtype.name]
+            return array.astype(dtypes.dtype(name).numpy), name
         try:
             return array, dtypes.dtype(array.dtype).name
         except Exception as exc:
