@@ -148,11 +148,18 @@ def transpose(x: Tensor, dim0: int, dim1: int, *, out: Tensor | None = None) -> 
     return _permute(op, x, order, out)
 
 
+def permuted_view(x: Tensor, order: Sequence[int]) -> Tensor:
+    """``x`` with its dimensions in ``order`` (a checked permutation), as a view sharing its
+    memory (no launch, any dtype: a kernel binding it copies it first)."""
+    strides = x.element_strides
+    return x.as_strided(tuple(x.shape[d] for d in order), tuple(strides[d] for d in order),
+                        x.element_offset)
+
+
 def _permute(op: str, x: Tensor, order: list[int], out: Tensor | None) -> Tensor:
     shape = tuple(x.shape[d] for d in order)
     if out is None:  # a view sharing x's memory, as torch.permute (no launch)
-        strides = x.element_strides
-        return x.as_strided(shape, tuple(strides[d] for d in order), x.element_offset)
+        return permuted_view(x, order)
     out = output(op, x.context, out, shape, x.dtype, (x,))
     if out.size == 0:
         return out
