@@ -1,7 +1,8 @@
 """The float64 kernels, computed in double: ``shaders/unary_double.comp`` (the unary math
-set) and ``shaders/axis_double.comp`` (reductions, argmax, softmax and scans along an axis),
-built only where the device has ``shaderFloat64`` (no variant otherwise, so a
-launch is refused by the registry, and the ops refuse earlier with the feature named).
+set), ``shaders/axis_double.comp`` (reductions, argmax, softmax and scans along an axis) and
+``shaders/matmul_double.comp`` (batched matmul), built only where the device has
+``shaderFloat64`` (no variant otherwise, so a launch is refused by the registry, and the ops
+refuse earlier with the feature named).
 """
 
 from __future__ import annotations
@@ -102,3 +103,43 @@ def _axis_double_plan(caps: DeviceCaps, op: str, rows: int, cols: int, inner: in
     bits = struct.unpack("<Q", struct.pack("<d", denominator))[0]
     push = AXIS_DOUBLE_PUSH.pack(cols, rows, inner, flags, bits)
     return FixedLaunch(program, push, grid(caps, rows * inner, _WORKGROUP), (1,))
+
+
+# matmul_double.comp's flags.
+TRANS_A, TRANS_B, A_REPEATS, B_REPEATS, R_REPEATS, HAS_BIAS, HAS_RESIDUAL = (
+    1 << bit for bit in range(7))
+MATMUL_DOUBLE_PUSH = PushLayout("m:u32", "n:u32", "k:u32", "count:u32", "flags:u32", "pad:u32",
+                                "alpha:u64")
+
+MATMUL_DOUBLE = register(Kernel(
+    name="matmul_double",
+    source="matmul_double.comp",
+    buffers=5,
+    push=MATMUL_DOUBLE_PUSH,
+    spec_constants={WORKGROUP: 0},
+    variants=lambda caps: [{WORKGROUP: _WORKGROUP}] if caps.shader_float64 else [],
+))
+
+
+def matmul_double_plan(caps: DeviceCaps, m: int, n: int, k: int, count: int, flags: int,
+                       alpha: float) -> FixedLaunch:
+    """A batched float64 matmul in double (``count`` entries of ``[m, k] @ [k, n]``, each
+    operand's layout and the epilogue in ``flags``). Operands: a, b, out, bias, residual
+    (the last two optional).
+
+    Raises:
+        VkumdValueError: an operand of 2^32 elements or more (32-bit indexing).
+    """
+    if max(count * m * n, count * m * k, count * k * n) >= 1 << 32:
+        raise VkumdValueError(f"matmul: {count} x [{m}, {k}] @ [{k}, {n}] passes the float64 "
+                              "kernel's 32-bit indexing; split the batch")
+    return _matmul_double_plan(caps, m, n, k, count, flags, float(alpha))
+
+
+@functools.lru_cache(maxsize=1024)
+def _matmul_double_plan(caps: DeviceCaps, m: int, n: int, k: int, count: int, flags: int,
+                        alpha: float) -> FixedLaunch:
+    program = MATMUL_DOUBLE.specialize({WORKGROUP: _WORKGROUP})
+    bits = struct.unpack("<Q", struct.pack("<d", alpha))[0]
+    push = MATMUL_DOUBLE_PUSH.pack(m, n, k, count, flags, 0, bits)
+    return FixedLaunch(program, push, grid(caps, count * m * n, _WORKGROUP), (2,))

@@ -96,7 +96,8 @@ def permute(x: Tensor, dims: Sequence[int], *, out: Tensor | None = None) -> Ten
     x's memory (no launch), as ``torch.permute``; with ``out=``, a copy into ``out``.
 
     Args:
-        x: a float32, float16, bfloat16 or int32 tensor.
+        x: a float32, float16, bfloat16, int32 or float64 tensor (float64 moves through the
+            strided copy).
         dims: a permutation of ``range(x.ndim)``; negative entries count from the end.
         out: optional output of the permuted shape and x's dtype.
 
@@ -110,7 +111,7 @@ def permute(x: Tensor, dims: Sequence[int], *, out: Tensor | None = None) -> Ten
     """
     op = "permute"
     x = check_tensor(op, x, "x")
-    check_dtype(op, x, "x", ELEMENTWISE_CODES)
+    check_dtype(op, x, "x", MOVED_DTYPES)
     order = _normalize_dims(op, dims, x.ndim)
     return _permute(op, x, order, out)
 
@@ -120,7 +121,7 @@ def transpose(x: Tensor, dim0: int, dim1: int, *, out: Tensor | None = None) -> 
     ``torch.transpose``; with ``out=``, a copy into ``out``.
 
     Args:
-        x: a float32, float16, bfloat16 or int32 tensor, at least 1-D.
+        x: a float32, float16, bfloat16, int32 or float64 tensor, at least 1-D.
         dim0: a dimension (negative counts from the end).
         dim1: another (or the same: a copy).
         out: optional output of the transposed shape and x's dtype.
@@ -133,7 +134,7 @@ def transpose(x: Tensor, dim0: int, dim1: int, *, out: Tensor | None = None) -> 
     """
     op = "transpose"
     x = check_tensor(op, x, "x")
-    check_dtype(op, x, "x", ELEMENTWISE_CODES)
+    check_dtype(op, x, "x", MOVED_DTYPES)
     if x.ndim == 0:
         raise VkumdValueError("transpose: x is 0-d and has no dimensions to swap")
     order = list(range(x.ndim))
@@ -146,6 +147,11 @@ def transpose(x: Tensor, dim0: int, dim1: int, *, out: Tensor | None = None) -> 
     i, j = dim0 % x.ndim, dim1 % x.ndim
     order[i], order[j] = order[j], order[i]
     return _permute(op, x, order, out)
+
+
+# The types permute and transpose move: the permute kernel's (32- and 16-bit bits), and
+# float64, which the strided copy moves (as two 32-bit words).
+MOVED_DTYPES = (*ELEMENTWISE_CODES, "float64")
 
 
 def permuted_view(x: Tensor, order: Sequence[int]) -> Tensor:
@@ -163,7 +169,7 @@ def _permute(op: str, x: Tensor, order: list[int], out: Tensor | None) -> Tensor
     out = output(op, x.context, out, shape, x.dtype, (x,))
     if out.size == 0:
         return out
-    if x.binding is None:  # a strided x: one strided copy of the permuted view
+    if x.binding is None or x.dtype.itemsize == 8:  # one strided copy of the permuted view
         strides = x.element_strides
         copy_into(op, out, x.as_strided(shape, tuple(strides[d] for d in order),
                                         x.element_offset))
@@ -257,9 +263,9 @@ def _moved_dtypes(node: Node) -> str | None:
     """Why the permute kernel cannot move ``node``'s input: a type it does not take (found
     at import, not when the graph is lowered)."""
     x = node.inputs[0]
-    if x is not None and x.dtype.name not in ELEMENTWISE_CODES:
-        return (f"{node.op} has no device kernel for {x.dtype.name} (its kernel takes "
-                f"{', '.join(ELEMENTWISE_CODES)})")
+    if x is not None and x.dtype.name not in MOVED_DTYPES:
+        return (f"{node.op} has no device kernel for {x.dtype.name} (its kernels take "
+                f"{', '.join(MOVED_DTYPES)})")
     return None
 
 
