@@ -122,19 +122,29 @@ void along_row(uint base, uint n) {
         double scale = packDouble2x32(pc.denominator);
         double sign = scale < 0.0LF ? -1.0LF : 1.0LF;
         double m = -vkumd_inf_d();
+        uint top = 0u;
         bool has_nan = false;
         for (uint r = 0u; r < n; ++r) {
             double v = sign * load(base, r);
             has_nan = has_nan || vkumd_isnan_d(v);
-            m = max(m, v);
+            if (v > m) {
+                m = v;
+                top = r;
+            }
         }
+        has_nan = has_nan || m == vkumd_inf_d();  // inf - inf: the row is NaN
         bool dead = !has_nan && m == -vkumd_inf_d();
         double ref = sign * m;
-        double s = 0.0LF;
+        // The sum is 1 (the reference entry, z = 0) plus the rest: log(sum) = log1p(rest)
+        // keeps the digits of a row's largest log-probability, -log(1 + tiny).
+        double rest = 0.0LF;
         for (uint r = 0u; r < n; ++r) {
-            s += vkumd_exp_d(scale * (load(base, r) - ref));
+            if (r != top) {
+                rest += vkumd_exp_d(scale * (load(base, r) - ref));
+            }
         }
-        double log_s = vkumd_log_d(s);
+        double s = 1.0LF + rest;
+        double log_s = vkumd_log1p_d(rest);
         for (uint r = 0u; r < n; ++r) {
             double z = scale * (load(base, r) - ref);
             double v = OP == 14u ? vkumd_exp_d(z) / s : z - log_s;
