@@ -230,8 +230,6 @@ def _cast_to(st: State, name: str, target: int, attrs: dict[str, Any]) -> Bound:
     saturate = bool(attrs.get("saturate", 1))
     if known is not None:
         np_type = onnx.helper.tensor_dtype_to_np_dtype(target)
-        if np_type == np.float64:
-            raise Unsupported("float64 tensors are not supported; use float32")
         if want in FORMATS and saturate:  # ONNX's rule: clamp, then round to nearest even
             limit = FORMATS[want].max
             return np.clip(known.astype(np.float32), -limit, limit).astype(np_type)
