@@ -276,6 +276,17 @@ DTYPES = [
     C("attention_key_lengths_float_tensor",
       lambda e: ops.attention(_q(e), _q(e), _q(e), key_lengths=e.t((1,))), TE,
       "must be int32"),
+    # float64 ops the double kernels do not take.
+    C("erf_float64", lambda e: ops.erf(e.t(dtype="float64")), TE, "not supported"),
+    C("softmax_float64_mask", lambda e: ops.softmax(e.t(dtype="float64"),
+                                                    mask=e.t(dtype="float64")), TE,
+      "mask with float64"),
+    C("matmul_float64_activation", lambda e: ops.matmul(
+        e.t((2, 2), "float64"), e.t((2, 2), "float64"), activation="relu"), VE,
+      "with float64"),
+    C("matmul_float64_beta", lambda e: ops.matmul(
+        e.t((2, 2), "float64"), e.t((2, 2), "float64"), beta=1.0,
+        out=e.t((2, 2), "float64")), VE, "beta is not supported for float64"),
 ]
 
 SHAPES = [

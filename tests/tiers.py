@@ -58,6 +58,12 @@ SMOKE: dict[str, str] = {
     "tests/framework/test_log_softmax.py::test_reduction_paths":
         "log_softmax, every reduction path",
     "tests/framework/test_scan.py::test_matches_float64": "cumsum and cumprod (scan)",
+    "tests/framework/test_float64_math.py::test_op_matches_numpy_in_double":
+        "float64 unary math (unary_double)",
+    "tests/framework/test_float64_axis.py::test_scans":
+        "float64 along an axis (axis_double)",
+    "tests/framework/test_float64_matmul.py::test_matmul_matches_numpy":
+        "float64 matmul (matmul_double)",
     "tests/framework/test_topk.py::test_topk_matches_a_stable_sort": "topk",
     "tests/framework/test_topk.py::test_hardmax_is_the_first_maximum": "hardmax (topk kernel)",
     "tests/framework/test_losses.py::test_matches_float64": "nll_loss",

@@ -10,6 +10,7 @@ from vkumd.compiler.kernels import (  # noqa: F401  (importing registers their k
     attention,
     conv,
     conv_gemm,
+    double,
     fused_elementwise,
     gather,
     grid_sample,

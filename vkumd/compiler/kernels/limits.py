@@ -150,3 +150,11 @@ RECURRENT_DTYPES = ("float32", "float16")
 INDEX_DTYPES = (*FLOAT_DTYPES, "int32")
 INDEX_MAX_DIMS = 6
 SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+# The float64 kernels (double.py), built only where the device has shaderFloat64, each
+# computing in double: the unary math set as unary_double.comp's OP codes (the functions
+# GLSL lacks in double are shaders/include/double_math.glsl's).
+DOUBLE_UNARY_OPS = {"abs": 0, "neg": 1, "ceil": 2, "floor": 3, "round": 4, "sign": 5,
+                    "reciprocal": 6, "sqrt": 7, "exp": 8, "log": 9, "tanh": 10, "sigmoid": 11,
+                    "sin": 12, "cos": 13, "tan": 14, "asin": 15, "acos": 16, "atan": 17,
+                    "sinh": 18, "cosh": 19, "asinh": 20, "acosh": 21, "atanh": 22}

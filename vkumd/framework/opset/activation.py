@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from vkumd.compiler.kernels.activation import activation_plan
-from vkumd.compiler.kernels.limits import ACTIVATIONS
+from vkumd.compiler.kernels.limits import ACTIVATIONS, DOUBLE_UNARY_OPS
 from vkumd.compiler.kernels.rows import ROW_CODES
 from vkumd.framework.graph.operands import Types, need_float, only
 from vkumd.framework.graph.reference import ACTIVATIONS as REFERENCE_ACTIVATIONS
@@ -30,9 +30,13 @@ from vkumd.framework.tensor import Tensor
 
 
 def _float_rule(op: str) -> Callable[[Types, dict[str, Any], DimTable], list[TensorType]]:
+    # The ops with a double kernel take float64 too (the device check is the eager one's).
+    double = op in DOUBLE_UNARY_OPS
+
     def rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
         x = only(ins)
-        need_float(op, x)
+        if not (double and x.dtype.name == "float64"):
+            need_float(op, x)
         return [x]
     return rule
 

@@ -4,7 +4,8 @@ decoder's greedy pick).
 Ties go to the lowest index (the highest with ``select_last_index``); an entry holding a NaN
 gives the index of its first (last) NaN (as numpy's ``argmax``). The kernel works over the
 last dimension (one workgroup per row, as the other reductions); another axis is first moved
-last with a permute (a copy).
+last with a permute (a copy). float64 x (with shaderFloat64) takes ``axis_double.comp``,
+which reads the axis in place and compares in double.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from vkumd.compiler.kernels.double import LAST, axis_double_plan
 from vkumd.compiler.kernels.limits import ARGMAX_MAX_COLS
 from vkumd.compiler.kernels.reduce import argmax_plan
 from vkumd.compiler.kernels.rows import ROW_CODES
@@ -44,7 +46,8 @@ def argmax(x: Tensor, *, axis: int = -1, keepdims: bool = False,
     (numpy's rule: NaN counts as the maximum).
 
     Args:
-        x: float32, float16 or bfloat16, at least 1-D, with a non-empty ``axis``.
+        x: float32, float16, bfloat16 or float64 (with shaderFloat64), at least 1-D, with a
+            non-empty ``axis``.
         axis: the dimension to search (negative counts from the end); the last is the
             kernel's own, any other is moved last first (one copy).
         keepdims: keep ``axis`` in the result, as 1.
@@ -79,11 +82,18 @@ def _arg(op: str, x: Any, axis: Any, keepdims: Any, last: Any, out: Tensor | Non
         (result,) = concrete_rule(op, (x,), {"axis": axis, "keepdims": keepdims,
                                              "select_last_index": last})
         known = remember(_VERDICTS, key, (axis_of(op, axis, x.ndim), result.shape))
-    if x.dtype.itemsize < 4:
+    if x.dtype.itemsize != 4:
         check_storage(op, x.dtype, x.context)
     index, shape = known
     out = output(op, x.context, out, shape, dtypes.int32)
     if out.size == 0:
+        return out
+    if x.dtype.name == "float64":
+        cols = x.shape[index]
+        inner = math.prod(x.shape[index + 1:])
+        plan = axis_double_plan(x.context.caps, op, out.size // inner, cols, inner,
+                                flags=LAST if last else 0)
+        x.context.run(plan, (x, out))
         return out
     moved = x
     if index != x.ndim - 1:
@@ -102,7 +112,8 @@ def _arg(op: str, x: Any, axis: Any, keepdims: Any, last: Any, out: Tensor | Non
 def _rule(op: str) -> Any:
     def rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
         x = only(ins)
-        need_float(op, x)
+        if x.dtype.name != "float64":  # float64 has the double kernel
+            need_float(op, x)
         at_least_1d(op, x)
         index = axis_of(op, attrs["axis"], x.ndim)
         keep = flag(op, attrs["keepdims"], "keepdims")

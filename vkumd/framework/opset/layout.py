@@ -96,7 +96,8 @@ def permute(x: Tensor, dims: Sequence[int], *, out: Tensor | None = None) -> Ten
     x's memory (no launch), as ``torch.permute``; with ``out=``, a copy into ``out``.
 
     Args:
-        x: a float32, float16, bfloat16 or int32 tensor.
+        x: a float32, float16, bfloat16, int32 or float64 tensor (float64 moves through the
+            strided copy).
         dims: a permutation of ``range(x.ndim)``; negative entries count from the end.
         out: optional output of the permuted shape and x's dtype.
 
@@ -110,7 +111,7 @@ def permute(x: Tensor, dims: Sequence[int], *, out: Tensor | None = None) -> Ten
     """
     op = "permute"
     x = check_tensor(op, x, "x")
-    check_dtype(op, x, "x", ELEMENTWISE_CODES)
+    check_dtype(op, x, "x", MOVED_DTYPES)
     order = _normalize_dims(op, dims, x.ndim)
     return _permute(op, x, order, out)
 
@@ -120,7 +121,7 @@ def transpose(x: Tensor, dim0: int, dim1: int, *, out: Tensor | None = None) -> 
     ``torch.transpose``; with ``out=``, a copy into ``out``.
 
     Args:
-        x: a float32, float16, bfloat16 or int32 tensor, at least 1-D.
+        x: a float32, float16, bfloat16, int32 or float64 tensor, at least 1-D.
         dim0: a dimension (negative counts from the end).
         dim1: another (or the same: a copy).
         out: optional output of the transposed shape and x's dtype.
@@ -133,7 +134,7 @@ def transpose(x: Tensor, dim0: int, dim1: int, *, out: Tensor | None = None) -> 
     """
     op = "transpose"
     x = check_tensor(op, x, "x")
-    check_dtype(op, x, "x", ELEMENTWISE_CODES)
+    check_dtype(op, x, "x", MOVED_DTYPES)
     if x.ndim == 0:
         raise VkumdValueError("transpose: x is 0-d and has no dimensions to swap")
     order = list(range(x.ndim))
@@ -148,15 +149,27 @@ def transpose(x: Tensor, dim0: int, dim1: int, *, out: Tensor | None = None) -> 
     return _permute(op, x, order, out)
 
 
+# The types permute and transpose move: the permute kernel's (32- and 16-bit bits), and
+# float64, which the strided copy moves (as two 32-bit words).
+MOVED_DTYPES = (*ELEMENTWISE_CODES, "float64")
+
+
+def permuted_view(x: Tensor, order: Sequence[int]) -> Tensor:
+    """``x`` with its dimensions in ``order`` (a checked permutation), as a view sharing its
+    memory (no launch, any dtype: a kernel binding it copies it first)."""
+    strides = x.element_strides
+    return x.as_strided(tuple(x.shape[d] for d in order), tuple(strides[d] for d in order),
+                        x.element_offset)
+
+
 def _permute(op: str, x: Tensor, order: list[int], out: Tensor | None) -> Tensor:
     shape = tuple(x.shape[d] for d in order)
     if out is None:  # a view sharing x's memory, as torch.permute (no launch)
-        strides = x.element_strides
-        return x.as_strided(shape, tuple(strides[d] for d in order), x.element_offset)
+        return permuted_view(x, order)
     out = output(op, x.context, out, shape, x.dtype, (x,))
     if out.size == 0:
         return out
-    if x.binding is None:  # a strided x: one strided copy of the permuted view
+    if x.binding is None or x.dtype.itemsize == 8:  # one strided copy of the permuted view
         strides = x.element_strides
         copy_into(op, out, x.as_strided(shape, tuple(strides[d] for d in order),
                                         x.element_offset))
@@ -250,9 +263,9 @@ def _moved_dtypes(node: Node) -> str | None:
     """Why the permute kernel cannot move ``node``'s input: a type it does not take (found
     at import, not when the graph is lowered)."""
     x = node.inputs[0]
-    if x is not None and x.dtype.name not in ELEMENTWISE_CODES:
-        return (f"{node.op} has no device kernel for {x.dtype.name} (its kernel takes "
-                f"{', '.join(ELEMENTWISE_CODES)})")
+    if x is not None and x.dtype.name not in MOVED_DTYPES:
+        return (f"{node.op} has no device kernel for {x.dtype.name} (its kernels take "
+                f"{', '.join(MOVED_DTYPES)})")
     return None
 
 

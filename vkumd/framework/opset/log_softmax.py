@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from vkumd.compiler.kernels.double import axis_double_plan
 from vkumd.compiler.kernels.rows import ROW_CODES
 from vkumd.compiler.kernels.softmax import log_softmax_plan
 from vkumd.framework.graph.ir import Node
@@ -31,14 +32,15 @@ _VERDICTS: Verdicts = {}
 
 def log_softmax(x: Tensor, *, axis: int = -1, out: Tensor | None = None) -> Tensor:
     """``log(softmax(x))`` along ``axis``, computed as ``x - max - log(sum(exp(x - max)))``
-    in float32 arithmetic (no overflow for large inputs, no ``log(0)`` for small ones).
+    in float32 arithmetic (float64 in double; no overflow for large inputs, no ``log(0)``
+    for small ones).
 
     An entry of ``-inf`` gives ``-inf``; a row whose every entry is ``-inf`` gives ``-inf``
     throughout (the logarithm of the zeros :func:`softmax` writes there); a NaN or ``+inf``
     makes its row NaN, as in numpy.
 
     Args:
-        x: float32, float16 or bfloat16, at least 1-D.
+        x: float32, float16, bfloat16 or float64 (with shaderFloat64), at least 1-D.
         axis: the dimension normalised (negative counts from the end); the last is the
             kernel's own, any other is moved last first (two copies).
         out: optional output of ``x``'s shape and dtype.
@@ -57,12 +59,17 @@ def log_softmax(x: Tensor, *, axis: int = -1, out: Tensor | None = None) -> Tens
     if index is None:
         concrete_rule(op, (x,), {"axis": axis})
         index = remember(_VERDICTS, key, axis_of(op, axis, x.ndim))
-    if x.dtype.itemsize < 4:
+    if x.dtype.itemsize != 4:
         check_storage(op, x.dtype, x.context)
     out = output(op, x.context, out, x.shape, x.dtype, (x,))
     if out.size == 0:
         return out
     cols = x.shape[index]
+    if x.dtype.name == "float64":  # the double kernel reads the axis in place
+        x.context.run(axis_double_plan(x.context.caps, op, math.prod(x.shape[:index]), cols,
+                                       math.prod(x.shape[index + 1:]), denominator=1.0),
+                      (x, out))
+        return out
     plan = log_softmax_plan(x.context.caps, ROW_CODES[x.dtype.name], math.prod(x.shape) // cols,
                             cols)
     along_axis(x, index, out, lambda src, dst: x.context.run(plan, (src, None, dst)))
@@ -71,7 +78,8 @@ def log_softmax(x: Tensor, *, axis: int = -1, out: Tensor | None = None) -> Tens
 
 def _log_softmax_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
     x = only(ins)
-    need_float("log_softmax", x)
+    if x.dtype.name != "float64":  # float64 has the double kernel
+        need_float("log_softmax", x)
     at_least_1d("log_softmax", x)
     axis_of("log_softmax", attrs["axis"], x.ndim)
     return [x]

@@ -41,6 +41,16 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from vkumd.compiler.kernels import ACTIVATIONS
+from vkumd.compiler.kernels.double import (
+    A_REPEATS,
+    B_REPEATS,
+    HAS_BIAS,
+    HAS_RESIDUAL,
+    R_REPEATS,
+    TRANS_A,
+    TRANS_B,
+    matmul_double_plan,
+)
 from vkumd.compiler.kernels.gemm_choice import GemmShape
 from vkumd.compiler.kernels.gemm_plan import GemmProblem, gemm_plan
 from vkumd.compiler.kernels.limits import GEMM_DTYPES
@@ -54,7 +64,7 @@ from vkumd.framework.graph.operands import Types, flag, real
 from vkumd.framework.graph.reference import ACTIVATIONS as REFERENCE_ACTIVATIONS
 from vkumd.framework.graph.registry import OPS, TensorType, define
 from vkumd.framework.graph.symbols import DimTable
-from vkumd.framework.ops.checks import check_pair, check_real, check_tensor, output
+from vkumd.framework.ops.checks import check_pair, check_real, check_storage, check_tensor, output
 from vkumd.framework.ops.contract import Verdicts, concrete_rule, live_with, recall, remember
 from vkumd.framework.opset.common import attrs_of
 from vkumd.framework.tensor import Tensor
@@ -64,6 +74,9 @@ _MAX_INDEX = 2**32 - 1  # element offsets travel as uint32
 
 def _check_dtype(context: Any, dt: dtypes.DType) -> None:
     """Refuse a dtype (one the rule accepted) that ``context``'s device cannot run GEMM on."""
+    if dt is dtypes.float64:  # the double kernel: shaderFloat64, no buffer addresses
+        check_storage("matmul", dt, context)
+        return
     have = effective_caps(context.caps)
     if dt.itemsize == 2 and "storage16" not in have:
         raise CapabilityMissing(f"matmul: {dt.name} needs 16-bit storage "
@@ -154,7 +167,8 @@ def matmul(a: Tensor, b: Tensor, *, bias: Tensor | None = None, activation: str 
 
     All tensors share one dtype: float32, float16 or bfloat16 (accumulated in float32), or
     int8, whose result is int32 and which takes no epilogue (no bias, activation, residual,
-    alpha or beta).
+    alpha or beta), or float64 (with shaderFloat64), computed in double by a plain kernel
+    (no activation or beta).
 
     Returns:
         ``out``, of shape ``batch + (M, N)`` and ``a``'s dtype (int32 for int8).
@@ -166,7 +180,8 @@ def matmul(a: Tensor, b: Tensor, *, bias: Tensor | None = None, activation: str 
             that differ, a bias or residual of the wrong shape, an unknown activation or
             variant, ``beta`` without ``out``, ``out`` of the wrong shape or overlapping an
             input, tensors of different contexts.
-        CapabilityMissing: 16-bit or 8-bit types on a device without that storage.
+        CapabilityMissing: 16-bit or 8-bit types on a device without that storage; float64
+            without shaderFloat64.
     """
     context = check_pair("matmul", a, b, "a", "b")
     live_with("matmul", a, ((bias, "bias?"), (residual, "residual?")))
@@ -196,6 +211,8 @@ def matmul(a: Tensor, b: Tensor, *, bias: Tensor | None = None, activation: str 
             raise VkumdTypeError(f"matmul: out= is {out.dtype.name}; the result is "
                                  f"{out_dtype.name}")
         output("matmul", context, out, out_shape, out_dtype, (a, b, bias))
+    if dt is dtypes.float64:
+        return _matmul_double(context, a, b, bias, residual, out, known, beta)
     # Every batch entry starts m*k (or k*n) elements after the last: aligned when the first
     # is and the entry size keeps it so.
     aligned_a = a.address % 8 == 0 and (a_repeats or m * k * dt.itemsize % 8 == 0)
@@ -217,7 +234,30 @@ def matmul(a: Tensor, b: Tensor, *, bias: Tensor | None = None, activation: str 
     return result
 
 
-MATMUL_DTYPES = GEMM_DTYPES
+def _matmul_double(context: Any, a: Tensor, b: Tensor, bias: Tensor | None,
+                   residual: Tensor | None, out: Tensor | None, known: _Verdict,
+                   beta: float) -> Tensor:
+    """The float64 product in double (``matmul_double.comp``), for a call already judged."""
+    if beta != 0.0:
+        raise VkumdValueError("matmul: beta is not supported for float64 (the double kernel "
+                              "writes out=); add beta * out afterwards")
+    result = out if out is not None else context.empty(known.out_shape, known.out_dtype)
+    if known.m == 0 or known.n == 0 or known.count == 0:
+        return result
+    if known.k == 0:  # no product to sum: alpha * 0 + bias + residual
+        a = b = result  # bound, never read
+    flags = ((TRANS_A if known.trans_a else 0) | (TRANS_B if known.trans_b else 0)
+             | (A_REPEATS if known.a_repeats else 0) | (B_REPEATS if known.b_repeats else 0)
+             | (R_REPEATS if known.r_repeats else 0) | (HAS_BIAS if bias is not None else 0)
+             | (HAS_RESIDUAL if residual is not None else 0))
+    plan = matmul_double_plan(context.caps, known.m, known.n, known.k, known.count, flags,
+                              known.alpha)
+    context.run(plan, (a, b, result, bias, residual))
+    return result
+
+
+# GEMM's types, and float64 in double (matmul_double.comp: no activation).
+MATMUL_DTYPES = (*GEMM_DTYPES, "float64")
 
 
 def epilogue_activations() -> tuple[str | None, ...]:
@@ -279,6 +319,10 @@ def _matmul_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tens
                               f"{' transposed' if trans_a else ''}, b {format_shape(b.shape)}"
                               f"{' transposed' if trans_b else ''})")
     out = (*_matmul_batch(a.shape[:-2], b.shape[:-2], dims), m, n)
+    if dt is dtypes.float64 and attrs["activation"] is not None:
+        raise VkumdValueError(f"matmul: activation={attrs['activation']!r} with float64; the "
+                              "double kernel applies alpha, bias and residual only (apply the "
+                              "activation after)")
     if dt is dtypes.int8:
         if (bias is not None or residual is not None or attrs["activation"] is not None
                 or alpha != 1.0):

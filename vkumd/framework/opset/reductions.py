@@ -4,7 +4,8 @@ norms, logsumexp, log of the sum, variance and standard deviation.
 Each op takes ``dim`` (an int, a tuple of ints, or None for every axis; the default -1, the
 last axis, is the historical signature) and ``keepdim`` (``keepdims``, numpy's name, is the
 record's attribute and is accepted too). Accumulation is in float32 whatever the storage
-type; the result has the input's dtype. x is seen as ``[outer, reduced, inner]`` once axes of
+type (float64 in double, on a device with shaderFloat64: ``axis_double.comp``); the result
+has the input's dtype. x is seen as ``[outer, reduced, inner]`` once axes of
 size 1 are dropped and neighbouring axes merged, so one launch reduces any contiguous run of
 axes in place (``reduce_plan`` picks the row kernel for ``inner == 1``, else the strided
 one); only reduced axes separated by a kept one are first moved last (one permute copy).
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from vkumd.compiler.kernels.double import axis_double_plan
 from vkumd.compiler.kernels.reduce import reduce_plan
 from vkumd.compiler.kernels.rows import ROW_CODES
 from vkumd.errors import VkumdTypeError, VkumdValueError
@@ -31,7 +33,7 @@ from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_storage, check_tensor, output
 from vkumd.framework.ops.contract import Verdicts, concrete_rule, recall, remember
 from vkumd.framework.opset.common import attrs_of
-from vkumd.framework.opset.layout import permute
+from vkumd.framework.opset.layout import permuted_view
 from vkumd.framework.opset.unary import fill
 from vkumd.framework.tensor import Tensor
 
@@ -101,7 +103,8 @@ def _launch_facts(shape: tuple[int, ...], axes: tuple[int, ...]
 def _rule(op: str) -> Callable[[Types, dict[str, Any], DimTable], list[TensorType]]:
     def rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
         x = only(ins)
-        need_float(op, x)
+        if x.dtype.name != "float64":  # float64 has the double kernel
+            need_float(op, x)
         at_least_1d(op, x)
         axes = reduced_axes(op, attrs["dim"], x.ndim)
         keep = flag(op, attrs["keepdims"], "keepdims")
@@ -183,22 +186,29 @@ def reduce(op: str, x: Any, dim: Any, keepdims: Any, out: Tensor | None,
         (result,) = concrete_rule(op, (x,), attrs)
         axes = reduced_axes(op, dim, x.ndim)
         known = remember(_VERDICTS, key, (_launch_facts(x.shape, axes), result.shape))
-    if x.dtype.itemsize < 4:
+    if x.dtype.itemsize != 4:
         check_storage(op, x.dtype, x.context)
     (order, rows, cols, inner), shape = known
     out = output(op, x.context, out, shape, x.dtype, (x,))
     if out.size == 0:
         return out
-    if cols == 0:
+    double = x.dtype.name == "float64"
+    if cols == 0 and not double:  # the double kernel gives the identity of no element
         return fill(out, IDENTITIES[op])
     denominator = None
     if op in _CORRECTED:
         # builtins' max is shadowed here by the op of that name
         denominator = cols - correction if cols > correction else 0
-    moved = x if order is None else permute(x, order)
+    moved = x if order is None else permuted_view(x, order)
     try:
-        x.context.run(reduce_plan(x.context.caps, op, ROW_CODES[x.dtype.name], rows, cols,
-                                  inner, denominator), (moved, out))
+        if double:
+            plan = axis_double_plan(x.context.caps, op, rows, cols, inner,
+                                    denominator=denominator)
+        else:
+            plan = reduce_plan(x.context.caps, op, ROW_CODES[x.dtype.name], rows, cols, inner,
+                               denominator)
+        # An empty x has no memory to bind: the kernel reads none of it.
+        x.context.run(plan, (out if cols == 0 else moved, out))
     finally:
         if moved is not x:
             moved.release()  # back to the pool once the launch has run
@@ -229,7 +239,7 @@ def _eager(op: str) -> Callable[..., Tensor]:
     eager.__doc__ = f"""{_SUMMARIES[op]}
 
     Args:
-        x: float32, float16 or bfloat16, at least 1-D.
+        x: float32, float16, bfloat16 or float64 (with shaderFloat64), at least 1-D.
         dim: an axis, a tuple of axes, or None for every axis (default -1, the last).
         keepdim: keep the reduced axes, as 1 (``keepdims``, numpy's name, is accepted too).
         out: optional output of the result's shape and x's dtype.
@@ -242,6 +252,7 @@ def _eager(op: str) -> Callable[..., Tensor]:
             not an int, a tuple of ints or None.
         VkumdValueError: 0-d x, an axis out of range or named twice, out of the wrong
             shape{", " + empty if empty else ""}.
+        CapabilityMissing: a type the device cannot store (float64 without shaderFloat64).
     """
     return eager
 
@@ -252,7 +263,7 @@ def var(x: Tensor, dim: Any = -1, keepdim: bool = False, *, correction: float = 
     no cancellation); ``n - correction <= 0`` gives inf (or NaN for constant values).
 
     Args:
-        x: float32, float16 or bfloat16, at least 1-D.
+        x: float32, float16, bfloat16 or float64 (with shaderFloat64), at least 1-D.
         dim: an axis, a tuple of axes, or None for every axis (default -1, the last).
         keepdim: keep the reduced axes, as 1 (``keepdims`` is accepted too).
         correction: subtracted from the count (1: Bessel's, torch's default; 0: numpy's).

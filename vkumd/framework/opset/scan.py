@@ -2,7 +2,8 @@
 exclusive, forward or reversed (ONNX's CumSum and CumProd, torch's cumsum and cumprod).
 
 The scan kernel (``shaders/scan.comp``) works along rows; another axis is moved last first
-(:func:`~vkumd.framework.opset.along_axis.along_axis`).
+(:func:`~vkumd.framework.opset.along_axis.along_axis`). float64 (with shaderFloat64) takes
+``axis_double.comp``, which scans any axis in place, sequentially in double.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from vkumd.compiler.kernels.double import EXCLUSIVE, REVERSE, axis_double_plan
 from vkumd.compiler.kernels.limits import SCAN_DTYPES, SCAN_MAX_ELEMENTS
 from vkumd.compiler.kernels.scan import SCAN_CODES, scan_plan
 from vkumd.errors import VkumdTypeError, VkumdValueError
@@ -29,6 +31,8 @@ from vkumd.framework.tensor import Tensor
 # The axis as an index by (op, x's shape and dtype name, the attributes and their types):
 # calls the rule accepted.
 _VERDICTS: Verdicts = {}
+# The types the ops take: the scan kernel's, and float64 in the double kernel.
+_TYPES = (*SCAN_DTYPES, "float64")
 
 
 def _scan(op: str, kind: str, x: Tensor, axis: Any, exclusive: Any, reverse: Any,
@@ -40,12 +44,18 @@ def _scan(op: str, kind: str, x: Tensor, axis: Any, exclusive: Any, reverse: Any
     if index is None:
         concrete_rule(op, (x,), {"axis": axis, "exclusive": exclusive, "reverse": reverse})
         index = remember(_VERDICTS, key, axis_of(op, axis, x.ndim))
-    if x.dtype.itemsize < 4:
+    if x.dtype.itemsize != 4:
         check_storage(op, x.dtype, x.context)
     out = output(op, x.context, out, x.shape, x.dtype, (x,))
     if out.size == 0:
         return out
     cols = x.shape[index]
+    if x.dtype.name == "float64":
+        flags = (EXCLUSIVE if exclusive else 0) | (REVERSE if reverse else 0)
+        plan = axis_double_plan(x.context.caps, op, math.prod(x.shape[:index]), cols,
+                                math.prod(x.shape[index + 1:]), flags=flags)
+        x.context.run(plan, (x, out))
+        return out
     plan = scan_plan(x.context.caps, SCAN_CODES[x.dtype.name], kind, math.prod(x.shape) // cols,
                      cols, bool(exclusive), bool(reverse))
     along_axis(x, index, out, lambda src, dst: x.context.run(plan, (src, dst)))
@@ -53,8 +63,9 @@ def _scan(op: str, kind: str, x: Tensor, axis: Any, exclusive: Any, reverse: Any
 
 
 _ARGS = """Args:
-        x: float32, float16, bfloat16 or int32, at least 1-D (floats combine in float32;
-            int32 wraps on overflow, as numpy's int32 does).
+        x: float32, float16, bfloat16, int32 or float64, at least 1-D (floats combine in
+            float32, float64 in double with shaderFloat64; int32 wraps on overflow, as
+            numpy's int32 does).
         axis: the dimension scanned (negative counts from the end); another than the last
             is moved last first (two copies).
         exclusive: leave each element out of its own result (the first is {identity}).
@@ -68,7 +79,8 @@ _ARGS = """Args:
         VkumdTypeError: non-tensor x or one of another dtype, a non-int axis, flags that are
             not bools, out of another dtype.
         VkumdValueError: 0-d x, an axis out of range, more than 2^32 - 1 elements, out of
-            the wrong shape or the same memory as x."""
+            the wrong shape or the same memory as x.
+        CapabilityMissing: float64 on a device without shaderFloat64."""
 
 
 def cumsum(x: Tensor, *, axis: int = -1, exclusive: bool = False, reverse: bool = False,
@@ -96,9 +108,9 @@ cumprod.__doc__ = (cumprod.__doc__ or "").format(args=_ARGS.format(identity="1")
 def _rule(op: str):  # noqa: ANN202  (a rule of the registry's signature)
     def rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
         x = only(ins)
-        if x.dtype.name not in SCAN_DTYPES:
+        if x.dtype.name not in _TYPES:
             raise VkumdTypeError(f"{op}: x is {x.dtype.name}, which is not supported; {op} "
-                                 f"takes {', '.join(SCAN_DTYPES)} (cast() converts)")
+                                 f"takes {', '.join(_TYPES)} (cast() converts)")
         at_least_1d(op, x)
         axis_of(op, attrs["axis"], x.ndim)
         flag(op, attrs["exclusive"], "exclusive")

@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from vkumd.compiler.kernels.double import axis_double_plan
 from vkumd.compiler.kernels.rows import ROW_CODES
 from vkumd.compiler.kernels.softmax import SOFTMAX_MAX_LEAD, softmax_plan
-from vkumd.errors import VkumdValueError
+from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.graph.dims import format_shape
 from vkumd.framework.graph.ir import Node
 from vkumd.framework.graph.operands import (
@@ -80,7 +81,7 @@ def _judge(x: Tensor, mask: Tensor | None, scale: Any, axis: Any) -> Words:
 def softmax(x: Tensor, *, scale: float | None = None, mask: Tensor | None = None,
             axis: int = -1, out: Tensor | None = None) -> Tensor:
     """``softmax(x * scale + mask)`` over ``axis`` (the last by default), in float32
-    arithmetic.
+    arithmetic (float64 in double, without a mask).
 
     Each row's largest ``x * sign(scale)`` is subtracted before scaling, as
     ``scale * (x - reference) + mask``, so large inputs neither overflow nor lose digits to
@@ -92,7 +93,8 @@ def softmax(x: Tensor, *, scale: float | None = None, mask: Tensor | None = None
     infinite ``x`` into NaN (0 * inf).
 
     Args:
-        x: float32, float16 or bfloat16, at least 1-D; rows of any length.
+        x: float32, float16, bfloat16 or float64 (with shaderFloat64; no mask), at least 1-D;
+            rows of any length.
         scale: multiplies ``x`` before the mask is added (default 1), e.g. ``1/sqrt(d)``;
             negative, zero and infinite scales follow the same IEEE rules.
         mask: additive, x's dtype, broadcastable to ``x`` without growing it: e.g. ``[q, k]``
@@ -117,11 +119,16 @@ def softmax(x: Tensor, *, scale: float | None = None, mask: Tensor | None = None
     known = recall(_VERDICTS, key)
     if known is None:
         known = remember(_VERDICTS, key, _judge(x, mask, scale, axis))
-    if x.dtype.itemsize < 4:
+    if x.dtype.itemsize != 4:
         check_storage(op, x.dtype, x.context)
     index, rows, cols, factor, mode, lead, mstride = known
     out = output(op, x.context, out, x.shape, x.dtype)
     if out.size == 0:
+        return out
+    if x.dtype.name == "float64":  # the double kernel reads the axis in place
+        x.context.run(axis_double_plan(x.context.caps, op, math.prod(x.shape[:index]), cols,
+                                       math.prod(x.shape[index + 1:]), denominator=factor),
+                      (x, out))
         return out
     plan = softmax_plan(x.context.caps, ROW_CODES[x.dtype.name], rows, cols, factor, mode,
                         lead, mstride)
@@ -134,7 +141,11 @@ def softmax(x: Tensor, *, scale: float | None = None, mask: Tensor | None = None
 
 def _softmax_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
     x, mask = only(ins), ins[1]
-    need_float("softmax", x)
+    if x.dtype.name != "float64":
+        need_float("softmax", x)
+    elif mask is not None:
+        raise VkumdTypeError("softmax: a mask with float64 x is not supported (the double "
+                             "kernel takes a scale only); add the mask to x first")
     at_least_1d("softmax", x)
     index = axis_of("softmax", attrs["axis"], x.ndim)
     if mask is not None and index != x.ndim - 1:

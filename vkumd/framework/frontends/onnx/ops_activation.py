@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from vkumd.compiler.kernels.limits import INTEGER_DTYPES
+from vkumd.compiler.kernels.limits import DOUBLE_UNARY_OPS, INTEGER_DTYPES
 from vkumd.framework.frontends.onnx.errors import Unsupported
 from vkumd.framework.frontends.onnx.state import Bound, State, converter
 
@@ -47,8 +47,13 @@ def _float_input(st: State, node: onnx.NodeProto) -> Bound:
 
 @converter(*_MATH)
 def math_unary(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """The one-input math operators: one IR op each, float tensors."""
-    return [st.b.op(_MATH[node.op_type], _float_input(st, node))]
+    """The one-input math operators: one IR op each, float tensors (float64 too for the ops
+    with a double kernel)."""
+    op = _MATH[node.op_type]
+    x = st.value(node.input[0])
+    if x.dtype.name == "float64" and op in DOUBLE_UNARY_OPS:
+        return [st.b.op(op, x)]
+    return [st.b.op(op, _float_input(st, node))]
 
 
 @converter(*_PARAMETRIC, attrs=("alpha", "beta", "gamma", "lambd", "bias"))
@@ -139,7 +144,7 @@ def prelu(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound 
 def reciprocal(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """``1 / x``: the ``reciprocal`` op for floats, a div by a constant one otherwise."""
     x = st.value(node.input[0])
-    if x.dtype.name in _FLOATS:
+    if x.dtype.name in (*_FLOATS, "float64"):
         return [st.b.op("reciprocal", x)]
     return [st.b.div(st.constant(np.ones((), np.float32), x.dtype.name), x)]
 

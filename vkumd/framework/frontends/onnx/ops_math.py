@@ -98,12 +98,16 @@ def unary(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound 
 
 @converter("Neg")
 def neg(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """``-x`` as ``scale(x, -1)`` (folded for known shapes)."""
+    """``-x`` as ``scale(x, -1)`` (folded for known shapes); float64 as ``neg`` (the scale
+    kernel takes the 32- and 16-bit types)."""
     known = st.known(node.input[0])
     if known is not None:
         # A 0-d float array negates to a numpy scalar, which tidy would box as an object.
         return [tidy(-known) if known.dtype == object else np.asarray(-known)]
-    return [st.b.scale(st.value(node.input[0]), -1.0)]
+    x = st.value(node.input[0])
+    if x.dtype.name == "float64":
+        return [st.b.op("neg", x)]
+    return [st.b.scale(x, -1.0)]
 
 
 @converter("Pow")
@@ -239,8 +243,6 @@ def _cast_to(st: State, name: str, target: int, attrs: dict[str, Any], result: s
     saturate = bool(attrs.get("saturate", 1))
     if known is not None:
         np_type = onnx.helper.tensor_dtype_to_np_dtype(target)
-        if np_type == np.float64:
-            raise Unsupported("float64 tensors are not supported; use float32")
         if want in PACKED_FORMATS:  # packed.py's rules, ml_dtypes' and ONNX's
             return _packed_constant(known, want, saturate, round_mode)
         if want in FORMATS and saturate:  # ONNX's rule: clamp, then round to nearest even

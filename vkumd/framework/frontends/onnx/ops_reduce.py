@@ -19,7 +19,8 @@ import onnx
 from vkumd.framework.frontends.onnx.errors import Unsupported
 from vkumd.framework.frontends.onnx.state import Bound, State, converter
 
-_FLOATS = ("float32", "float16", "bfloat16")
+# float64 too: vkumd's reductions compute it in double (the device check is the op's).
+_FLOATS = ("float32", "float16", "bfloat16", "float64")
 _REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min",
            "ReduceProd": "prod", "ReduceSumSquare": "sum_square", "ReduceL1": "l1_norm",
            "ReduceL2": "l2_norm", "ReduceLogSumExp": "logsumexp", "ReduceLogSum": "log_sum"}

@@ -275,8 +275,6 @@ class State:
                 raise Unsupported(f"{array.dtype} values outside int32's range cannot be "
                                   "stored (vkumd narrows int64 to int32)")
             return array.astype(np.int32), "int32"
-        if array.dtype == np.float64:
-            raise Unsupported("float64 tensors are not supported; use float32")
         if array.dtype.name == "bfloat16" or array.dtype.name in FLOAT8_IR_DTYPES.values():
             return array.astype(np.float32), array.dtype.name  # exact; stored back as bits
         if array.dtype.name in ML_DTYPES_NAMES:  # ml_dtypes' packed types: unpacked exactly
