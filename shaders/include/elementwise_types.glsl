@@ -19,6 +19,8 @@
 #define U32 9
 #define U64 10
 #define F64 11
+// bool: a byte of 0 or 1 (apart from the others' codes, as the float8 formats below are).
+#define BOOL 30
 
 // bfloat16 bits -> float32, exact.
 float bf16_to_float(uint bits) {

@@ -112,6 +112,20 @@ def _float8_pairs(caps: DeviceCaps) -> list[tuple[str, str]]:
     return pairs + [(t, f8) for f8 in FLOAT8_TYPES for t in floats]
 # The types cast and copy take: the elementwise ones and the wider ones (converted, not scaled).
 CAST_CODES = type_codes((*ELEMENTWISE_DTYPES, *WIDE_DTYPES))
+# bool converts to and from each of those and the 8-bit integers, which convert to and from
+# bool alone (nonzero is True; True is 1). It and the bytes need 8-bit storage.
+BOOL_CODES = type_codes(("bool",))
+BYTE_CODES = type_codes(("int8", "uint8"))
+
+
+def _bool_pairs(caps: DeviceCaps, every: list[str]) -> list[tuple[str, str]]:
+    """(SRC, DST) of the bool conversions on ``caps``: bool to and from each type in
+    ``every`` and the bytes, and bool to bool (a copy)."""
+    if not caps.storage_8bit:
+        return []
+    partners = every + list(BYTE_CODES.values())
+    return ([("BOOL", "BOOL")] + [("BOOL", t) for t in partners]
+            + [(t, "BOOL") for t in partners])
 
 
 def _elementwise_unary_variants(caps: DeviceCaps) -> list[dict]:
@@ -119,7 +133,7 @@ def _elementwise_unary_variants(caps: DeviceCaps) -> list[dict]:
     every = types + wide_types(caps)
     converts = [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64} for src in every for dst in every]
     converts += [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64}
-                 for src, dst in _float8_pairs(caps)]
+                 for src, dst in _float8_pairs(caps) + _bool_pairs(caps, every)]
     scales = [{"SRC": t, "DST": t, "OP": 1, WORKGROUP: 64} for t in types]
     # Each scalar variant and its vectorised twin for contiguous operands (VEC 4, BCAST 0).
     return [{**v, "VEC": vec, "BCAST": 0} for v in converts + scales for vec in (1, 4)]
@@ -130,8 +144,10 @@ ELEMENTWISE_UNARY = register(Kernel(
     source="elementwise_unary.comp",
     buffers=2,
     push=UNARY_PUSH,
-    defines={"SRC": tuple(CAST_CODES.values()) + FLOAT8_TYPES,
-             "DST": tuple(CAST_CODES.values()) + FLOAT8_TYPES},
+    defines={"SRC": (tuple(CAST_CODES.values()) + FLOAT8_TYPES + tuple(BOOL_CODES.values())
+                     + tuple(BYTE_CODES.values())),
+             "DST": (tuple(CAST_CODES.values()) + FLOAT8_TYPES + tuple(BOOL_CODES.values())
+                     + tuple(BYTE_CODES.values()))},
     spec_constants={WORKGROUP: 0, "OP": 1, "VEC": 2, "BCAST": 3},
     variants=_elementwise_unary_variants,
 ))

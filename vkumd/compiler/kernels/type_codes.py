@@ -55,6 +55,9 @@ FLOAT8_TYPES: dict[str, ElementType] = {
     "float8_e5m2fnuz": ElementType("F8E5M2FNUZ", "uint8_t", 1),
 }
 ELEMENT_TYPES.update(FLOAT8_TYPES)
+# bool (ONNX's BOOL, torch.bool): a byte holding 0 or 1. Kernels read it as uint8; a conversion
+# to it stores whether the value is nonzero.
+ELEMENT_TYPES["bool"] = ElementType("BOOL", "uint8_t", 1)
 # Per type code: bytes of one element, and its GLSL storage type.
 CODE_BYTES = {t.code: t.itemsize for t in ELEMENT_TYPES.values()}
 CODE_GLSL = {t.code: t.glsl for t in ELEMENT_TYPES.values()}

@@ -24,6 +24,8 @@ import numpy as np
 
 from vkumd.compiler.kernels.elementwise import (
     BINARY_CODES,
+    BOOL_CODES,
+    BYTE_CODES,
     CAST_CODES,
     ELEMENTWISE_CODES,
     ELEMENTWISE_MAX_DIMS,
@@ -50,7 +52,7 @@ from vkumd.framework.strided import copy_into
 from vkumd.framework.tensor import Tensor
 
 _INT32 = np.iinfo(np.int32)
-CAST_TARGETS = (*CAST_CODES, *FLOAT8_CODES)
+CAST_TARGETS = (*CAST_CODES, *FLOAT8_CODES, *BOOL_CODES, *BYTE_CODES)
 # What a float8 format converts to and from on the device: the float types and the formats.
 FLOAT8_PARTNERS = ("float32", "float16", "bfloat16", *FLOAT8_CODES)
 
@@ -144,7 +146,7 @@ def _unary(op: str, src: Tensor, out: Tensor | None, dtype: dtypes.DType,
     out = output(op, context, out, out_shape, dtype)
     if out.size == 0:
         return out
-    codes = {**CAST_CODES, **FLOAT8_CODES}
+    codes = {**CAST_CODES, **FLOAT8_CODES, **BOOL_CODES, **BYTE_CODES}
     plan = unary_plan(context.caps, kind, codes[src.dtype.name], codes[dtype.name], src.shape,
                       out_shape, alpha_bits)
     context.run(plan, (src, out))
@@ -158,7 +160,7 @@ def copy(src: Tensor, out: Tensor | None = None) -> Tensor:
     ``src``'s dtype; use :func:`cast` to change it.
     """
     check_tensor("copy", src, "src")
-    check_dtype("copy", src, "src", CAST_CODES)
+    check_dtype("copy", src, "src", {**CAST_CODES, **BOOL_CODES})
     if out is not None and isinstance(out, Tensor) and out.dtype is not src.dtype:
         raise VkumdTypeError(f"copy: out= is {out.dtype.name} and src is {src.dtype.name}; "
                              "use cast() to convert")
@@ -223,6 +225,7 @@ def cast(t: Tensor, dtype: Any, out: Tensor | None = None, *, saturate: bool = T
         raise VkumdTypeError(f"cast: {target.name} is not supported; cast takes "
                              f"{', '.join(CAST_TARGETS)}")
     _check_float8_pair(t.dtype, target)
+    _check_byte_pair(t.dtype, target)
     check_storage("cast", target, t.context)
     return _unary("cast", t, out, target, "convert", int(bool(saturate)))
 
@@ -234,6 +237,18 @@ def _check_float8_pair(source: dtypes.DType, target: dtypes.DType) -> None:
         raise VkumdTypeError(f"cast: {source.name} to {target.name} is not supported; the "
                              f"float8 formats convert to and from {', '.join(FLOAT8_PARTNERS)}"
                              " (cast through float32)")
+
+
+def _check_byte_pair(source: dtypes.DType, target: dtypes.DType) -> None:
+    """Refuse int8 or uint8 paired with a type other than bool (or themselves), and bool
+    with a float8 format: no kernel converts those."""
+    for one, other in ((source, target), (target, source)):
+        if one.name in BYTE_CODES and other.name not in (one.name, *BOOL_CODES):
+            raise VkumdTypeError(f"cast: {source.name} to {target.name} is not supported; "
+                                 f"{one.name} converts to and from bool alone")
+        if one is dtypes.bool_ and other.is_float8:
+            raise VkumdTypeError(f"cast: {source.name} to {target.name} is not supported; "
+                                 "cast through float32")
 
 
 def scale(t: Tensor, alpha: Any, out: Tensor | None = None) -> Tensor:
@@ -311,6 +326,7 @@ def _cast_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tensor
                              f"{', '.join(CAST_TARGETS)}")
     source = only(ins)
     _check_float8_pair(source.dtype, dtypes.dtype(name))
+    _check_byte_pair(source.dtype, dtypes.dtype(name))
     return [TensorType(source.shape, dtypes.dtype(name))]
 
 
@@ -336,6 +352,8 @@ def _cast_refuse(node: Node) -> str | None:
             return (f"cast of more dimensions than the elementwise kernels index ({rank}; at "
                     f"most {ELEMENTWISE_MAX_DIMS}: reshape to merge some)")
         return None
+    if any(d is dtypes.bool_ for d in ends):  # bool converts to and from every cast type
+        return _unrunnable(node, CAST_TARGETS)
     return cast_dtypes(node)
 
 
@@ -344,4 +362,5 @@ define("cast", ("x",), {"dtype": REQUIRED, "saturate": True}, inplace=True, rule
        elementwise=Elementwise(1, "{a}", params=("dtype",), glsl_params={
            "float32": "{a}",
            "float16": "unpackHalf2x16(packHalf2x16(vec2({a}, 0.0))).x",
-           "bfloat16": "bf16_to_float(float_to_bf16({a}))"}))
+           "bfloat16": "bf16_to_float(float_to_bf16({a}))",
+           "bool": "({a} != 0.0 ? 1.0 : 0.0)"}))
