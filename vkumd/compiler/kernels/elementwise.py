@@ -44,6 +44,9 @@ FLOAT64_OPS = tuple(name for name in ELEMENTWISE_OPS
 # A comparison may store its 1/0 as uint8 instead (OUT U8: a graph's bool mask).
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 MASK_CODE = "U8"
+# The ops the binary kernel runs on bool operands, read as uint8 0/1 (whose comparisons,
+# and, or and xor are bool's): a bool tensor's bytes are a uint8 tensor's.
+BOOL_BINARY_OPS = (*COMPARISONS, "and", "or", "xor")
 
 
 def _elementwise_types(caps: DeviceCaps) -> list[str]:

@@ -292,9 +292,16 @@ def _unrunnable(node: Node, codes: Any) -> str | None:
     return None
 
 
+# The binary ops the kernel runs on bool operands (as their uint8 bytes).
+BOOL_BINARY_RECORDS = ("eq", "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or",
+                       "bitwise_xor")
+
+
 def binary_dtypes(node: Node) -> str | None:
     """Why the binary kernel cannot run ``node`` (an operand type it does not take)."""
     first = node.inputs[0]
+    if first is not None and first.dtype is dtypes.bool_ and node.op in BOOL_BINARY_RECORDS:
+        return None
     if first is not None and first.dtype.name not in BINARY_CODES:
         return (f"{node.op} has no device kernel for {first.dtype.name} (its kernel takes "
                 f"{', '.join(BINARY_CODES)})")

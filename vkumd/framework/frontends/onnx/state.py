@@ -32,12 +32,12 @@ _INT32 = np.iinfo(np.int32)
 SHAPE_LIKE = 64
 
 # ONNX element types vkumd stores, and as what. int64 is narrowed to int32 (the device has no
-# 64-bit integers; values are range-checked) and bool is uint8 0/1, as vkumd's comparisons.
+# 64-bit integers; values are range-checked); bool is bool, as vkumd's comparisons give.
 IR_DTYPES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
     onnx.TensorProto.BFLOAT16: "bfloat16", onnx.TensorProto.INT32: "int32",
     onnx.TensorProto.INT64: "int32", onnx.TensorProto.INT8: "int8",
-    onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.BOOL: "uint8",
+    onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.BOOL: "bool",
     # Stored as they are (kernels take what the device's features allow: elementwise.py).
     onnx.TensorProto.INT16: "int16", onnx.TensorProto.UINT16: "uint16",
     onnx.TensorProto.UINT32: "uint32", onnx.TensorProto.UINT64: "uint64",
@@ -67,8 +67,7 @@ def ir_dtype(elem_type: int) -> str:
     if elem_type not in IR_DTYPES:
         raise Unsupported(f"{type_name(elem_type)} tensors are not supported (vkumd stores "
                           "float32, float16, bfloat16, float64, int32, int16, int8, uint32, "
-                          "uint16, uint8, uint64, the float8 formats; int64 as int32, bool as "
-                          "uint8)")
+                          "uint16, uint8, uint64, bool, the float8 formats; int64 as int32)")
     return IR_DTYPES[elem_type]
 
 
@@ -253,7 +252,7 @@ class State:
         array = tidy(array)
         kind, size = array.dtype.kind, array.dtype.itemsize
         if kind == "b":
-            return array.astype(np.uint8), "uint8"
+            return array, "bool"
         if kind in "iu" and (size == 8 or (kind == "u" and size > 1) or size == 2):
             if array.size and (array.min() < _INT32.min or array.max() > _INT32.max):
                 raise Unsupported(f"{array.dtype} values outside int32's range cannot be "
