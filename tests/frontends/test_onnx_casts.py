@@ -70,10 +70,26 @@ def test_cast_like_to_int64_of_an_int32_tensor_is_its_storage(ctx) -> None:
     np.testing.assert_array_equal(run(ctx, m, x=x), x.astype(np.int64))
 
 
+@pytest.mark.parametrize("like", [T.BOOL, T.UINT8], ids=["bool", "uint8"])
+def test_cast_like_a_run_time_byte_tensor_keeps_its_type(ctx, like: int) -> None:
+    """BOOL and UINT8 are told apart: CastLike to a run-time bool tensor gives bool (nonzero,
+    NaN included), and from bool to a uint8 one gives 1/0."""
+    source = T.FLOAT if like == T.BOOL else T.BOOL
+    m = model([helper.make_node("CastLike", ["x", "like"], ["y"])],
+              {"x": (source, [3, 5]), "like": (like, [1])}, like)
+    rng = np.random.default_rng()
+    if source == T.FLOAT:
+        x = rng.choice(np.array([0.0, -0.0, 0.5, np.nan, -np.inf, 3.0], np.float32), (3, 5))
+    else:
+        x = rng.random((3, 5)) < 0.5
+    like_value = np.ones(1, np.bool_ if like == T.BOOL else np.uint8)
+    got = run(ctx, m, x=x, like=like_value)
+    want = x.astype(np.bool_) if like == T.BOOL else x.astype(np.uint8)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
 def test_bad_cast_like_nodes_are_refused(ctx) -> None:
-    to_bytes = model([helper.make_node("CastLike", ["x", "like"], ["y"], name="the_node")],
-                     {"x": (T.FLOAT, [4]), "like": (T.BOOL, [1])}, T.BOOL)
-    refused(ctx, to_bytes, "UINT8 and BOOL alike")
     to_complex = model([helper.make_node("CastLike", ["x", "like"], ["y"], name="the_node")],
                        {"x": (T.FLOAT, [4])}, T.FLOAT, {"like": np.zeros(1, np.complex64)})
     refused(ctx, to_complex, "COMPLEX64 tensors are not supported")
