@@ -11,6 +11,8 @@ import vkumd
 from vkumd import ops
 from vkumd.errors import VkumdTypeError
 from vkumd.framework import dtypes
+from vkumd.framework.execute import CompiledGraph
+from vkumd.framework.graph import GraphBuilder
 
 # Every type bool casts to and from (the bytes to and from bool alone).
 PARTNERS = ["float32", "float16", "bfloat16", "int32", "int16", "uint16", "uint32", "uint64",
@@ -107,3 +109,72 @@ def test_casts_no_kernel_runs_are_refused(ctx, source: str, target: str) -> None
     x = ctx.tensor(np.zeros(3, np.float32 if source == "float32" else source))
     with pytest.raises(VkumdTypeError, match=f"cast: {source} to {target} is not supported"):
         ops.cast(x, target)
+
+
+BITWISE = {"bitwise_and": np.logical_and, "bitwise_or": np.logical_or,
+           "bitwise_xor": np.logical_xor}
+COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "ge": np.greater_equal}
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), [((7,), (7,)), ((4099,), (4099,)),
+                                                  ((5, 13), (13,)), ((3, 1, 9), (4, 1))],
+                         ids=str)
+@pytest.mark.parametrize("op", [*BITWISE, *COMPARE])
+def test_logic_and_comparisons_of_bool(ctx, op: str, a_shape: tuple, b_shape: tuple) -> None:
+    """and, or, xor of bool are logical (as PyTorch's); comparisons of bool order False
+    before True; every result bool, into a poisoned out."""
+    _needs(ctx, "float32")
+    rng = np.random.default_rng()
+    a, b = rng.random(a_shape) < 0.5, rng.random(b_shape) < 0.5
+    want = {**BITWISE, **COMPARE}[op](a, b)
+    out = _poisoned(ctx, want.shape, "bool")
+    got = getattr(ops, op)(ctx.tensor(a), ctx.tensor(b), out=out)
+    assert got is out
+    assert_bools(got, want)
+
+
+def test_a_float_comparison_into_a_bool_out(ctx) -> None:
+    _needs(ctx, "float32")
+    rng = np.random.default_rng()
+    x, y = rng.standard_normal((5, 13)).astype(np.float32), rng.standard_normal(13)
+    y = y.astype(np.float32)
+    x[0, :3] = [np.nan, y[1], -0.0]
+    out = _poisoned(ctx, (5, 13), "bool")
+    got = ops.le(ctx.tensor(x), ctx.tensor(y), out=out)
+    assert_bools(got, x <= y)
+
+
+def test_graph_comparisons_give_bool_and_where_takes_it(ctx) -> None:
+    """In a graph a comparison is bool; ``where`` selects with it (and still with a uint8
+    condition); a bool output comes back as numpy bool."""
+    _needs(ctx, "float32")
+    b = GraphBuilder()
+    x = b.input("x", (5, 11))
+    y = b.input("y", (5, 11))
+    byte_mask = b.input("m", (5, 11), "uint8")
+    mask = b.gt(x, y)
+    assert mask.dtype is dtypes.bool_
+    b.output(b.where(mask, x, y), b.where(byte_mask, x, 0.0), mask,
+             b.cast(mask, "float32"))
+    compiled = CompiledGraph(b.build(), ctx)
+    rng = np.random.default_rng()
+    xs = rng.standard_normal((5, 11)).astype(np.float32)
+    ys = rng.standard_normal((5, 11)).astype(np.float32)
+    ms = rng.integers(0, 3, (5, 11)).astype(np.uint8)
+    picked, masked, got_mask, as_float = compiled(x=ctx.tensor(xs), y=ctx.tensor(ys),
+                                                  m=ms)
+    np.testing.assert_array_equal(picked.numpy(), np.maximum(xs, ys))
+    np.testing.assert_array_equal(masked.numpy(), np.where(ms != 0, xs, 0.0))
+    assert_bools(got_mask, xs > ys)
+    np.testing.assert_array_equal(as_float.numpy(), (xs > ys).astype(np.float32))
+
+
+def test_torch_bool_tensors_cross_dlpack_both_ways(ctx) -> None:
+    torch = pytest.importorskip("torch")
+    _needs(ctx, "float32")
+    t = torch.rand(3, 7) < 0.5
+    v = vkumd.from_dlpack(t, ctx)
+    assert v.dtype is dtypes.bool_
+    np.testing.assert_array_equal(v.numpy(), t.numpy())
+    back = torch.from_dlpack(v) if v.__dlpack_device__()[0] == 1 else torch.from_numpy(v.numpy())
+    assert back.dtype == torch.bool and torch.equal(back, t)
