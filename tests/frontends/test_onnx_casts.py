@@ -379,3 +379,27 @@ def test_cast_float8_to_int32_is_refused(ctx) -> None:
     m = model([helper.make_node("Cast", ["x"], ["y"], to=T.INT32, name="the_node")],
               {"x": (T.FLOAT8E5M2, [3])}, T.INT32)
     refused(ctx, m, "float8 formats convert to and from the float types only")
+
+
+def test_bool_values_are_bool_end_to_end(ctx) -> None:
+    """A BOOL input, a BOOL initializer, Cast to BOOL, And/Not/Equal on them, Where taking the
+    result and a BOOL output: bool all the way, against numpy."""
+    nodes = [helper.make_node("Cast", ["x"], ["nz"], to=T.BOOL),
+             helper.make_node("And", ["nz", "mask"], ["both"]),
+             helper.make_node("Not", ["both"], ["none"]),
+             helper.make_node("Equal", ["none", "keep"], ["same"]),
+             helper.make_node("Where", ["same", "x", "zero"], ["picked"]),
+             helper.make_node("Cast", ["picked"], ["y"], to=T.BOOL)]
+    rng = np.random.default_rng()
+    keep = rng.random((3, 7)) < 0.5
+    m = model(nodes, {"x": (T.FLOAT, [3, 7]), "mask": (T.BOOL, [3, 7])}, T.BOOL,
+              {"keep": keep, "zero": np.zeros((), np.float32)})
+    x = rng.choice(np.array([0.0, 1.5, -2.0, np.nan], np.float32), (3, 7))
+    mask = rng.random((3, 7)) < 0.5
+    got = run(ctx, m, x=x, mask=mask)
+    same = ~((x != 0) & mask) == keep
+    want = np.where(same, x, 0.0) != 0
+    assert got.dtype == np.bool_
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(VkumdError, match="the graph takes bool"):
+        vkumd.onnx.load(m, ctx=ctx)(x=x, mask=mask.astype(np.uint8))
