@@ -16,7 +16,8 @@
 // strides, out written at dst_offset plus dst_stride (the row-major strides of shape for a
 // whole output). Slicing, concatenation and split are such copies.
 //
-// The wider types (I16, U16, U32, U64, F64) convert (OP 0 only) through the source's own
+// The wider types (I16, U16, U32, U64, F64) and BOOL (with I8 and U8, which convert to and
+// from BOOL alone) convert (OP 0 only) through the source's own
 // value type -- int, uint, uint64_t, double or float -- with GLSL's constructors, never through
 // float32 where one side is F64: integers to integers wrap to the target's bits (numpy's
 // astype); floats to integers truncate toward zero (out of range undefined); float64 to
@@ -93,8 +94,16 @@
 #define SRC_ELEM int64_t
 #define SRC_ELEM4 i64vec4
 #define SRC_VALUE(x) (x)
+#elif SRC == BOOL || SRC == U8
+#define SRC_ELEM uint8_t
+#define SRC_ELEM4 u8vec4
+#define SRC_VALUE(x) uint(x)
+#elif SRC == I8
+#define SRC_ELEM int8_t
+#define SRC_ELEM4 i8vec4
+#define SRC_VALUE(x) int(x)
 #else
-#error "SRC must be F32, F16, BF16, I32, I16, U16, U32, U64, F64 or a float8 format"
+#error "SRC must be F32, F16, BF16, I32, I16, U16, U32, U64, F64, I64, BOOL, I8, U8 or a float8 format"
 #endif
 // A source of the original four read as its own value type, for conversions to a wider type.
 #ifndef SRC_VALUE
@@ -147,17 +156,28 @@
 #elif DST == I64
 #define DST_ELEM int64_t
 #define DST_ELEM4 i64vec4
+#elif DST == BOOL || DST == U8
+#define DST_ELEM uint8_t
+#define DST_ELEM4 u8vec4
+#elif DST == I8
+#define DST_ELEM int8_t
+#define DST_ELEM4 i8vec4
 #else
-#error "DST must be F32, F16, BF16, I32, I16, U16, U32, U64, F64 or a float8 format"
+#error "DST must be F32, F16, BF16, I32, I16, U16, U32, U64, F64, I64, BOOL, I8, U8 or a float8 format"
 #endif
-#define WIDE_TYPE(t) (t == I16 || t == U16 || t == U32 || t == U64 || t == F64 || t == I64)
+// bool and the bytes (which convert to and from bool alone) go through their values too.
+#define WIDE_TYPE(t) (t == I16 || t == U16 || t == U32 || t == U64 || t == F64 || t == I64 \
+                      || t == BOOL || t == I8 || t == U8)
 #if WIDE_TYPE(SRC) || WIDE_TYPE(DST)
 #define WIDE 1
 #else
 #define WIDE 0
 #endif
-// A value of any source type as DST (WIDE conversions): bfloat16 through float32.
-#if DST == BF16
+// A value of any source type as DST (WIDE conversions): bfloat16 through float32; bool is
+// whether the value is nonzero (NaN is, as in numpy and PyTorch).
+#if DST == BOOL && SRC != BOOL
+#define FROM_VALUE(v) uint8_t((v) != 0 ? 1u : 0u)
+#elif DST == BF16
 #define FROM_VALUE(v) uint16_t(float_to_bf16(float(v)))
 #elif (DST == U16 || DST == U32 || DST == U64) && (SRC == F32 || SRC == F16 || SRC == BF16 || SRC == F64)
 // Truncated first: a float in (-1, 0) becomes -0.0, which converts to 0 (numpy's), not to

@@ -106,7 +106,6 @@ FACTORIES = [
       TE, "cannot be converted"),
     C("tensor_str", lambda e: e.ctx.tensor(np.array(["a", "b"])), TE, "cannot become"),
     C("tensor_bytes", lambda e: e.ctx.tensor(np.array([b"a"])), TE, "cannot become"),
-    C("tensor_bool", lambda e: e.ctx.tensor(np.array([True, False])), TE, "cannot become"),
     C("tensor_none", lambda e: e.ctx.tensor(None), TE, "cannot become"),
     C("tensor_float64_no_dtype", lambda e: e.ctx.tensor(np.ones(3)), TE,
       "not converted silently"),

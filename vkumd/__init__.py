@@ -19,7 +19,7 @@ from vkumd.errors import (
 )
 from vkumd.framework.compile import CompiledFunction, compile  # noqa: A004
 from vkumd.framework.context import Context, from_dlpack
-from vkumd.framework.dtypes import DType, bfloat16, float16, float32, int8, int32, uint8
+from vkumd.framework.dtypes import DType, bfloat16, bool_, float16, float32, int8, int32, uint8
 from vkumd.framework.tensor import Tensor
 from vkumd.runtime.capture import Graph
 from vkumd.runtime.context import devices
@@ -87,3 +87,4 @@ __all__ = [
     "float32", "from_dlpack", "int8", "int32", "live_objects", "ops", "profile", "uint8",
 ]
 __all__ += ["CompiledFunction", "compile"]
+__all__ += ["bool_"]

@@ -20,7 +20,9 @@
 #define U64 10
 #define F64 11
 // int64: int64_t with shaderInt64, else two 32-bit words (int64_emulated.glsl; EMU64 1).
-#define I64 30  // apart from the next free numbers, which other new types may take
+#define I64 12
+// bool: a byte of 0 or 1.
+#define BOOL 13
 
 // bfloat16 bits -> float32, exact.
 float bf16_to_float(uint bits) {

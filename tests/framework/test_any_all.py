@@ -15,7 +15,7 @@ from vkumd import ops
 from vkumd.framework.graph.registry import OPS
 
 DIMS = [None, (1,), (0, 2), (1, 3), -1, 0, (0, 1, 2, 3)]
-TYPES = ["float32", "float16", "bfloat16", "int32"]
+TYPES = ["float32", "float16", "bfloat16", "int32", "bool"]
 POISON = 0xAB
 
 
@@ -35,8 +35,8 @@ def _expected(op: str, x: np.ndarray, dim, keep: bool) -> np.ndarray:
     return OPS[op].reference([x], {"dim": dim, "keepdims": keep}, None)[0]
 
 
-def _poisoned(ctx, shape: tuple[int, ...]) -> vkumd.Tensor:
-    return ctx.tensor(np.full(shape, POISON, np.uint8))
+def _poisoned(ctx, shape: tuple[int, ...], dtype: str = "bool") -> vkumd.Tensor:
+    return ctx.tensor(np.full(shape, POISON, np.uint8).view(dtype))
 
 
 @pytest.mark.parametrize("dtype", TYPES)
@@ -45,24 +45,34 @@ def test_any_axes_and_keepdim_match_numpy(ctx, op: str, dtype: str) -> None:
     rng = np.random.default_rng()
     shape = (3, 7, 5, 9)
     x = _data(rng, shape, dtype)
-    t = ctx.tensor(x.astype(np.float32), dtype=dtype) if dtype != "int32" else \
-        ctx.tensor(x.astype(np.int32))
+    if dtype == "bool":
+        x = (x != 0).astype(np.float64)
+    t = ctx.tensor(x.astype(np.int32 if dtype == "int32" else np.float32), dtype=dtype)
     for dim in DIMS:
         for keep in (False, True):
             want = _expected(op, x, dim, keep)
             assert np.array_equal(want, getattr(np, op)(x != 0, axis=dim, keepdims=keep))
             out = _poisoned(ctx, want.shape)
             got = getattr(ops, op)(t, dim, keep, out=out)
-            assert got is out and got.dtype.name == "uint8"
-            np.testing.assert_array_equal(got.numpy(), want.astype(np.uint8),
+            assert got is out and got.dtype.name == "bool"
+            np.testing.assert_array_equal(got.numpy().view(np.uint8), want.astype(np.uint8),
                                           err_msg=f"{op} {dtype} dim={dim} keep={keep}")
+
+
+@pytest.mark.parametrize("op", ["any", "all"])
+def test_a_uint8_out_takes_the_mask(ctx, op: str) -> None:
+    x = np.random.default_rng().integers(0, 2, (5, 11)).astype(np.float32)
+    out = _poisoned(ctx, (11,), "uint8")
+    got = getattr(ops, op)(ctx.tensor(x), 0, out=out)
+    assert got is out
+    np.testing.assert_array_equal(got.numpy(), getattr(np, op)(x != 0, axis=0))
 
 
 @pytest.mark.parametrize("op", ["any", "all"])
 def test_empty_and_zero_d(ctx, op: str) -> None:
     empty = ctx.tensor(np.zeros((0, 3), np.float32))
     np.testing.assert_array_equal(getattr(ops, op)(empty, 0).numpy(),
-                                  np.full(3, op == "all", np.uint8))
+                                  np.full(3, op == "all", np.bool_))
     assert getattr(ops, op)(empty, 1).numpy().shape == (0,)
     for value in (0.0, -2.5):
         scalar = ctx.tensor(np.array(value, np.float32))
@@ -81,4 +91,4 @@ def test_traced_and_compiled(ctx) -> None:
     want = [np.any(x != 0, axis=(0, 2)), np.all(x != 0, axis=-1, keepdims=True),
             np.all(x != 0)]
     for got, w in zip(cf(**tensors), want, strict=True):
-        np.testing.assert_array_equal(got.numpy(), w.astype(np.uint8))
+        np.testing.assert_array_equal(got.numpy(), w)

@@ -57,14 +57,14 @@ def test_float64_needs_an_explicit_dtype(ctx) -> None:
 
 
 @pytest.mark.parametrize("bad", [np.array([1 + 2j]), np.array([object()]),
-                                 np.array(["text"]), np.array([True, False])])
+                                 np.array(["text"])])
 def test_unsupported_arrays_are_refused(ctx, bad) -> None:
     with pytest.raises(vkumd.VkumdTypeError):
         ctx.tensor(bad)
     assert ctx.tensor(np.ones(2, np.float32)).numpy().sum() == 2, "context still usable"
 
 
-@pytest.mark.parametrize("bad", ["bool", "complex64", "uint128", object, "nonsense"])
+@pytest.mark.parametrize("bad", ["complex64", "uint128", object, "nonsense"])
 def test_unsupported_dtypes_are_refused(ctx, bad) -> None:
     with pytest.raises(vkumd.VkumdTypeError, match="not supported"):
         ctx.empty((2,), bad)

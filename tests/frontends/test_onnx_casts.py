@@ -70,10 +70,26 @@ def test_cast_like_to_int64_of_an_int32_tensor_is_its_storage(ctx) -> None:
     np.testing.assert_array_equal(run(ctx, m, x=x), x.astype(np.int64))
 
 
+@pytest.mark.parametrize("like", [T.BOOL, T.UINT8], ids=["bool", "uint8"])
+def test_cast_like_a_run_time_byte_tensor_keeps_its_type(ctx, like: int) -> None:
+    """BOOL and UINT8 are told apart: CastLike to a run-time bool tensor gives bool (nonzero,
+    NaN included), and from bool to a uint8 one gives 1/0."""
+    source = T.FLOAT if like == T.BOOL else T.BOOL
+    m = model([helper.make_node("CastLike", ["x", "like"], ["y"])],
+              {"x": (source, [3, 5]), "like": (like, [1])}, like)
+    rng = np.random.default_rng()
+    if source == T.FLOAT:
+        x = rng.choice(np.array([0.0, -0.0, 0.5, np.nan, -np.inf, 3.0], np.float32), (3, 5))
+    else:
+        x = rng.random((3, 5)) < 0.5
+    like_value = np.ones(1, np.bool_ if like == T.BOOL else np.uint8)
+    got = run(ctx, m, x=x, like=like_value)
+    want = x.astype(np.bool_) if like == T.BOOL else x.astype(np.uint8)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
 def test_bad_cast_like_nodes_are_refused(ctx) -> None:
-    to_bytes = model([helper.make_node("CastLike", ["x", "like"], ["y"], name="the_node")],
-                     {"x": (T.FLOAT, [4]), "like": (T.BOOL, [1])}, T.BOOL)
-    refused(ctx, to_bytes, "UINT8 and BOOL alike")
     to_complex = model([helper.make_node("CastLike", ["x", "like"], ["y"], name="the_node")],
                        {"x": (T.FLOAT, [4])}, T.FLOAT, {"like": np.zeros(1, np.complex64)})
     refused(ctx, to_complex, "COMPLEX64 tensors are not supported")
@@ -410,3 +426,25 @@ def test_bitcast_of_other_widths_is_refused(ctx) -> None:
     m = model([helper.make_node("BitCast", ["x"], ["y"], to=T.INT8, name="the_node")],
               {"x": (T.FLOAT16, [3])}, T.INT8, opset=26)
     refused(ctx, m, "same width")
+def test_bool_values_are_bool_end_to_end(ctx) -> None:
+    """A BOOL input, a BOOL initializer, Cast to BOOL, And/Not/Equal on them, Where taking the
+    result and a BOOL output: bool all the way, against numpy."""
+    nodes = [helper.make_node("Cast", ["x"], ["nz"], to=T.BOOL),
+             helper.make_node("And", ["nz", "mask"], ["both"]),
+             helper.make_node("Not", ["both"], ["none"]),
+             helper.make_node("Equal", ["none", "keep"], ["same"]),
+             helper.make_node("Where", ["same", "x", "zero"], ["picked"]),
+             helper.make_node("Cast", ["picked"], ["y"], to=T.BOOL)]
+    rng = np.random.default_rng()
+    keep = rng.random((3, 7)) < 0.5
+    m = model(nodes, {"x": (T.FLOAT, [3, 7]), "mask": (T.BOOL, [3, 7])}, T.BOOL,
+              {"keep": keep, "zero": np.zeros((), np.float32)})
+    x = rng.choice(np.array([0.0, 1.5, -2.0, np.nan], np.float32), (3, 7))
+    mask = rng.random((3, 7)) < 0.5
+    got = run(ctx, m, x=x, mask=mask)
+    same = ~((x != 0) & mask) == keep
+    want = np.where(same, x, 0.0) != 0
+    assert got.dtype == np.bool_
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(VkumdError, match="the graph takes bool"):
+        vkumd.onnx.load(m, ctx=ctx)(x=x, mask=mask.astype(np.uint8))

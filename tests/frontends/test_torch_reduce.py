@@ -43,9 +43,11 @@ def test_reductions_match_float64(recwarn: pytest.WarningsRecorder) -> None:
 
 
 class Truths(torch.nn.Module):
-    def forward(self, x: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(self, x: torch.Tensor, n: torch.Tensor, m: torch.Tensor
+                ) -> tuple[torch.Tensor, ...]:
         return (torch.any(x, dim=(0, 2)), torch.all(x, dim=1, keepdim=True), torch.any(x),
-                x.all(), torch.all(n, dim=-1), torch.any(n, dim=0))
+                x.all(), torch.all(n, dim=-1), torch.any(n, dim=0), torch.any(m, dim=1),
+                torch.all(m, dim=0), torch.all(x > 0, dim=2))
 
 
 @torch.no_grad()
@@ -54,8 +56,10 @@ def test_any_all_match_torch(recwarn: pytest.WarningsRecorder) -> None:
     x[:, 1] = 0
     x[0] = torch.where(x[0] == 0, 1.0, x[0])
     n = torch.randint(0, 3, (4, 6), dtype=torch.int64)
-    compiled = vkumd.torch.load_exported(torch.export.export(Truths(), (x, n)))
-    for i, (got, want) in enumerate(zip(compiled(x, n), Truths()(x, n), strict=True)):
+    m = torch.rand(5, 9) < 0.7  # a bool input: torch.bool runs as vkumd's bool
+    m[0] = True
+    compiled = vkumd.torch.load_exported(torch.export.export(Truths(), (x, n, m)))
+    for i, (got, want) in enumerate(zip(compiled(x, n, m), Truths()(x, n, m), strict=True)):
         assert got.dtype == torch.bool and torch.equal(got, want), i
     found = [w for w in recwarn if issubclass(w.category, vkumd.torch.VkumdFallbackWarning)]
     assert not found, [str(w.message) for w in found]

@@ -27,7 +27,8 @@ class DType:
 
     Attributes:
         name: ``"float32"``, ``"float16"``, ``"bfloat16"``, ``"int32"``, ``"int8"``, ``"uint8"``,
-            ``"int16"``, ``"uint16"``, ``"uint32"``, ``"uint64"``, ``"float64"``, ``"int64"``.
+            ``"int16"``, ``"uint16"``, ``"uint32"``, ``"uint64"``, ``"float64"``, ``"int64"``,
+            ``"bool"`` (a float8 or packed format's name too).
         storage: the numpy dtype of the stored bits (``uint16`` for bfloat16).
         numpy: the numpy dtype that :meth:`Tensor.numpy` returns (``float32`` for bfloat16,
             which numpy lacks).
@@ -104,8 +105,11 @@ float8_e4m3fnuz = DType("float8_e4m3fnuz", np.dtype(np.uint8), np.dtype(np.float
 float8_e5m2 = DType("float8_e5m2", np.dtype(np.uint8), np.dtype(np.float32))
 float8_e5m2fnuz = DType("float8_e5m2fnuz", np.dtype(np.uint8), np.dtype(np.float32))
 FLOAT8: tuple[DType, ...] = (float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz)
+# bool: a byte of 0 or 1, numpy's bool to and from the host (comparisons give it).
+bool_ = DType("bool", np.dtype(np.bool_), np.dtype(np.bool_))
 
-ALL: tuple[DType, ...] = (float32, float16, bfloat16, int32, int8, uint8, *WIDE, *FLOAT8, int64)
+ALL: tuple[DType, ...] = (float32, float16, bfloat16, int32, int8, uint8, *WIDE, *FLOAT8, int64,
+                          bool_)
 # The packed types: bytes of several elements (float8_e8m0 one), unpacked to numpy as int8,
 # uint8 or float32 (vkumd/framework/packed.py).
 PACKED: tuple[DType, ...] = tuple(DType(name, np.dtype(np.uint8), fmt.numpy)
@@ -116,6 +120,7 @@ _FROM_NUMPY = {np.dtype(np.float32): float32, np.dtype(np.float16): float16,
                np.dtype(np.int32): int32, np.dtype(np.int8): int8, np.dtype(np.uint8): uint8}
 _FROM_NUMPY.update({d.storage: d for d in WIDE})
 _FROM_NUMPY[int64.storage] = int64
+_FROM_NUMPY[np.dtype(np.bool_)] = bool_
 # numpy's default float: an array of it becomes a tensor only when asked for (dtype=), so
 # that np.random.rand(...) does not silently make 8-byte tensors.
 _ASKED_ONLY = (np.dtype(np.float64),)
@@ -181,10 +186,11 @@ def host_array(data: Any, *, dtype: object | None = None, expected: DType | None
       int32 is refused rather than wrapped;
     - with ``dtype`` (the caller asking for a type), floats round to the float type asked
       for; an integer type takes only whole values within its range;
+    - with ``dtype="bool"``, nonzero values (NaN included) become True, as numpy's astype;
     - with neither, the array's own type must be one vkumd stores: an int64 array becomes
-      an int64 tensor (as ``torch.tensor`` makes one: int64 is numpy's default integer and
-      vkumd stores it exactly); float64 (numpy's default float, which would silently make
-      8-byte tensors of ``np.random.rand``) and bool need ``dtype=``.
+      an int64 tensor and a bool array a bool tensor (as ``torch.tensor`` makes them: vkumd
+      stores both exactly); float64 (numpy's default float, which would silently make
+      8-byte tensors of ``np.random.rand``) needs ``dtype=``.
 
     Args:
         data: anything numpy makes an array of.
@@ -223,7 +229,7 @@ def host_array(data: Any, *, dtype: object | None = None, expected: DType | None
         _refuse(array, what, f"the graph takes {expected.name}; convert first (e.g. "
                              f"a.astype(np.{expected.numpy}))")
     kind = source.kind
-    if kind in _UNSTORABLE or (kind == "b" and dtype is None):
+    if kind in _UNSTORABLE:
         _refuse(array, what, "convert to a numeric type first (e.g. a.astype(np.float32))")
     if dtype is None:
         if source in _FROM_NUMPY and source not in _ASKED_ONLY:
@@ -258,7 +264,7 @@ def stored_exactly(source: Any, expected: DType) -> bool:
 
 
 def _refuse(array: np.ndarray, what: str, advice: str) -> None:
-    if array.dtype.kind in _UNSTORABLE or array.dtype.kind == "b":
+    if array.dtype.kind in _UNSTORABLE:
         raise VkumdTypeError(f"{what}: arrays of {array.dtype} cannot become tensors (they "
                              f"cannot be converted to any tensor type); {advice}")
     raise VkumdTypeError(f"{what}: arrays of {array.dtype} are not converted silently; "
@@ -291,8 +297,8 @@ def from_array(array: np.ndarray, requested: object | None, what: str = "ctx.ten
     """Choose the tensor dtype for ``array``; conversions that lose data must be asked for
     (:func:`host_array`'s rule).
 
-    float64 (numpy's default float) needs ``dtype=``; int64 arrays become int64 tensors;
-    complex, object, bool and string arrays are refused.
+    float64 (numpy's default float) needs ``dtype=``; int64 arrays become int64 tensors and
+    bool arrays bool tensors; complex, object and string arrays are refused.
     """
     return host_array(array, dtype=requested, what=what)[1]
 

@@ -13,8 +13,8 @@ Decisions a PyTorch user should know:
   ``__eq__`` of dataclasses and tuples holding tensors, all of which expect a bool; an
   elementwise ``==`` would break them. Elementwise equality is :meth:`eq` and :meth:`ne`.
   ``<``, ``<=``, ``>``, ``>=`` are elementwise.
-- Comparisons give 1/0 in the operands' dtype (no bool tensors), which multiply straight
-  into arithmetic: ``x * (x > 0)``.
+- Comparisons give 1/0 in the operands' dtype (a traced graph's give bool), which multiply
+  straight into arithmetic: ``x * (x > 0)``; ``ops.gt(x, 0, out=bool_tensor)`` gives bool.
 - Views share memory with their base and cost no launch, as in PyTorch: ``transpose``,
   ``permute``, ``.T``, ``expand``/``broadcast_to``/``expand_as``, basic indexing ``t[...]``
   (ints, slices with any nonzero step, ``...``, ``None``), ``narrow``, ``diagonal``,

@@ -62,6 +62,9 @@ FLOAT64_OPS = tuple(name for name in ELEMENTWISE_OPS
 # A comparison may store its 1/0 as uint8 instead (OUT U8: a graph's bool mask).
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 MASK_CODE = "U8"
+# The ops the binary kernel runs on bool operands, read as uint8 0/1 (whose comparisons,
+# and, or and xor are bool's): a bool tensor's bytes are a uint8 tensor's.
+BOOL_BINARY_OPS = (*COMPARISONS, "and", "or", "xor")
 
 
 def _elementwise_types(caps: DeviceCaps) -> list[str]:
@@ -147,6 +150,20 @@ def _float8_pairs(caps: DeviceCaps) -> list[tuple[str, str]]:
     return pairs + [(t, f8) for f8 in FLOAT8_TYPES for t in floats]
 # The types cast and copy take: the elementwise ones and the wider ones (converted, not scaled).
 CAST_CODES = type_codes((*ELEMENTWISE_DTYPES, *WIDE_DTYPES, *INT64_DTYPES))
+# bool converts to and from each of those and the 8-bit integers, which convert to and from
+# bool alone (nonzero is True; True is 1). It and the bytes need 8-bit storage.
+BOOL_CODES = type_codes(("bool",))
+BYTE_CODES = type_codes(("int8", "uint8"))
+
+
+def _bool_pairs(caps: DeviceCaps, every: list[str]) -> list[tuple[str, str]]:
+    """(SRC, DST) of the bool conversions on ``caps``: bool to and from each type in
+    ``every`` and the bytes, and bool to bool (a copy)."""
+    if not caps.storage_8bit:
+        return []
+    partners = every + list(BYTE_CODES.values())
+    return ([("BOOL", "BOOL")] + [("BOOL", t) for t in partners]
+            + [(t, "BOOL") for t in partners])
 
 
 def _elementwise_unary_variants(caps: DeviceCaps) -> list[dict]:
@@ -156,7 +173,8 @@ def _elementwise_unary_variants(caps: DeviceCaps) -> list[dict]:
                 if not int64_emulated(caps, src, dst)
                 or {src, dst} <= {INT64_CODE, *EMULATED_CAST_TYPES}]
     converts += [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64}
-                 for src, dst in _float8_pairs(caps)]
+                 for src, dst in _float8_pairs(caps) + _bool_pairs(caps, every)
+                 if not int64_emulated(caps, src, dst)]  # the emulated int64 has no bool
     scales = [{"SRC": t, "DST": t, "OP": 1, WORKGROUP: 64} for t in types]
     # Each scalar variant and its vectorised twin for contiguous operands (VEC 4, BCAST 0).
     return _emulated(caps, [{**v, "VEC": vec, "BCAST": 0} for v in converts + scales
@@ -168,8 +186,10 @@ ELEMENTWISE_UNARY = register(Kernel(
     source="elementwise_unary.comp",
     buffers=2,
     push=UNARY_PUSH,
-    defines={"SRC": tuple(CAST_CODES.values()) + FLOAT8_TYPES,
-             "DST": tuple(CAST_CODES.values()) + FLOAT8_TYPES, "EMU64": (0, 1)},
+    defines={"SRC": (tuple(CAST_CODES.values()) + FLOAT8_TYPES + tuple(BOOL_CODES.values())
+                     + tuple(BYTE_CODES.values())),
+             "DST": (tuple(CAST_CODES.values()) + FLOAT8_TYPES + tuple(BOOL_CODES.values())
+                     + tuple(BYTE_CODES.values())), "EMU64": (0, 1)},
     spec_constants={WORKGROUP: 0, "OP": 1, "VEC": 2, "BCAST": 3},
     variants=_elementwise_unary_variants,
 ))

@@ -19,7 +19,7 @@ contiguous operands (``ndim`` 0), ``ndim`` 1 with strides 0 or 1, and rows a mul
 long (``ndim`` 2); the planner decides when it is valid
 (:func:`~vkumd.compiler.kernels.elementwise_vector.vector_layout`). Every type is
 vectorised (``vec4``, ``f16vec4``, ``u16vec4`` for bfloat16, ``ivec4``, ``i8vec4``,
-``u8vec4``), converted componentwise as the scalar loads and stores convert.
+``u8vec4`` for uint8 and bool), converted componentwise as the scalar loads and stores convert.
 
 The text depends only on the program; element types are defines (``T0`` .. ``T{k-1}`` for
 the inputs, ``TOUT`` for the result), so a program makes one :class:`Kernel` (memoised here,
@@ -58,7 +58,8 @@ FUSED_OUTPUT_CODES = type_codes(FUSED_OUTPUT_DTYPES)
 # (GLSL element type, expression turning element `e` into a float) per input type code.
 _LOADS = {code: (CODE_GLSL[code], load) for code, load in (
     ("F32", "{e}"), ("F16", "float({e})"), ("BF16", "bf16_to_float(uint({e}))"),
-    ("I32", "float({e})"), ("I8", "float(int({e}))"), ("U8", "float(uint({e}))"))}
+    ("I32", "float({e})"), ("I8", "float(int({e}))"), ("U8", "float(uint({e}))"),
+    ("BOOL", "float(uint({e}))"))}
 _STORES = {code: (CODE_GLSL[code], store) for code, store in (
     ("F32", "{v}"), ("F16", "float16_t({v})"), ("BF16", "uint16_t(float_to_bf16({v}))"))}
 # The same per four consecutive elements, for the vectorised variant (VEC == 4): one vector
@@ -66,7 +67,7 @@ _STORES = {code: (CODE_GLSL[code], store) for code, store in (
 _LOADS4 = {"F32": ("vec4", "{e}"), "F16": ("f16vec4", "vec4({e})"),
            "BF16": ("u16vec4", "bf16_to_float4(uvec4({e}))"),
            "I32": ("ivec4", "vec4({e})"), "I8": ("i8vec4", "vec4(ivec4({e}))"),
-           "U8": ("u8vec4", "vec4(uvec4({e}))")}
+           "U8": ("u8vec4", "vec4(uvec4({e}))"), "BOOL": ("u8vec4", "vec4(uvec4({e}))")}
 _STORES4 = {"F32": ("vec4", "{v}"), "F16": ("f16vec4", "f16vec4({v})"),
             "BF16": ("u16vec4", "u16vec4(float_to_bf16_4({v}))")}
 def fused_push(inputs: int) -> PushLayout:
@@ -124,7 +125,7 @@ def _buffers(inputs: int) -> list[str]:
                          f"{{ {vector} x{i}v[]; }};")
             lines.append(f"#define LOAD4_{i}(q) {load4.format(e=f'x{i}v[q]')}")
             lines.append("#endif")
-        lines += ["#else", f'#error "T{i} must be F32, F16, BF16, I32, I8 or U8"', "#endif"]
+        lines += ["#else", f'#error "T{i} must be F32, F16, BF16, I32, I8, U8 or BOOL"', "#endif"]
     for n, (code, (elem, store)) in enumerate(_STORES.items()):
         vector, store4 = _STORES4[code]
         lines.append(f"#{'if' if n == 0 else 'elif'} TOUT == {code}")

@@ -67,7 +67,7 @@ QLINEAR_FLOAT_DTYPES = ("float32", "float16")
 # and Intel drivers offer (the spec's minimum is 128; the planner checks the device's limit).
 # Every input is loaded as float32; the result is stored as one of the float types.
 FUSED_MAX_INPUTS = 8
-FUSED_INPUT_DTYPES = (*FLOAT_DTYPES, "int32", "int8", "uint8")
+FUSED_INPUT_DTYPES = (*FLOAT_DTYPES, "int32", "int8", "uint8", "bool")
 FUSED_OUTPUT_DTYPES = FLOAT_DTYPES
 
 # The row kernels (softmax, norm, reduce_rows, add_layer_norm) and the activation kernel.

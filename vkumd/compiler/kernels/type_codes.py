@@ -73,6 +73,9 @@ PACKED_TYPES: dict[str, ElementType] = {
     "float8_e8m0": ElementType("F8E8M0", "uint8_t", 1, 8),
 }
 ELEMENT_TYPES.update(PACKED_TYPES)
+# bool (ONNX's BOOL, torch.bool): a byte holding 0 or 1. Kernels read it as uint8; a conversion
+# to it stores whether the value is nonzero.
+ELEMENT_TYPES["bool"] = ElementType("BOOL", "uint8_t", 1)
 # Per type code: bytes of one element, and its GLSL storage type.
 CODE_BYTES = {t.code: t.itemsize for t in ELEMENT_TYPES.values()}
 CODE_GLSL = {t.code: t.glsl for t in ELEMENT_TYPES.values()}

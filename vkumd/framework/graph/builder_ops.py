@@ -161,31 +161,31 @@ class OpMethods:
         return self._apply("div", self._pair(a, b), {"rounding": rounding})
 
     def compare(self, op: str, a: Any, b: Any) -> Value:
-        """``a <op> b`` for op in eq, ne, lt, le, gt, ge: uint8 0/1, broadcast."""
+        """``a <op> b`` for op in eq, ne, lt, le, gt, ge: bool, broadcast."""
         return self._apply(op, self._pair(a, b), {})
 
     def eq(self, a: Any, b: Any) -> Value:
-        """``a == b`` as uint8."""
+        """``a == b`` as bool."""
         return self.compare("eq", a, b)
 
     def ne(self, a: Any, b: Any) -> Value:
-        """``a != b`` as uint8."""
+        """``a != b`` as bool."""
         return self.compare("ne", a, b)
 
     def lt(self, a: Any, b: Any) -> Value:
-        """``a < b`` as uint8."""
+        """``a < b`` as bool."""
         return self.compare("lt", a, b)
 
     def le(self, a: Any, b: Any) -> Value:
-        """``a <= b`` as uint8."""
+        """``a <= b`` as bool."""
         return self.compare("le", a, b)
 
     def gt(self, a: Any, b: Any) -> Value:
-        """``a > b`` as uint8."""
+        """``a > b`` as bool."""
         return self.compare("gt", a, b)
 
     def ge(self, a: Any, b: Any) -> Value:
-        """``a >= b`` as uint8."""
+        """``a >= b`` as bool."""
         return self.compare("ge", a, b)
 
     def where(self, cond: Value, a: Any, b: Any) -> Value:

@@ -28,8 +28,9 @@ broadcast (numpy rules) to the output's shape. Attributes:
 
 Semantics: every value is a real number; the kernel computes in float32 and rounds once, to
 ``dtype``, when it stores the result (a ``cast`` step rounds in between); the reference
-evaluator computes in float64. Inputs may be float32, float16, bfloat16, int32, int8 or
-uint8 (integer inputs are read as their value, so they suit ``where``'s condition).
+evaluator computes in float64. Inputs may be float32, float16, bfloat16, int32, int8, uint8
+or bool (integer and bool inputs are read as their value, so they suit ``where``'s
+condition).
 
 A step op is any op whose registry record has an
 :attr:`~vkumd.framework.graph.registry.OpDef.elementwise` trait: its arity and params come

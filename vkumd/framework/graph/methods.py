@@ -190,7 +190,7 @@ class TensorMethods:
         raise self._type_error(f"{self!r} ** {other!r}{at_site()}: vkumd has no power op; "
                                "write x * x, or use an op of vkumd.ops (sqrt, exp)")
 
-    # -- comparisons: 1/0 (eager: in the operands' dtype; graph: uint8) ------------------
+    # -- comparisons: 1/0 (eager: in the operands' dtype; graph: bool) -------------------
     def __lt__(self, other: Any) -> Any:
         return self._ops.lt(self, other)
 

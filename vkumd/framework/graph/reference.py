@@ -39,6 +39,8 @@ def round_to(array: np.ndarray, dtype: dtypes.DType) -> np.ndarray:
         shape = np.shape(array)
         stored = dtypes.from_storage(dtypes.to_storage(array, dtype), dtype)
         return np.asarray(stored, np.float64).reshape(shape)
+    if dtype is dtypes.bool_:  # nonzero (NaN included) is True
+        return (np.asarray(array, np.float64) != 0).astype(np.float64)
     with np.errstate(invalid="ignore"):
         return np.trunc(np.asarray(array, np.float64)).astype(dtype.numpy).astype(np.float64)
 

@@ -1,12 +1,12 @@
 """``any`` and ``all``: whether some (every) element over ``dim`` is nonzero, as PyTorch's.
 
 Each takes ``dim`` (an int, a tuple of ints, or None -- the default, every axis) and
-``keepdim``, and gives uint8 1/0 (vkumd stores bool as uint8). They are built from kernels
+``keepdim``, and gives bool, as PyTorch's. They are built from kernels
 that exist rather than a kernel of their own: ``any`` is ``l1_norm(x) != 0`` (a sum of
 magnitudes is zero only when every one is, and NaN or an overflow to inf is nonzero, as
 PyTorch counts NaN true); ``all`` is ``sum(x == 0) == 0`` (the count of zeros; in float16 or
-bfloat16 a count past the type's integers still rounds to a nonzero). int32 is first cast
-to float32, which keeps zero and nonzero apart. The comparison writes the uint8 mask.
+bfloat16 a count past the type's integers still rounds to a nonzero). int32 and bool are first
+cast to float32, which keeps zero and nonzero apart. The comparison writes the bool mask.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from vkumd.framework.opset.reductions import sum as sum_
 from vkumd.framework.opset.unary import cast, fill
 from vkumd.framework.tensor import Tensor
 
-# What x may be: the floats the reductions take, and int32 (cast to float32 first).
-_TAKES = ("float32", "float16", "bfloat16", "int32")
+# What x may be: the floats the reductions take, and int32 and bool (cast to float32 first).
+_TAKES = ("float32", "float16", "bfloat16", "int32", "bool")
 _NUMPY = {"any": np.any, "all": np.all}
 
 
@@ -40,11 +40,11 @@ def _rule(op: str) -> Any:
         x = only(ins)
         if x.dtype.name not in _TAKES:
             raise VkumdTypeError(f"{op}: x is {x.dtype.name}; {op} takes {', '.join(_TAKES)} "
-                                 "(a uint8 or int8 mask: compare it to 0 in float first)")
+                                 "(a uint8 or int8 mask: cast it to bool first)")
         axes = reduced_axes(op, attrs["dim"], x.ndim)
         keep = flag(op, attrs["keepdims"], "keepdims")
         shape = tuple((1 if keep else None) if i in axes else s for i, s in enumerate(x.shape))
-        return [TensorType(tuple(s for s in shape if s is not None), dtypes.uint8)]
+        return [TensorType(tuple(s for s in shape if s is not None), dtypes.bool_)]
     return rule
 
 
@@ -61,16 +61,22 @@ def _reduce(op: str, x: Any, dim: Any, keepdim: Any, out: Tensor | None) -> Tens
     x = check_tensor(op, x, "x")
     dim = tuple(dim) if isinstance(dim, list) else dim
     (result,) = concrete_rule(op, (x,), {"dim": dim, "keepdims": keepdim})
-    out = output(op, x.context, out, result.shape, dtypes.uint8, (x,))
+    # A uint8 out= takes the same bytes (the mask's type before bool was stored).
+    mask = dtypes.uint8 if isinstance(out, Tensor) and out.dtype is dtypes.uint8 else \
+        dtypes.bool_
+    out = output(op, x.context, out, result.shape, mask, (x,))
     if out.size == 0:
         return out
-    if x.size == 0:  # any of nothing is false, all of nothing true
-        out.write(np.full(out.shape, int(op == "all"), np.uint8))
-        return out
+    if x.size == 0:  # any of nothing is false, all of nothing true: 0 != 0 and 0 == 0
+        zeros = fill(x.context.empty(out.shape, dtypes.float32), 0.0)  # on the device, so
+        try:  # that a captured graph records it
+            return (eq if op == "all" else ne)(zeros, zeros, out=out)
+        finally:
+            zeros.release()
     if x.ndim == 0:  # the one element, seen as a vector (the reductions want an axis)
         dim, keepdim = None, False
     seen = x.alias((1,)) if x.ndim == 0 else x
-    floats = cast(seen, "float32") if x.dtype.name == "int32" else seen
+    floats = cast(seen, "float32") if x.dtype.name in ("int32", "bool") else seen
     zero = fill(x.context.empty((1,) * len(out.shape), floats.dtype), 0.0)
     temps = [zero] + ([floats] if floats is not x else [])
     if seen is not x and seen is not floats:
@@ -95,17 +101,17 @@ def any(x: Tensor, dim: Any = None, keepdim: bool = False, *,  # noqa: A001
     """Whether any element of ``x`` over ``dim`` is nonzero (NaN counts as nonzero).
 
     Args:
-        x: float32, float16, bfloat16 or int32 (0-d too, as PyTorch).
+        x: float32, float16, bfloat16, int32 or bool (0-d too, as PyTorch).
         dim: an axis, a tuple of axes, or None for every axis (the default).
         keepdim: keep the reduced axes, as 1 (``keepdims``, numpy's name, is accepted too).
-        out: optional uint8 output of the result's shape.
+        out: optional bool (or uint8) output of the result's shape.
 
     Returns:
-        uint8 1/0 of ``x.shape`` without the reduced axes (with them as 1 under keepdim); an
-        empty reduced set gives 0.
+        bool of ``x.shape`` without the reduced axes (with them as 1 under keepdim); an
+        empty reduced set gives False.
 
     Raises:
-        VkumdTypeError: x of another dtype, out not uint8, a non-bool keepdim, a dim that is
+        VkumdTypeError: x of another dtype, out not bool or uint8, a non-bool keepdim, a dim that is
             not an int, a tuple of ints or None.
         VkumdValueError: an axis out of range or named twice, out of the wrong shape.
     """
@@ -116,7 +122,7 @@ def all(x: Tensor, dim: Any = None, keepdim: bool = False, *,  # noqa: A001
         keepdims: bool | None = None, out: Tensor | None = None) -> Tensor:
     """Whether every element of ``x`` over ``dim`` is nonzero (NaN counts as nonzero).
 
-    Args, returns and errors as :func:`any`; an empty reduced set gives 1.
+    Args, returns and errors as :func:`any`; an empty reduced set gives True.
     """
     return _reduce("all", x, dim, keepdim if keepdims is None else keepdims, out)
 

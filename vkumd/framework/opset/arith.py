@@ -23,8 +23,10 @@ import numpy as np
 
 from vkumd.compiler.kernels.elementwise import (
     BINARY_CODES,
+    BOOL_BINARY_OPS,
     ELEMENTWISE_CODES,
     INT64_EMULATED_OPS,
+    MASK_CODE,
 )
 from vkumd.compiler.kernels.elementwise_plan import binary_plan, fill_plan
 from vkumd.errors import CapabilityMissing, VkumdTypeError, VkumdValueError
@@ -36,6 +38,7 @@ from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import (
     check_dtype,
     check_pair,
+    check_storage,
     check_tensor,
     output,
 )
@@ -127,7 +130,8 @@ def run_binary(op: str, a: Any, b: Any, out: Tensor | None, kernel_op: str) -> T
         if in_place is not None:  # views read through the kernel's strides, no copy
             shapes = (a.shape, b.shape)
             (a, b), layouts = in_place
-            plan = binary_plan(caps, kernel_op, BINARY_CODES[dtype.name], *shapes,
+            code = MASK_CODE if dtype is dtypes.bool_ else BINARY_CODES[dtype.name]
+            plan = binary_plan(caps, kernel_op, code, *shapes,
                                out_shape, layouts=layouts)
     context.run(plan, (a, b, out))
     return out
@@ -144,13 +148,16 @@ _KNOWN_PLANS = 4096
 def _plan_binary(op: str, kernel_op: str, a: Tensor, b: Tensor, caps: Any
                  ) -> tuple[Any, tuple[int, ...], Any]:
     """Check and plan ``a OP b``: ``(caps, out_shape, plan)``; raises as the checks do."""
-    check_dtype(op, a, "the first operand", BINARY_CODES)
-    check_int64_op(op, kernel_op, a.dtype, caps)
+    if a.dtype is dtypes.bool_:
+        code = bool_code(op, kernel_op, a)
+    else:
+        check_dtype(op, a, "the first operand", BINARY_CODES)
+        check_int64_op(op, kernel_op, a.dtype, caps)
+        code = BINARY_CODES[a.dtype.name]
     out_shape = broadcast_shape(op, a.shape, b.shape)
     if 0 in out_shape:  # nothing to launch
         return caps, out_shape, None
-    plan = binary_plan(caps, kernel_op, BINARY_CODES[a.dtype.name], a.shape, b.shape,
-                       out_shape)
+    plan = binary_plan(caps, kernel_op, code, a.shape, b.shape, out_shape)
     return caps, out_shape, plan
 
 
@@ -168,6 +175,20 @@ def check_int64_op(op: str, kernel_op: str, dtype: dtypes.DType, caps: Any) -> N
             f"{caps.name} lacks; without it vkumd computes int64 in two 32-bit words for "
             f"{', '.join(INT64_EMULATED_OPS)} only. Cast to int32 or float64 first (ops.cast) "
             "where the values allow")
+def bool_code(op: str, kernel_op: str, a: Tensor) -> str:
+    """The binary kernel's type code for bool operands (uint8's: the same bytes), for the ops
+    bool has (comparisons, and, or, xor).
+
+    Raises:
+        VkumdTypeError: arithmetic on bool, which PyTorch refuses too.
+        CapabilityMissing: the device has no 8-bit storage.
+    """
+    if kernel_op not in BOOL_BINARY_OPS:
+        raise VkumdTypeError(f"{op}: the operands are bool, which has no arithmetic; cast "
+                             "to a number type first (ops.cast(x, 'float32')), or use "
+                             "bitwise_and, bitwise_or or bitwise_xor for logic")
+    check_storage(op, a.dtype, a.context)
+    return MASK_CODE
 
 
 Operand = Tensor | float | int

@@ -28,15 +28,21 @@ from vkumd.framework.opset.unary import binary_dtypes
 from vkumd.framework.tensor import Tensor
 
 INTEGERS = INTEGER_DTYPES
+# and, or and xor take bool too (logical, as PyTorch's); shifts do not.
+LOGICAL = ("bitwise_and", "bitwise_or", "bitwise_xor")
+
+
+def _takes(op: str) -> tuple[str, ...]:
+    return (*INTEGERS, "bool") if op in LOGICAL else INTEGERS
 
 
 def _integers(op: str, a: Any, b: Any) -> None:
     for what, t in (("the first operand", a), ("the second operand", b)):
         if isinstance(t, Tensor):
             check_tensor(op, t, what)  # released and closed first, as every op refuses them
-        if isinstance(t, Tensor) and t.dtype.name not in INTEGERS:
-            raise VkumdTypeError(f"{op}: {what} is {t.dtype.name}; bitwise ops take "
-                                 f"{', '.join(INTEGERS)} tensors")
+        if isinstance(t, Tensor) and t.dtype.name not in _takes(op):
+            raise VkumdTypeError(f"{op}: {what} is {t.dtype.name}; {op} takes "
+                                 f"{', '.join(_takes(op))} tensors")
 
 
 def _run(op: str, kernel_op: str, a: Operand, b: Operand, out: Tensor | None) -> Tensor:
@@ -48,7 +54,9 @@ def bitwise_and(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
     """``a & b`` elementwise with numpy broadcasting.
 
     Args:
-        a: an int32, int8 or uint8 tensor, or an integer (beside an int32 tensor).
+        a: an integer tensor (int32, int8, uint8 and the wider ones) or a bool one (and,
+            or and xor of bool are logical, as PyTorch's), or an integer (beside an int32
+            tensor).
         b: likewise; two tensors share a dtype and a context.
         out: optional output of the broadcast shape and the operands' dtype.
 
@@ -108,9 +116,9 @@ def _declare(op: str) -> None:
 
     def rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
         out = binary_type(op, ins, dims)
-        if out.dtype.name not in INTEGERS:
-            raise VkumdTypeError(f"{op}: the operands are {out.dtype.name}; bitwise ops take "
-                                 f"{', '.join(INTEGERS)} tensors")
+        if out.dtype.name not in _takes(op):
+            raise VkumdTypeError(f"{op}: the operands are {out.dtype.name}; {op} takes "
+                                 f"{', '.join(_takes(op))} tensors")
         return [out]
 
     def reference(args: list[Any], attrs: dict[str, Any], shapes: Any) -> list[np.ndarray]:

@@ -1,9 +1,9 @@
 """Comparisons and selection: eq, ne, lt, le, gt, ge (records and eager functions) and where.
 
-Comparisons give uint8 1/0 in a graph (vkumd stores no bool; the eager ``vkumd.ops``
+Comparisons give bool in a graph, as PyTorch's and ONNX's do; the eager ``vkumd.ops``
 comparisons give 1/0 in the operands' dtype, which multiplies straight into arithmetic, or
-the uint8 mask into a uint8 ``out``). They broadcast (numpy rules) over operands of one dtype
-and join generated elementwise kernels as program steps.
+the mask into a bool (or uint8) ``out``. They broadcast (numpy rules) over operands of one
+dtype (bool ones too) and join generated elementwise kernels as program steps.
 """
 
 from __future__ import annotations
@@ -36,25 +36,29 @@ from vkumd.framework.opset.common import binary, host_tensor, one_step
 from vkumd.framework.opset.unary import binary_dtypes, broadcast_shape
 from vkumd.framework.tensor import Tensor
 
-INTEGER_CONDITIONS = ("uint8", "int8", "int32")
+INTEGER_CONDITIONS = ("bool", "uint8", "int8", "int32")
+# The types a mask out= may have: bool, and uint8 (the bytes it had before bool was stored).
+MASK_DTYPES = (dtypes.bool_, dtypes.uint8)
 
 
 def _compare(op: str, a: Operand, b: Operand, out: Tensor | None) -> Tensor:
-    if isinstance(out, Tensor) and out.dtype is dtypes.uint8:
+    if (isinstance(out, Tensor) and out.dtype in MASK_DTYPES
+            and not (isinstance(a, Tensor) and a.dtype is out.dtype)):
         return _compare_mask(op, a, b, out)
     return run_binary(op, a, b, out, op)
 
 
 def _compare_mask(op: str, a: Any, b: Any, out: Tensor) -> Tensor:
-    """``a OP b`` stored as a uint8 1/0 mask in ``out`` (a graph's bool), from two tensors."""
+    """``a OP b`` stored as a 1/0 mask in ``out`` (bool, as a graph's, or uint8), from two
+    tensors."""
     context = check_pair(op, a, b)
     if a.dtype is not b.dtype:
         raise VkumdTypeError(f"{op}: dtypes differ ({a.dtype.name} and {b.dtype.name}); "
                              "cast one first")
     check_dtype(op, a, "the first operand", BINARY_CODES)
-    check_storage(op, dtypes.uint8, context)
+    check_storage(op, out.dtype, context)
     out_shape = broadcast_shape(op, a.shape, b.shape)
-    out = output(op, context, out, out_shape, dtypes.uint8)
+    out = output(op, context, out, out_shape, out.dtype)
     if out.size == 0:
         return out
     plan = binary_plan(context.caps, op, BINARY_CODES[a.dtype.name], a.shape, b.shape,
@@ -66,16 +70,19 @@ def _compare_mask(op: str, a: Any, b: Any, out: Tensor) -> Tensor:
 def lt(a: Operand, b: Operand, *, out: Tensor | None = None) -> Tensor:
     """``a < b`` elementwise with numpy broadcasting: 1 where true, 0 where false.
 
-    The result has the operands' dtype (vkumd has no bool tensors; a 0/1 mask of the same
-    type multiplies straight into arithmetic, e.g. ``x * lt(x, 0)``), unlike numpy's bool.
+    The result has the operands' dtype (a 0/1 mask of the same type multiplies straight into
+    arithmetic, e.g. ``x * lt(x, 0)``), unlike numpy's bool; a bool ``out=`` gives the bool
+    mask (a graph's comparison gives bool).
     Floats compare in float32, exactly for every type; any comparison with NaN is false
     except :func:`ne`. Either operand may be a real number, as for :func:`add`.
 
     Args:
-        a: a tensor of float32, float16, bfloat16 or int32, or a real number.
+        a: a tensor of float32, float16, bfloat16 or int32 (any type the binary kernel
+            takes, and bool, beside a tensor of its type), or a real number.
         b: likewise; two tensors must share a dtype and a context.
-        out: optional output of the broadcast shape and the operands' dtype, or uint8 (two
-            tensor operands): the 1/0 mask stored as bytes, as a graph's comparison gives.
+        out: optional output of the broadcast shape and the operands' dtype, or bool (two
+            tensor operands): the mask, as a graph's comparison gives (uint8 takes the same
+            bytes).
 
     Returns:
         The 0/1 tensor.
@@ -125,16 +132,16 @@ def _comparison(op: str) -> None:
     eager, numpy_fn, host_fn, symbol = _COMPARE[op]
 
     def rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
-        return [TensorType(binary_type(op, ins, dims).shape, dtypes.uint8)]
+        return [TensorType(binary_type(op, ins, dims).shape, dtypes.bool_)]
 
     def reference(a: list[Any], attrs: dict[str, Any], s: Any) -> list[np.ndarray]:
         return [numpy_fn(a[0], a[1]).astype(np.float64)]
 
     def host(ctx: Any, xs: list[Any], attrs: dict[str, Any], shapes: Any) -> Tensor:
         result = host_fn(xs[0].numpy(), xs[1].numpy())
-        return host_tensor(ctx, dtypes.uint8, result.astype(np.uint8))
+        return host_tensor(ctx, dtypes.bool_, np.asarray(result, np.bool_))
 
-    # The lowering stores the uint8 mask straight from the elementwise kernel, which compares
+    # The lowering stores the bool mask straight from the elementwise kernel, which compares
     # every type it takes exactly (int32 too, where a float32 comparison would not be).
     define(op, ("a", "b"), rule=rule, reference=reference, lower=binary(eager),
            refuse=binary_dtypes, host=host, eager=eager,
@@ -166,7 +173,7 @@ def _where_floats(node: Node) -> str | None:
 
 def _where_host(ctx: Any, xs: list[Any], attrs: dict[str, Any], shapes: Any) -> Tensor:
     cond, a, b = (x.numpy() for x in xs)
-    return host_tensor(ctx, xs[1].dtype, np.where(cond != 0, a, b))
+    return host_tensor(ctx, xs[1].dtype, np.where(cond != 0, a, b))  # bool's True is != 0
 
 
 define("where", ("cond", "a", "b"), inplace=True, rule=_where_rule,

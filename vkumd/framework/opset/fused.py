@@ -94,8 +94,9 @@ def fused_elementwise(inputs: Sequence[Tensor], program: tuple, *,
     """Run ``program`` over ``inputs`` in one kernel.
 
     Args:
-        inputs: 1 to 8 tensors of one context (float32, float16, bfloat16, int32, int8 or
-            uint8; integers are read as their values), broadcastable to one shape.
+        inputs: 1 to 8 tensors of one context (float32, float16, bfloat16, int32, int8,
+            uint8 or bool; integers and bool are read as their values), broadcastable to one
+            shape.
         program: SSA steps, e.g. ``(("mul", 0, 1), ("add", 2, ("const", 1.5)),
             ("gelu", 3))`` for ``gelu(inputs[0] * inputs[1] + 1.5)``; the format is
             documented in :mod:`vkumd.framework.graph.fused_program`.

@@ -24,6 +24,8 @@ import numpy as np
 
 from vkumd.compiler.kernels.elementwise import (
     BINARY_CODES,
+    BOOL_CODES,
+    BYTE_CODES,
     CAST_CODES,
     ELEMENTWISE_CODES,
     ELEMENTWISE_MAX_DIMS,
@@ -57,7 +59,7 @@ from vkumd.framework.strided import copy_into, strided_operands
 from vkumd.framework.tensor import Tensor
 
 _INT32 = np.iinfo(np.int32)
-CAST_TARGETS = (*CAST_CODES, *FLOAT8_CODES)
+CAST_TARGETS = (*CAST_CODES, *FLOAT8_CODES, *BOOL_CODES, *BYTE_CODES)
 # What a float8 format converts to and from on the device: the float types and the formats.
 FLOAT8_PARTNERS = ("float32", "float16", "bfloat16", *FLOAT8_CODES)
 
@@ -151,7 +153,7 @@ def _unary(op: str, src: Tensor, out: Tensor | None, dtype: dtypes.DType,
     out = output(op, context, out, out_shape, dtype)
     if out.size == 0:
         return out
-    codes = {**CAST_CODES, **FLOAT8_CODES}
+    codes = {**CAST_CODES, **FLOAT8_CODES, **BOOL_CODES, **BYTE_CODES}
     layout = None
     if src.binding is None:
         in_place = strided_operands(context.caps, (src,), out)
@@ -170,7 +172,7 @@ def copy(src: Tensor, out: Tensor | None = None) -> Tensor:
     ``src``'s dtype; use :func:`cast` to change it.
     """
     check_tensor("copy", src, "src")
-    check_dtype("copy", src, "src", CAST_CODES)
+    check_dtype("copy", src, "src", {**CAST_CODES, **BOOL_CODES})
     if out is not None and isinstance(out, Tensor) and out.dtype is not src.dtype:
         raise VkumdTypeError(f"copy: out= is {out.dtype.name} and src is {src.dtype.name}; "
                              "use cast() to convert")
@@ -246,6 +248,7 @@ def cast(t: Tensor, dtype: Any, out: Tensor | None = None, *, saturate: bool = T
         raise VkumdTypeError(f"cast: {target.name} is not supported; cast takes "
                              f"{', '.join(CAST_TARGETS)}")
     _check_float8_pair(t.dtype, target)
+    _check_byte_pair(t.dtype, target)
     check_storage("cast", target, t.context)
     return _unary("cast", t, out, target, "convert", int(bool(saturate)))
 
@@ -257,6 +260,18 @@ def _check_float8_pair(source: dtypes.DType, target: dtypes.DType) -> None:
         raise VkumdTypeError(f"cast: {source.name} to {target.name} is not supported; the "
                              f"float8 formats convert to and from {', '.join(FLOAT8_PARTNERS)}"
                              " (cast through float32)")
+
+
+def _check_byte_pair(source: dtypes.DType, target: dtypes.DType) -> None:
+    """Refuse int8 or uint8 paired with a type other than bool (or themselves), and bool
+    with a float8 format: no kernel converts those."""
+    for one, other in ((source, target), (target, source)):
+        if one.name in BYTE_CODES and other.name not in (one.name, *BOOL_CODES):
+            raise VkumdTypeError(f"cast: {source.name} to {target.name} is not supported; "
+                                 f"{one.name} converts to and from bool alone")
+        if one is dtypes.bool_ and other.is_float8:
+            raise VkumdTypeError(f"cast: {source.name} to {target.name} is not supported; "
+                                 "cast through float32")
 
 
 def scale(t: Tensor, alpha: Any, out: Tensor | None = None) -> Tensor:
@@ -300,9 +315,16 @@ def _unrunnable(node: Node, codes: Any) -> str | None:
     return None
 
 
+# The binary ops the kernel runs on bool operands (as their uint8 bytes).
+BOOL_BINARY_RECORDS = ("eq", "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or",
+                       "bitwise_xor")
+
+
 def binary_dtypes(node: Node) -> str | None:
     """Why the binary kernel cannot run ``node`` (an operand type it does not take)."""
     first = node.inputs[0]
+    if first is not None and first.dtype is dtypes.bool_ and node.op in BOOL_BINARY_RECORDS:
+        return None
     if first is not None and first.dtype.name not in BINARY_CODES:
         return (f"{node.op} has no device kernel for {first.dtype.name} (its kernel takes "
                 f"{', '.join(BINARY_CODES)})")
@@ -338,6 +360,7 @@ def _cast_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tensor
         raise VkumdTypeError(f"cast: dtype={target!r}; cast converts to "
                              f"{', '.join(CAST_TARGETS)}")
     _check_float8_pair(source.dtype, dtypes.dtype(name))
+    _check_byte_pair(source.dtype, dtypes.dtype(name))
     return [TensorType(source.shape, dtypes.dtype(name))]
 
 
@@ -368,6 +391,8 @@ def _cast_refuse(node: Node) -> str | None:
             return (f"cast of more dimensions than the elementwise kernels index ({rank}; at "
                     f"most {ELEMENTWISE_MAX_DIMS}: reshape to merge some)")
         return None
+    if any(d is dtypes.bool_ for d in ends):  # bool converts to and from every cast type
+        return _unrunnable(node, CAST_TARGETS)
     return cast_dtypes(node)
 
 
@@ -377,4 +402,5 @@ define("cast", ("x",), {"dtype": REQUIRED, "saturate": True, "round_mode": "up"}
        elementwise=Elementwise(1, "{a}", params=("dtype",), glsl_params={
            "float32": "{a}",
            "float16": "unpackHalf2x16(packHalf2x16(vec2({a}, 0.0))).x",
-           "bfloat16": "bf16_to_float(float_to_bf16({a}))"}))
+           "bfloat16": "bf16_to_float(float_to_bf16({a}))",
+           "bool": "({a} != 0.0 ? 1.0 : 0.0)"}))

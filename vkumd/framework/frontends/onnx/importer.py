@@ -110,7 +110,7 @@ class Imported:
 
     def derived_feeds(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The graph inputs computed from the sizes of ``inputs`` (by ONNX name), stored as
-        vkumd stores them (int64 as int32, bool as uint8).
+        vkumd stores them (int64 as int32).
 
         Raises:
             VkumdValueError: the computation fails at these sizes.
@@ -131,9 +131,7 @@ class Imported:
                 array = derived_mod.evaluate(onnx_name, self.derived_env, bindings, cache)
             except Unsupported as exc:
                 raise VkumdValueError(str(exc)) from exc
-            if array.dtype == np.bool_:
-                array = array.astype(np.uint8)
-            elif array.dtype.kind in "iu" and array.dtype.itemsize == 8:
+            if array.dtype.kind in "iu" and array.dtype.itemsize == 8:
                 array = array.astype(np.int32)
             want = tuple(d.bind(bindings) if isinstance(d, Dim) else d
                          for d in self.derived_shapes[input_name])
@@ -328,8 +326,8 @@ _INT64 = onnx.TensorProto.INT64
 
 def _check_output_type(vi: onnx.ValueInfoProto, computed: str, where: str) -> None:
     """Refuse a graph output whose declared element type is not what the graph computes
-    (compared as vkumd stores them: an int64 output computed as int32, a bool one as uint8,
-    are restored to their declared type on return)."""
+    (compared as vkumd stores them: an int64 output computed as int32 is restored to its
+    declared type on return)."""
     declared = vi.type.tensor_type.elem_type
     if IR_DTYPES[declared] != computed and (declared, computed) != (_INT64, "int64"):
         raise MalformedGraphError(

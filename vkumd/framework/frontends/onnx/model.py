@@ -229,15 +229,14 @@ class OnnxModel:
 def _input_array(name: str, elem: int, value: Any, dtype: str | None = None) -> np.ndarray:
     """An ONNX input's array as vkumd stores it, by the one conversion rule
     (:func:`vkumd.framework.dtypes.host_array`): int64 ids within int32 (never wrapped),
-    int64 data as int64 (``dtype``, the graph input's IR type), bool as uint8; nothing else
-    narrowed."""
+    int64 data as int64 (``dtype``, the graph input's IR type); nothing else narrowed."""
     what = f"input {name!r}"
     array = dtypes.as_array(value, what)
     if elem == onnx.TensorProto.BOOL:
         if array.dtype != np.bool_:
             raise VkumdTypeError(f"{what}: arrays of {array.dtype} are not converted silently; "
                                  "the graph takes bool; convert first (e.g. a.astype(np.bool_))")
-        return array.view(np.uint8)
+        return array
     stored = dtype if elem == onnx.TensorProto.INT64 and dtype else IR_DTYPES.get(elem)
     if stored is None:
         return array  # the import refused the type already

@@ -151,7 +151,7 @@ def reciprocal(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[B
 
 @converter("IsInf", attrs=("detect_positive", "detect_negative"))
 def is_inf(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """IsInf as a uint8 comparison, as the other comparisons: ``|x| == inf``, or ``x == inf``
+    """IsInf as a bool comparison, as the other comparisons: ``|x| == inf``, or ``x == inf``
     / ``x == -inf`` for one sign (neither sign: all false)."""
     x = _float_input(st, node)
     positive = bool(attrs.get("detect_positive", 1))

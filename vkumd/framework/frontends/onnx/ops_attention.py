@@ -124,7 +124,7 @@ def _window(q_len: int, k_len: int, offset: int, causal: bool, left: int, right:
 def _user_mask(st: State, name: str, dtype: str, k_len: Any) -> Value:
     """``attn_mask`` as an additive bias of ``dtype`` over ``k_len`` keys."""
     mask = st.value(name)
-    if mask.dtype.name == "uint8":  # ONNX's bool: True attends
+    if mask.dtype.name == "bool":  # True attends
         mask = st.b.where(mask, st.constant(np.zeros((), np.float32), dtype),
                           st.constant(np.full((), -np.inf, np.float32), dtype))
     elif mask.dtype.name not in _FLOATS:

@@ -1,9 +1,9 @@
 """Converters of the boolean operators, IsNaN, elementwise Max/Min and GatherND.
 
-vkumd keeps bool as uint8 0/1 and its fused elementwise kernel computes in float, with
-``where`` taking an integer condition; so the logical operators are written on 0.0/1.0
-(``where(a, 1, 0)``) and compared back to bool, which the elementwise fusion makes one
-kernel with the ``Where`` that reads the result (as torch's exported attention masks do).
+vkumd's fused elementwise kernel computes in float, with ``where`` taking a bool (or integer)
+condition; so the logical operators are written on 0.0/1.0 (``where(a, 1, 0)``) and compared
+back to bool, which the elementwise fusion makes one kernel with the ``Where`` that reads the
+result (as torch's exported attention masks do).
 """
 
 from __future__ import annotations

@@ -18,15 +18,13 @@ from vkumd.framework import dtypes
 from vkumd.framework.float8 import FORMATS
 from vkumd.framework.frontends.onnx.errors import Unsupported
 from vkumd.framework.frontends.onnx.state import (
-    FLOAT8_IR_DTYPES,
-    PACKED_IR_DTYPES,
+    IR_DTYPES,
     Bound,
     State,
     converter,
     ir_dtype,
     tidy,
 )
-from vkumd.framework.graph import Value
 from vkumd.framework.opset.bitcast import check_widths
 from vkumd.framework.opset.packed import check_packed_pair
 from vkumd.framework.opset.unary import FLOAT8_PARTNERS
@@ -171,7 +169,7 @@ def gelu(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
 
 @converter("Where")
 def where(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """``where(cond, a, b)``; bool conditions are uint8 0/1."""
+    """``where(cond, a, b)`` (cond bool, or an integer type: nonzero selects a)."""
     known = [st.known(n) for n in node.input]
     if all(k is not None for k in known):
         cond, a, b = known
@@ -181,27 +179,23 @@ def where(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound 
 
 @converter("Cast", attrs=("to", "saturate", "round_mode"))
 def cast(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """Cast to a stored type; to bool as ``x != 0`` (uint8)."""
+    """Cast to a stored type (to bool: whether the value is nonzero)."""
     return [_cast_to(st, node.input[0], attrs["to"], attrs, node.output[0])]
 
 
 # The ONNX element type of a graph value, from its IR dtype: int32 stores INT32 and INT64
-# alike (the same values), uint8 stores UINT8 and BOOL (told apart in like_type).
-_ONNX_OF_IR = {"float32": onnx.TensorProto.FLOAT, "float16": onnx.TensorProto.FLOAT16,
-               "bfloat16": onnx.TensorProto.BFLOAT16, "int32": onnx.TensorProto.INT32,
-               "int8": onnx.TensorProto.INT8, "int64": onnx.TensorProto.INT64,
-               **{name: elem for elem, name in FLOAT8_IR_DTYPES.items()},
-               **{name: elem for elem, name in PACKED_IR_DTYPES.items()}}
+# alike (the same values: indices and shapes); int64 stores INT64 data; every other IR dtype
+# stores one ONNX type.
+_ONNX_OF_IR = {**{name: elem for elem, name in IR_DTYPES.items() if name != "int32"},
+               "int32": onnx.TensorProto.INT32, "int64": onnx.TensorProto.INT64}
 
 
-def like_type(st: State, name: str, source: str) -> int | None:
-    """The ONNX element type CastLike converts the tensor named ``source`` to: that of
-    ``name``; None when ``name`` is a run-time uint8 tensor and ``source`` is a uint8 one too
-    (UINT8 or BOOL: either way the identity).
+def like_type(st: State, name: str) -> int:
+    """The ONNX element type CastLike converts to: that of the tensor named ``name`` (a
+    run-time int32 one is INT32: vkumd stores INT64 as int32 too, the same values).
 
     Raises:
-        Unsupported: ``name`` is a run-time uint8 tensor (a UINT8 or a BOOL: which is not
-            kept) and ``source`` is not uint8.
+        Unsupported: ``name`` is of a type vkumd does not store.
     """
     known = st.known(name)
     if known is not None and known.dtype != object:
@@ -211,18 +205,13 @@ def like_type(st: State, name: str, source: str) -> int | None:
     dtype = st.dtype(name)
     if dtype in _ONNX_OF_IR:
         return _ONNX_OF_IR[dtype]
-    if isinstance(st.env[source], Value) and st.dtype(source) == "uint8":
-        return None
-    raise Unsupported("CastLike to a uint8 tensor computed at run time: vkumd stores UINT8 "
-                      "and BOOL alike, so the target type is not known; use Cast")
+    raise Unsupported(f"CastLike to a {dtype} tensor: no ONNX type is known for it; use Cast")
 
 
 @converter("CastLike", attrs=("saturate", "round_mode"))
 def cast_like(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
     """Cast to the element type of the second input (``target_type``), as Cast does."""
-    target = like_type(st, node.input[1], node.input[0])
-    if target is None:
-        return [st.env[node.input[0]]]
+    target = like_type(st, node.input[1])
     return [_cast_to(st, node.input[0], target, attrs, node.output[0])]
 
 
@@ -250,8 +239,6 @@ def _cast_to(st: State, name: str, target: int, attrs: dict[str, Any], result: s
             return np.clip(known.astype(np.float32), -limit, limit).astype(np_type)
         return known.astype(np_type)
     x = st.value(name)
-    if target == onnx.TensorProto.BOOL:
-        return st.b.ne(x, st.constant(np.zeros((), np.float32), x.dtype.name))
     if x.dtype.name == want:
         return x
     ends = (x.dtype.name, want)

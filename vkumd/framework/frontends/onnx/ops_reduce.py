@@ -63,6 +63,8 @@ def reduce(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
         return [x]
     keep = bool(attrs.get("keepdims", 1))
     dtype = x.dtype.name
+    if dtype == "bool" and op in ("max", "min"):  # or and and: any and all (False, True empty)
+        return [st.b.op("any" if op == "max" else "all", x, dim=axes, keepdims=keep)]
     if dtype not in _FLOATS and not (op in ("max", "min") and dtype in _SMALL_INTS):
         raise Unsupported(f"{node.op_type} of {dtype} (vkumd's reductions take float tensors)")
     sizes = [x.shape[a] for a in axes]

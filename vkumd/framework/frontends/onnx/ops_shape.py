@@ -341,10 +341,10 @@ def range_(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
     return [(float(first) + np.arange(count) * float(step)).astype(start.dtype)]
 
 
-# A graph value's numpy type, from its IR dtype (int64 and bool inputs are stored as int32
-# and uint8, whose 0/1 and integers an identity matrix of them holds the same).
+# A graph value's numpy type, from its IR dtype (int64 inputs are stored as int32, whose
+# integers an identity matrix of them holds the same).
 _NUMPY_OF_IR = {"float32": np.float32, "float16": np.float16, "int32": np.int32,
-                "int8": np.int8, "uint8": np.uint8,
+                "int8": np.int8, "uint8": np.uint8, "bool": np.bool_,
                 "bfloat16": onnx.helper.tensor_dtype_to_np_dtype(onnx.TensorProto.BFLOAT16)}
 
 

@@ -34,12 +34,12 @@ SHAPE_LIKE = 64
 
 # ONNX element types vkumd stores, and as what. INT64 is narrowed to int32 (indices, shapes:
 # values are range-checked) unless it carries data, which is int64 (int64_values.py, read
-# from State.int64_data); bool is uint8 0/1, as vkumd's comparisons.
+# from State.int64_data); bool is bool, as vkumd's comparisons give.
 IR_DTYPES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
     onnx.TensorProto.BFLOAT16: "bfloat16", onnx.TensorProto.INT32: "int32",
     onnx.TensorProto.INT64: "int32", onnx.TensorProto.INT8: "int8",
-    onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.BOOL: "uint8",
+    onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.BOOL: "bool",
     # Stored as they are (kernels take what the device's features allow: elementwise.py).
     onnx.TensorProto.INT16: "int16", onnx.TensorProto.UINT16: "uint16",
     onnx.TensorProto.UINT32: "uint32", onnx.TensorProto.UINT64: "uint64",
@@ -77,9 +77,8 @@ def ir_dtype(elem_type: int) -> str:
     if elem_type not in IR_DTYPES:
         raise Unsupported(f"{type_name(elem_type)} tensors are not supported (vkumd stores "
                           "float32, float16, bfloat16, float64, int32, int16, int8, uint32, "
-                          "uint16, uint8, uint64, the float8 formats, int4, uint4, int2, uint2, "
-                          "float4_e2m1, float8_e8m0, int64 (as int32 for indices); bool as "
-                          "uint8)")
+                          "uint16, uint8, uint64, bool, the float8 formats, int4, uint4, int2, "
+                          "uint2, float4_e2m1, float8_e8m0, int64 (as int32 for indices))")
     return IR_DTYPES[elem_type]
 
 
@@ -269,7 +268,7 @@ class State:
         if int64_data and array.dtype == np.int64:
             return array, "int64"  # data, not indices: stored exactly (int64_values.py)
         if kind == "b":
-            return array.astype(np.uint8), "uint8"
+            return array, "bool"
         if kind in "iu" and (size == 8 or (kind == "u" and size > 1) or size == 2):
             if array.size and (array.min() < _INT32.min or array.max() > _INT32.max):
                 raise Unsupported(f"{array.dtype} values outside int32's range cannot be "

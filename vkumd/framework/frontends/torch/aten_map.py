@@ -226,7 +226,7 @@ def _to(cv: Any, node: fx.Node, x: Value, *args: Any, **kwargs: Any) -> Value:
     target = meta(node).dtype
     source = meta(node.args[0])
     if source is not None and source.dtype == torch.bool and target != torch.bool:
-        # A mask (uint8 here) as numbers: a choice, which every dtype has a kernel for.
+        # A mask as numbers: a choice, which joins a generated kernel (a cast would not).
         from vkumd.framework.frontends.torch.dims import ir_dtype
 
         one = cv.b.constant(np.ones(()), ir_dtype(target), name="one")

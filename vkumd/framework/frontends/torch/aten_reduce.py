@@ -127,11 +127,12 @@ on(aten.std.default, check=_float_reduction)(_unbiased_all("std"))
 
 
 def _truth_input(node: fx.Node) -> str | None:
-    """Refuse what vkumd's any/all do not take: bool, 8-bit and other non-float, non-int32
-    inputs (int64 runs as int32)."""
+    """Refuse what vkumd's any/all do not take: 8-bit and other inputs that are not float,
+    int32 or bool (int64 runs as int32)."""
     x = _input_meta(node)
-    if x is None or not (x.dtype.is_floating_point or x.dtype in (torch.int32, torch.int64)):
-        return "needs a floating-point or int32/int64 input (vkumd's any/all)"
+    if x is None or not (x.dtype.is_floating_point
+                         or x.dtype in (torch.int32, torch.int64, torch.bool)):
+        return "needs a floating-point, bool or int32/int64 input (vkumd's any/all)"
     return None
 
 

@@ -6,8 +6,8 @@
 
 Each maps onto IR ops vkumd already has (``slice``, ``concat``, ``split``, the comparisons,
 ``where``, ``topk``, ``sort``, the reductions, ``embedding``, ``matmul``); fills become
-constants, so their shapes must be static. Comparisons give uint8 (torch's bool, as
-:mod:`.dims` maps it); indices come back int32 (torch's int64, likewise).
+constants, so their shapes must be static. Comparisons give bool, as torch's; indices come
+back int32 (torch's int64, as :mod:`.dims` maps it).
 """
 
 from __future__ import annotations
@@ -256,7 +256,7 @@ def _where_check(node: fx.Node) -> str | None:
 
 
 def _as_mask(cv: Any, mask: Value) -> Value:
-    return cv.cast_to_ir(mask, "uint8")
+    return cv.cast_to_ir(mask, "bool")
 
 
 @on(aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf, aten.where.Scalar,

@@ -94,8 +94,6 @@ class Converter:
         dtype = ir_dtype(t.dtype)
         if t.dtype == torch.bfloat16:
             data = t.float().numpy()  # numpy has no bfloat16; the graph stores it as such
-        elif t.dtype == torch.bool:
-            data = t.to(torch.uint8).numpy()
         elif t.dtype == torch.int64:
             # Checked, never wrapped; a refusal makes the graph run in torch.
             data = dtypes.host_array(t.contiguous().numpy(), expected=dtypes.int32,

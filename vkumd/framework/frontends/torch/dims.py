@@ -14,12 +14,12 @@ from vkumd.framework.graph.dims import Dim, sym
 from vkumd.framework.graph.errors import UnsupportedOpError
 
 # Torch dtype -> the IR dtype it is computed in. int64 has no kernels: indices and masks run
-# as int32 (values past 2**31 would wrap; ids and masks never get there); bool runs as uint8,
-# the comparisons' result type.
+# as int32 (values past 2**31 would wrap; ids and masks never get there); bool is bool, the
+# comparisons' result type.
 IR_DTYPES: dict[torch.dtype, str] = {
     torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
     torch.int32: "int32", torch.int64: "int32", torch.int8: "int8", torch.uint8: "uint8",
-    torch.bool: "uint8",
+    torch.bool: "bool",
 }
 
 

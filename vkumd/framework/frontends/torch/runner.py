@@ -61,16 +61,14 @@ def warn_fallback(message: str) -> None:
 def _to_host(t: torch.Tensor, name: str) -> Any:
     """A placeholder's value as the array its graph input takes: int64 ids checked to fit
     int32 by the one conversion rule (:func:`vkumd.framework.dtypes.host_array`), never
-    wrapped; bool as uint8; bfloat16 as float32 (rounded back exactly on upload)."""
+    wrapped; bfloat16 as float32 (rounded back exactly on upload)."""
     t = t.detach()
     if t.device.type != "cpu":
         t = t.cpu()
     if t.dtype == torch.int64:
         return dtypes.host_array(t.contiguous().numpy(), expected=dtypes.int32,
                                  what=f"input {name!r}")[0].astype(np.int32)
-    if t.dtype == torch.bool:
-        t = t.to(torch.uint8)
-    elif t.dtype == torch.bfloat16:
+    if t.dtype == torch.bfloat16:
         t = t.float()  # the input tensor converts float32 to its bfloat16 storage
     return t.contiguous().numpy()
 
