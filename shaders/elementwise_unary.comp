@@ -16,11 +16,12 @@
 // strides, out written at dst_offset plus dst_stride (the row-major strides of shape for a
 // whole output). Slicing, concatenation and split are such copies.
 //
-// The wider types (I16, U16, U32, U64, F64) convert (OP 0 only) through the source's own
-// value type -- int, uint, uint64_t, double or float -- with GLSL's constructors, never through
-// float32 where one side is F64: integers to integers wrap to the target's bits (numpy's
-// astype); floats to integers truncate toward zero (out of range undefined); float64 to
-// float32 rounds once to nearest even (to the 16-bit floats see FROM_VALUE).
+// The wider types (I16, U16, U32, U64, F64) and the 8-bit integers (I8, U8) convert (OP 0
+// only) through the source's own value type -- int, uint, uint64_t, double or float -- with
+// GLSL's constructors, never through float32 where one side is F64: integers to integers wrap
+// to the target's bits (numpy's astype); floats to integers truncate toward zero (out of range
+// undefined); float64 to float32 rounds once to nearest even (to the 16-bit floats see
+// FROM_VALUE).
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_8bit_storage : require
@@ -74,8 +75,16 @@
 #define SRC_ELEM double
 #define SRC_ELEM4 dvec4
 #define SRC_VALUE(x) (x)
+#elif SRC == I8
+#define SRC_ELEM int8_t
+#define SRC_ELEM4 i8vec4
+#define SRC_VALUE(x) int(x)
+#elif SRC == U8
+#define SRC_ELEM uint8_t
+#define SRC_ELEM4 u8vec4
+#define SRC_VALUE(x) uint(x)
 #else
-#error "SRC must be F32, F16, BF16, I32, I16, U16, U32, U64, F64 or a float8 format"
+#error "SRC must be F32, F16, BF16, I32, I16, U16, U32, U64, F64, I8, U8 or a float8 format"
 #endif
 // A source of the original four read as its own value type, for conversions to a wider type.
 #ifndef SRC_VALUE
@@ -122,10 +131,18 @@
 #elif DST == F64
 #define DST_ELEM double
 #define DST_ELEM4 dvec4
+#elif DST == I8
+#define DST_ELEM int8_t
+#define DST_ELEM4 i8vec4
+#elif DST == U8
+#define DST_ELEM uint8_t
+#define DST_ELEM4 u8vec4
 #else
-#error "DST must be F32, F16, BF16, I32, I16, U16, U32, U64, F64 or a float8 format"
+#error "DST must be F32, F16, BF16, I32, I16, U16, U32, U64, F64, I8, U8 or a float8 format"
 #endif
-#define WIDE_TYPE(t) (t == I16 || t == U16 || t == U32 || t == U64 || t == F64)
+// The 8-bit integers convert as the wider types do (through their own value type).
+#define WIDE_TYPE(t) (t == I16 || t == U16 || t == U32 || t == U64 || t == F64 || t == I8 \
+                      || t == U8)
 #if WIDE_TYPE(SRC) || WIDE_TYPE(DST)
 #define WIDE 1
 #else
@@ -134,7 +151,7 @@
 // A value of any source type as DST (WIDE conversions): bfloat16 through float32.
 #if DST == BF16
 #define FROM_VALUE(v) uint16_t(float_to_bf16(float(v)))
-#elif (DST == U16 || DST == U32 || DST == U64) && (SRC == F32 || SRC == F16 || SRC == BF16 || SRC == F64)
+#elif (DST == U8 || DST == U16 || DST == U32 || DST == U64) && (SRC == F32 || SRC == F16 || SRC == BF16 || SRC == F64)
 // Truncated first: a float in (-1, 0) becomes -0.0, which converts to 0 (numpy's), not to
 // the undefined conversion of a negative float to an unsigned type.
 #define FROM_VALUE(v) DST_ELEM(trunc(v))

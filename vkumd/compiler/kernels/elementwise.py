@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from vkumd.compiler.kernels.limits import (
     BINARY_DTYPES,
+    CAST_BYTE_DTYPES,
     ELEMENTWISE_DTYPES,
     ELEMENTWISE_MAX_DIMS,
     FLOAT8_DTYPES,
@@ -110,13 +111,15 @@ def _float8_pairs(caps: DeviceCaps) -> list[tuple[str, str]]:
     floats = [t for t in _elementwise_types(caps) if t != "I32"]
     pairs = [(f8, t) for f8 in FLOAT8_TYPES for t in floats + list(FLOAT8_TYPES)]
     return pairs + [(t, f8) for f8 in FLOAT8_TYPES for t in floats]
-# The types cast and copy take: the elementwise ones and the wider ones (converted, not scaled).
-CAST_CODES = type_codes((*ELEMENTWISE_DTYPES, *WIDE_DTYPES))
+# The types cast and copy take: the elementwise ones, the wider ones and the 8-bit integers
+# (converted, not scaled).
+CAST_CODES = type_codes((*ELEMENTWISE_DTYPES, *WIDE_DTYPES, *CAST_BYTE_DTYPES))
+CAST_BYTE_TYPES = tuple(type_codes(CAST_BYTE_DTYPES).values())
 
 
 def _elementwise_unary_variants(caps: DeviceCaps) -> list[dict]:
     types = _elementwise_types(caps)
-    every = types + wide_types(caps)
+    every = types + wide_types(caps) + (list(CAST_BYTE_TYPES) if caps.storage_8bit else [])
     converts = [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64} for src in every for dst in every]
     converts += [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64}
                  for src, dst in _float8_pairs(caps)]

@@ -38,6 +38,9 @@ BINARY_DTYPES = (*ELEMENTWISE_DTYPES, "int8", "uint8")
 WIDE_DTYPES = ("int16", "uint16", "uint32", "uint64", "float64")
 BINARY_DTYPES = (*BINARY_DTYPES, *WIDE_DTYPES)
 # The integer types the binary kernel computes exactly (wrapping; bitwise ops, max, min).
+# The conversion kernel (elementwise_unary's convert) also takes the 8-bit integers (with
+# 8-bit storage), converting them as the wider types, through their own values.
+CAST_BYTE_DTYPES = ("int8", "uint8")
 INTEGER_DTYPES = ("int32", "int8", "uint8", "int16", "uint16", "uint32", "uint64")
 ELEMENTWISE_MAX_DIMS = 6
 # The float8 formats (vkumd/framework/float8.py): elementwise_unary converts them to and from

@@ -193,7 +193,7 @@ def copy(src: Tensor, out: Tensor | None = None) -> Tensor:
 def cast(t: Tensor, dtype: Any, out: Tensor | None = None, *, saturate: bool = True
          ) -> Tensor:
     """Convert ``t`` to ``dtype`` (float32, float16, bfloat16, int32, one of int16, uint16,
-    uint32, uint64 and float64, or a float8 format), like numpy's astype.
+    uint32, uint64, float64, int8 and uint8, or a float8 format), like numpy's astype.
 
     Float to an integer truncates toward zero; values out of the target's range and NaN give
     undefined results. Conversions to floats round to nearest even (bfloat16 as
