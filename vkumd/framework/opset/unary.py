@@ -292,13 +292,27 @@ def _scale_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tenso
 
 
 def _scale_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
-    scale(ins[0], attrs_of(node)["alpha"], out=outs[0])
+    x, out = ins[0], outs[0]
+    if len(out.shape) > ELEMENTWISE_MAX_DIMS:
+        # Same shape, both contiguous (_scale_refuse): one dimension of every element.
+        x, out = x.alias((x.size,)), out.alias((out.size,))
+    scale(x, attrs_of(node)["alpha"], out=out)
+
+
+def _scale_refuse(node: Node) -> str | None:
+    """As :func:`kernel_dtypes`, but a scale keeping its shape takes any number of
+    dimensions: its lowering views both sides as one dimension."""
+    x, y = node.inputs[0], node.outputs[0]
+    if x is not None and x.shape == y.shape and all(isinstance(d, int) for d in x.shape):
+        reason = kernel_dtypes(node)
+        return reason if reason is None or "more dimensions" not in reason else None
+    return kernel_dtypes(node)
 
 
 define("scale", ("x",), {"alpha": 1.0}, inplace=True, rule=_scale_rule,
        saturating=("alpha",),
        reference=lambda a, attrs, s: [a[0] * as_float(attrs["alpha"])],
-       lower=_scale_lower, refuse=kernel_dtypes, eager=scale,
+       lower=_scale_lower, refuse=_scale_refuse, eager=scale,
        elementwise=Elementwise(1, rewrite=lambda refs, at: (
            "mul", refs[0], ("const", float(at["alpha"])))))
 
