@@ -125,6 +125,8 @@ RESIZE_ROUNDINGS = ("floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
 # Pad's modes and the most dimensions it takes once neighbouring unpadded ones are merged.
 PAD_MODES = ("constant", "reflect", "edge")
 PAD_MAX_RANK = 5
+# The pad kernel moves elements (and writes the constant): the resampling types and bfloat16.
+PAD_DTYPES = (*RESAMPLE_DTYPES, "bfloat16")
 # Grid sampling (grid_sample.py): ONNX's modes and padding modes; 2 or 3 spatial axes.
 GRID_SAMPLE_MODES = ("nearest", "linear", "cubic")
 GRID_SAMPLE_PADDINGS = ("zeros", "border", "reflection")
