@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from vkumd.framework.frontends.onnx.errors import Unsupported
+from vkumd.framework.frontends.onnx.errors import NeedsConstant, Unsupported
 from vkumd.framework.frontends.onnx.state import Bound, State, converter
 from vkumd.framework.graph import Dim, Value
 from vkumd.framework.graph.dims import constant_part, divide_exact
@@ -236,16 +236,29 @@ def local_response_norm(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
 
 @converter("Dropout", attrs=("ratio", "seed", "is_test"))
 def dropout(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """Inference dropout: the input itself (the ratio only matters in training, which vkumd
-    refuses), and the optional mask of ones (bool from opset 10, x's type before)."""
+    """Inference dropout: the input itself, and the optional mask of ones (bool from opset 10,
+    x's type before). That is exact when training_mode is false or the ratio is 0; a
+    training_mode or ratio given at run time specializes the model on its values (imported
+    again per distinct value); a true training_mode with a nonzero ratio, which draws a random
+    mask, is refused."""
     if st.present(node, 2):
         training = st.known(node.input[2])
+        ratio_name = node.input[1] if st.present(node, 1) else None
+        ratio = st.known(ratio_name) if ratio_name else np.float32(0.5)
         if training is None:
-            raise Unsupported("training_mode is computed at run time; vkumd runs inference "
-                              "and needs it to be a constant false")
+            names = (node.input[2], *((ratio_name,) if ratio_name and ratio is None else ()))
+            raise NeedsConstant("training_mode is computed at run time; vkumd needs its value "
+                                "(and the ratio's) at import", names)
         if bool(np.asarray(training).reshape(-1)[0]):
-            raise Unsupported("training_mode is true; vkumd runs inference only (export the "
-                              "model in eval mode, or set training_mode to false)")
+            if ratio is None:
+                raise NeedsConstant("the ratio is computed at run time with training_mode "
+                                    "true; vkumd needs its value at import", str(ratio_name))
+            if float(np.asarray(ratio).reshape(-1)[0]) != 0.0:
+                raise Unsupported(
+                    f"training_mode is true with ratio {float(np.asarray(ratio).reshape(-1)[0])}"
+                    ": a random mask, which vkumd does not draw (it runs inference; ONNX's "
+                    "seeded mask comes from numpy's generator). Export the model in eval mode, "
+                    "or set training_mode to false or the ratio to 0")
     if st.opset < 7 and not int(attrs.get("is_test", 0)):
         raise Unsupported("is_test is 0 (before opset 7 its default), which asks for "
                           "training; vkumd runs inference only (set is_test=1)")
