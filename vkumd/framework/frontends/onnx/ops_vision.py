@@ -124,6 +124,10 @@ _POOL_ATTRS = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "st
 _POOL_OPS = {"MaxPool": "max_pool2d", "AveragePool": "avg_pool2d", "LpPool": "lp_pool2d"}
 
 
+# MaxPool's integer types taken through float32 (exact for every value they hold).
+_POOLED_AS_FLOAT = ("uint8", "int8")
+
+
 @converter("MaxPool", "AveragePool", "LpPool",
            attrs=(*_POOL_ATTRS, "storage_order", "count_include_pad", "p"))
 def pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
@@ -137,6 +141,11 @@ def pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     if node.op_type != "LpPool" and "p" in attrs:
         raise Unsupported("p is an LpPool attribute")
     x = st.value(node.input[0])
+    stored = x.dtype.name
+    if node.op_type == "MaxPool" and stored in _POOLED_AS_FLOAT:
+        # 8-bit integers pool as float32, which holds each exactly: the maximum converts
+        # back unchanged.
+        x = st.b.cast(x, "float32")
     if len(x.shape) not in (3, 4, 5):
         raise Unsupported(f"{node.op_type} of a rank-{len(x.shape)} input: vkumd takes 1-D, "
                           "2-D and 3-D ([N, C, L], [N, C, H, W] or [N, C, D, H, W])")
@@ -155,8 +164,9 @@ def pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     if n == 3:
         if indices:
             raise Unsupported("MaxPool's Indices output of a 3-D pooling is not supported")
-        return [_pool3d(st, x, _POOL_OPS[node.op_type], kernel, strides, dilations, pads,
-                        bool(attrs.get("ceil_mode", 0)), extra)]
+        y3 = _pool3d(st, x, _POOL_OPS[node.op_type], kernel, strides, dilations, pads,
+                     bool(attrs.get("ceil_mode", 0)), extra)
+        return [y3 if stored == y3.dtype.name else st.b.cast(y3, stored)]
     one_d = n == 1
     kw: dict[str, Any] = {
         "stride": (1, strides[0]) if one_d else tuple(strides),
@@ -174,6 +184,8 @@ def pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
         outs.append(st.b.max_pool2d_indices(x2, kernel=kernel2, storage_order=order, **kw))
     if one_d:
         outs = [st.b.reshape(v, (v.shape[0], v.shape[1], v.shape[3])) for v in outs]
+    if outs[0].dtype.name != stored:
+        outs[0] = st.b.cast(outs[0], stored)
     return outs
 
 
