@@ -16,12 +16,12 @@
 // strides, out written at dst_offset plus dst_stride (the row-major strides of shape for a
 // whole output). Slicing, concatenation and split are such copies.
 //
-// The wider types (I16, U16, U32, U64, F64) and BOOL (with I8 and U8, which convert to and
-// from BOOL alone) convert (OP 0 only) through the source's own
-// value type -- int, uint, uint64_t, double or float -- with GLSL's constructors, never through
-// float32 where one side is F64: integers to integers wrap to the target's bits (numpy's
-// astype); floats to integers truncate toward zero (out of range undefined); float64 to
-// float32 rounds once to nearest even (to the 16-bit floats see FROM_VALUE).
+// The wider types (I16, U16, U32, U64, F64, I64), the 8-bit integers (I8, U8) and BOOL
+// convert (OP 0 only) through the source's own value type -- int, uint, uint64_t, double or
+// float -- with GLSL's constructors, never through float32 where one side is F64: integers to
+// integers wrap to the target's bits (numpy's astype); floats to integers truncate toward
+// zero (out of range undefined); float64 to float32 rounds once to nearest even (to the
+// 16-bit floats see FROM_VALUE); to BOOL stores whether the value is nonzero.
 #extension GL_EXT_shader_explicit_arithmetic_types : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_8bit_storage : require
@@ -165,7 +165,7 @@
 #else
 #error "DST must be F32, F16, BF16, I32, I16, U16, U32, U64, F64, I64, BOOL, I8, U8 or a float8 format"
 #endif
-// bool and the bytes (which convert to and from bool alone) go through their values too.
+// bool and the bytes go through their values too.
 #define WIDE_TYPE(t) (t == I16 || t == U16 || t == U32 || t == U64 || t == F64 || t == I64 \
                       || t == BOOL || t == I8 || t == U8)
 #if WIDE_TYPE(SRC) || WIDE_TYPE(DST)
@@ -179,7 +179,7 @@
 #define FROM_VALUE(v) uint8_t((v) != 0 ? 1u : 0u)
 #elif DST == BF16
 #define FROM_VALUE(v) uint16_t(float_to_bf16(float(v)))
-#elif (DST == U16 || DST == U32 || DST == U64) && (SRC == F32 || SRC == F16 || SRC == BF16 || SRC == F64)
+#elif (DST == U8 || DST == U16 || DST == U32 || DST == U64) && (SRC == F32 || SRC == F16 || SRC == BF16 || SRC == F64)
 // Truncated first: a float in (-1, 0) becomes -0.0, which converts to 0 (numpy's), not to
 // the undefined conversion of a negative float to an unsigned type.
 #define FROM_VALUE(v) DST_ELEM(trunc(v))

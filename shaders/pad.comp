@@ -18,8 +18,12 @@
 #elif DTYPE == F16
 #define ELEM float16_t
 #define FROM_F(v) float16_t(v)
+#elif DTYPE == BF16
+// Elements move as their bits; the constant rounds to nearest even, as the host's rounding.
+#define ELEM uint16_t
+#define FROM_F(v) uint16_t(float_to_bf16(v))
 #else
-#error "DTYPE must be F32 or F16"
+#error "DTYPE must be F32, F16 or BF16"
 #endif
 #define RANK 5
 

@@ -14,7 +14,7 @@ from vkumd.framework import dtypes
 from vkumd.framework.execute import CompiledGraph
 from vkumd.framework.graph import GraphBuilder
 
-# Every type bool casts to and from (the bytes to and from bool alone).
+# Every type bool casts to and from.
 PARTNERS = ["float32", "float16", "bfloat16", "int32", "int16", "uint16", "uint32", "uint64",
             "float64", "int8", "uint8"]
 SHAPES = [(7,), (4099,), (5, 13), (3, 1, 9)]

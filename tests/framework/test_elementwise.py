@@ -360,7 +360,7 @@ def test_out_with_the_wrong_shape_or_dtype_is_refused(ctx, op: str) -> None:
     assert_usable(ctx)
 
 
-@pytest.mark.parametrize("bad", ["complex64", "nonsense", object, "int8", "uint8"])
+@pytest.mark.parametrize("bad", ["complex64", "nonsense", object])
 def test_cast_to_an_unsupported_dtype_is_refused(ctx, bad) -> None:
     with pytest.raises(vkumd.VkumdTypeError, match="not supported"):
         ops.cast(ctx.empty((2,)), bad)
@@ -369,9 +369,9 @@ def test_cast_to_an_unsupported_dtype_is_refused(ctx, bad) -> None:
 
 def test_unsupported_element_types_are_refused(ctx) -> None:
     t = ctx.tensor(np.ones(3, np.int8))
-    # (int8 with int8 runs in the binary kernel; a number beside it is not filled in 8 bits.)
-    for call in (lambda: ops.add(t, 1), lambda: ops.fill(t, 1), lambda: ops.copy(t),
-                 lambda: ops.cast(t, "float32"), lambda: ops.scale(t, 2)):
+    # (int8 with int8 runs in the binary kernel; a number beside it is not filled in 8 bits.
+    # copy and cast take int8: tests/framework/test_integer_select.py.)
+    for call in (lambda: ops.add(t, 1), lambda: ops.fill(t, 1), lambda: ops.scale(t, 2)):
         with pytest.raises(vkumd.VkumdTypeError, match="not supported"):
             call()
     assert_usable(ctx)

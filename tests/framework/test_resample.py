@@ -136,7 +136,7 @@ PADS = [
 
 @pytest.mark.parametrize("case", PADS, ids=str)
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_pad_matches_numpy(ctx, dtype: str, mode: str, case) -> None:
     shape, pads = case
     rank = len(shape)
@@ -151,6 +151,8 @@ def test_pad_matches_numpy(ctx, dtype: str, mode: str, case) -> None:
     got = ops.pad(tensor(ctx, x, dtype), pads, mode=mode, value=-2.5, out=out)
     assert got is out
     assert_close(got.numpy().astype(np.float64), want, dtype, f"{mode} {case}")
+    # Padding moves stored values (and -2.5, exact in each type): bit for bit.
+    np.testing.assert_array_equal(got.numpy().astype(np.float64), want)
 
 
 def scattered(x: np.ndarray, w: np.ndarray, bias, stride, dilation, pads, extra, groups

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from vkumd.compiler.kernels.limits import (
     BINARY_DTYPES,
+    CAST_BYTE_DTYPES,
     ELEMENTWISE_DTYPES,
     ELEMENTWISE_MAX_DIMS,
     FLOAT8_DTYPES,
@@ -148,27 +149,26 @@ def _float8_pairs(caps: DeviceCaps) -> list[tuple[str, str]]:
     floats = [t for t in _elementwise_types(caps) if t != "I32"]
     pairs = [(f8, t) for f8 in FLOAT8_TYPES for t in floats + list(FLOAT8_TYPES)]
     return pairs + [(t, f8) for f8 in FLOAT8_TYPES for t in floats]
-# The types cast and copy take: the elementwise ones and the wider ones (converted, not scaled).
-CAST_CODES = type_codes((*ELEMENTWISE_DTYPES, *WIDE_DTYPES, *INT64_DTYPES))
-# bool converts to and from each of those and the 8-bit integers, which convert to and from
-# bool alone (nonzero is True; True is 1). It and the bytes need 8-bit storage.
+# The types cast and copy take: the elementwise ones, the wider ones, int64 and the 8-bit
+# integers (converted, not scaled).
+CAST_CODES = type_codes((*ELEMENTWISE_DTYPES, *WIDE_DTYPES, *INT64_DTYPES, *CAST_BYTE_DTYPES))
+CAST_BYTE_TYPES = tuple(type_codes(CAST_BYTE_DTYPES).values())
+# bool converts to and from each of those (nonzero is True; True is 1); it needs 8-bit
+# storage.
 BOOL_CODES = type_codes(("bool",))
-BYTE_CODES = type_codes(("int8", "uint8"))
 
 
 def _bool_pairs(caps: DeviceCaps, every: list[str]) -> list[tuple[str, str]]:
     """(SRC, DST) of the bool conversions on ``caps``: bool to and from each type in
-    ``every`` and the bytes, and bool to bool (a copy)."""
+    ``every``, and bool to bool (a copy)."""
     if not caps.storage_8bit:
         return []
-    partners = every + list(BYTE_CODES.values())
-    return ([("BOOL", "BOOL")] + [("BOOL", t) for t in partners]
-            + [(t, "BOOL") for t in partners])
+    return [("BOOL", "BOOL")] + [("BOOL", t) for t in every] + [(t, "BOOL") for t in every]
 
 
 def _elementwise_unary_variants(caps: DeviceCaps) -> list[dict]:
     types = _elementwise_types(caps)
-    every = types + wide_types(caps)
+    every = types + wide_types(caps) + (list(CAST_BYTE_TYPES) if caps.storage_8bit else [])
     converts = [{"SRC": src, "DST": dst, "OP": 0, WORKGROUP: 64} for src in every for dst in every
                 if not int64_emulated(caps, src, dst)
                 or {src, dst} <= {INT64_CODE, *EMULATED_CAST_TYPES}]
@@ -186,10 +186,9 @@ ELEMENTWISE_UNARY = register(Kernel(
     source="elementwise_unary.comp",
     buffers=2,
     push=UNARY_PUSH,
-    defines={"SRC": (tuple(CAST_CODES.values()) + FLOAT8_TYPES + tuple(BOOL_CODES.values())
-                     + tuple(BYTE_CODES.values())),
-             "DST": (tuple(CAST_CODES.values()) + FLOAT8_TYPES + tuple(BOOL_CODES.values())
-                     + tuple(BYTE_CODES.values())), "EMU64": (0, 1)},
+    defines={"SRC": tuple(CAST_CODES.values()) + FLOAT8_TYPES + tuple(BOOL_CODES.values()),
+             "DST": tuple(CAST_CODES.values()) + FLOAT8_TYPES + tuple(BOOL_CODES.values()),
+             "EMU64": (0, 1)},
     spec_constants={WORKGROUP: 0, "OP": 1, "VEC": 2, "BCAST": 3},
     variants=_elementwise_unary_variants,
 ))

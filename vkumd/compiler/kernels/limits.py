@@ -38,6 +38,9 @@ BINARY_DTYPES = (*ELEMENTWISE_DTYPES, "int8", "uint8")
 WIDE_DTYPES = ("int16", "uint16", "uint32", "uint64", "float64")
 BINARY_DTYPES = (*BINARY_DTYPES, *WIDE_DTYPES)
 # The integer types the binary kernel computes exactly (wrapping; bitwise ops, max, min).
+# The conversion kernel (elementwise_unary's convert) also takes the 8-bit integers (with
+# 8-bit storage), converting them as the wider types, through their own values.
+CAST_BYTE_DTYPES = ("int8", "uint8")
 INTEGER_DTYPES = ("int32", "int8", "uint8", "int16", "uint16", "uint32", "uint64")
 # int64: natively with shaderInt64, else emulated in two 32-bit words (fewer ops:
 # INT64_EMULATED_OPS in elementwise.py). Taken by the binary kernel and cast.
@@ -135,6 +138,8 @@ RESIZE_ROUNDINGS = ("floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
 # Pad's modes and the most dimensions it takes once neighbouring unpadded ones are merged.
 PAD_MODES = ("constant", "reflect", "edge")
 PAD_MAX_RANK = 5
+# The pad kernel moves elements (and writes the constant): the resampling types and bfloat16.
+PAD_DTYPES = (*RESAMPLE_DTYPES, "bfloat16")
 # Grid sampling (grid_sample.py): ONNX's modes and padding modes; 2 or 3 spatial axes.
 GRID_SAMPLE_MODES = ("nearest", "linear", "cubic")
 GRID_SAMPLE_PADDINGS = ("zeros", "border", "reflection")

@@ -7,13 +7,14 @@ planners, which turn each problem into push constants, are in :mod:`.resample_pl
 from __future__ import annotations
 
 from vkumd.compiler.kernels.elementwise_plan import ELEMENTWISE_WORKGROUP
-from vkumd.compiler.kernels.limits import PAD_MAX_RANK, RESAMPLE_DTYPES
+from vkumd.compiler.kernels.limits import PAD_DTYPES, PAD_MAX_RANK, RESAMPLE_DTYPES
 from vkumd.compiler.kernels.type_codes import type_codes
 from vkumd.compiler.push import PushLayout
 from vkumd.compiler.registry import WORKGROUP, Kernel, register
 from vkumd.vk.caps import DeviceCaps
 
 RESAMPLE_CODES = type_codes(RESAMPLE_DTYPES)
+PAD_CODES = type_codes(PAD_DTYPES)
 RESIZE_PUSH = PushLayout("total:u32", "h:u32", "w:u32", "oh:u32", "ow:u32", "mode:u32",
                          "rounding:u32", "ay:i32", "by:i32", "dy:i32", "ax:i32", "bx:i32",
                          "dx:i32", "cubic_a:f32", "exclude:u32", "extrapolate:u32",
@@ -40,5 +41,15 @@ def _kernel(name: str, buffers: int, push: PushLayout) -> Kernel:
 
 
 RESIZE2D = _kernel("resize2d", 2, RESIZE_PUSH)
-PAD = _kernel("pad", 2, PAD_PUSH)
+
+
+def _pad_variants(caps: DeviceCaps) -> list[dict]:
+    """The pad kernel's variants: float32, and the 16-bit types where 16-bit storage is."""
+    codes = [c for c in PAD_CODES.values() if caps.storage_16bit or c == "F32"]
+    return [{"DTYPE": c, WORKGROUP: ELEMENTWISE_WORKGROUP} for c in codes]
+
+
+PAD = register(Kernel(name="pad", source="pad.comp", buffers=2, push=PAD_PUSH,
+                      defines={"DTYPE": tuple(PAD_CODES.values())},
+                      spec_constants={WORKGROUP: 0}, variants=_pad_variants))
 CONV_TRANSPOSE2D = _kernel("conv_transpose2d", 4, CONV_TRANSPOSE_PUSH)

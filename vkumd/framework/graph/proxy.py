@@ -185,7 +185,7 @@ class TracedTensor(TensorMethods):
     __hash__ = object.__hash__  # identity, as __eq__ records a node
 
     def __getitem__(self, key: Any) -> TracedTensor:
-        """``t[key]`` for ints, slices (step >= 1), None and ``...``, as slice and reshape
+        """``t[key]`` for ints, slices (any nonzero step), None and ``...``, as slice and reshape
         nodes (see :func:`~vkumd.framework.graph.trace.index`)."""
         from vkumd.framework.graph.trace import index
 

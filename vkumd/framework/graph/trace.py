@@ -210,7 +210,8 @@ def _bound(v: Any, what: str) -> int | None:
 
 
 def index(t: TracedTensor, key: Any) -> TracedTensor:
-    """``t[key]`` for ints, slices (step >= 1), None and Ellipsis, as slice + reshape nodes.
+    """``t[key]`` for ints, slices (any nonzero step), None and Ellipsis, as slice and
+    reshape nodes.
 
     Raises:
         TraceError: tensor or list indices, an int out of range, too many indices.
@@ -228,8 +229,9 @@ def index(t: TracedTensor, key: Any) -> TracedTensor:
             start, stop = _bound(item.start, "start"), _bound(item.stop, "stop")
             step = _bound(item.step, "step")
             if (start, stop, step) != (None, None, None):
-                out = tracer.call("slice", out, axis, start or 0, stop, 1 if step is None
-                                  else step)
+                step = 1 if step is None else step
+                out = tracer.call("slice", out, axis, start if step < 0 else start or 0, stop,
+                                  step)
             shape.append(out.value.shape[axis])
         else:
             i = _bound(item, "index")

@@ -18,7 +18,7 @@ from vkumd.compiler.kernels.elementwise import (
     MASK_CODE,
 )
 from vkumd.compiler.kernels.elementwise_plan import binary_plan
-from vkumd.compiler.kernels.limits import FUSED_OUTPUT_DTYPES
+from vkumd.compiler.kernels.limits import FUSED_OUTPUT_DTYPES, INTEGER_DTYPES
 from vkumd.errors import VkumdTypeError
 from vkumd.framework import dtypes
 from vkumd.framework.graph.ir import Node
@@ -31,9 +31,9 @@ from vkumd.framework.ops.checks import (
     check_storage,
     output,
 )
-from vkumd.framework.opset.arith import Operand, binary_type, run_binary
+from vkumd.framework.opset.arith import Operand, add, binary_type, mul, run_binary, sub
 from vkumd.framework.opset.common import binary, host_tensor, one_step
-from vkumd.framework.opset.unary import binary_dtypes, broadcast_shape
+from vkumd.framework.opset.unary import binary_dtypes, broadcast_shape, cast
 from vkumd.framework.tensor import Tensor
 
 INTEGER_CONDITIONS = ("bool", "uint8", "int8", "int32")
@@ -162,13 +162,46 @@ def _where_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tenso
     return [TensorType(dims.broadcast(cond.shape, a.shape, b.shape), dt)]
 
 
-def _where_floats(node: Node) -> str | None:
-    # The generated select stores floats; a select of integers moves them on the host.
+def _where_types(node: Node) -> str | None:
+    # The generated select stores floats; the integers select exactly through the binary
+    # and conversion kernels (_where_integers); other types move to the host.
     result = node.outputs[0].dtype.name
-    if result not in FUSED_OUTPUT_DTYPES:
+    if result not in FUSED_OUTPUT_DTYPES and result not in INTEGER_DTYPES:
         return (f"where has no device kernel for {result} (the generated select stores "
-                f"{', '.join(FUSED_OUTPUT_DTYPES)})")
+                f"{', '.join(FUSED_OUTPUT_DTYPES)}; the integer select "
+                f"{', '.join(INTEGER_DTYPES)})")
     return None
+
+
+def _where_integers(cond: Tensor, a: Tensor, b: Tensor, out: Tensor) -> None:
+    """``where(cond, a, b)`` of integers into ``out``, exactly: ``b + (a - b) * m`` with
+    ``m`` 1 where ``cond`` is nonzero and 0 elsewhere. The arithmetic wraps, so the result is
+    ``a`` or ``b`` bit for bit whatever their values (five launches; a float32 select would
+    round integers past 2**24)."""
+    temporaries = []
+    try:
+        wide = cond if cond.dtype is dtypes.int32 else cast(cond, dtypes.int32)
+        temporaries += [wide] if wide is not cond else []
+        picked = ne(wide, 0)  # 1/0 in int32
+        temporaries.append(picked)
+        if out.dtype is not dtypes.int32:
+            picked = cast(picked, out.dtype)
+            temporaries.append(picked)
+        diff = sub(a, b)
+        temporaries.append(diff)
+        step = mul(diff, picked)
+        temporaries.append(step)
+        add(b, step, out=out)
+    finally:
+        for t in temporaries:
+            t.release()  # its memory returns to the pool once the launches have run
+
+
+def _where_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
+    if outs[0].dtype.name in FUSED_OUTPUT_DTYPES:
+        one_step(node, ins, outs)
+    else:
+        _where_integers(ins[0], ins[1], ins[2], outs[0])
 
 
 def _where_host(ctx: Any, xs: list[Any], attrs: dict[str, Any], shapes: Any) -> Tensor:
@@ -178,5 +211,5 @@ def _where_host(ctx: Any, xs: list[Any], attrs: dict[str, Any], shapes: Any) -> 
 
 define("where", ("cond", "a", "b"), inplace=True, rule=_where_rule,
        reference=lambda a, attrs, s: [np.where(a[0] != 0, a[1], a[2]).astype(np.float64)],
-       lower=one_step, refuse=_where_floats, host=_where_host,
+       lower=_where_lower, refuse=_where_types, host=_where_host,
        elementwise=Elementwise(3, "({a} != 0.0 ? {b} : {c})", any_type=(0,)))

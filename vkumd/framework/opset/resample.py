@@ -15,13 +15,14 @@ from typing import Any
 import numpy as np
 
 from vkumd.compiler.kernels.limits import (
+    PAD_DTYPES,
     PAD_MODES,
     RESAMPLE_DTYPES,
     RESIZE_COORDINATES,
     RESIZE_MODES,
     RESIZE_ROUNDINGS,
 )
-from vkumd.compiler.kernels.resample import RESAMPLE_CODES
+from vkumd.compiler.kernels.resample import PAD_CODES, RESAMPLE_CODES
 from vkumd.compiler.kernels.resample_plan import pad_plan, resize2d_plan
 from vkumd.errors import VkumdTypeError, VkumdValueError
 from vkumd.framework.graph.dims import Dim, format_shape
@@ -39,10 +40,10 @@ from vkumd.framework.tensor import Tensor
 _VERDICTS: Verdicts = {}
 
 
-def _float_x(op: str, x: TensorType) -> None:
-    if x.dtype.name not in RESAMPLE_DTYPES:
+def _float_x(op: str, x: TensorType, takes: tuple[str, ...] = RESAMPLE_DTYPES) -> None:
+    if x.dtype.name not in takes:
         raise VkumdTypeError(f"{op}: x is {x.dtype.name}; {op} takes "
-                             f"{', '.join(RESAMPLE_DTYPES)} (cast() converts)")
+                             f"{', '.join(takes)} (cast() converts)")
 
 
 def _choice(op: str, value: Any, what: str, allowed: tuple[str, ...]) -> str:
@@ -333,7 +334,7 @@ def _pad_attrs(x: TensorType, attrs: dict[str, Any]) -> tuple[tuple[int, ...], s
 def _pad_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[TensorType]:
     x = ins[0]
     assert x is not None  # required input
-    _float_x("pad", x)
+    _float_x("pad", x, PAD_DTYPES)
     pads, mode, _ = _pad_attrs(x, attrs)
     rank = x.ndim
     shape = []
@@ -368,8 +369,8 @@ def pad(x: Tensor, pads: tuple[int, ...], *, mode: str = "constant", value: floa
     ``F.pad``).
 
     Args:
-        x: a float32 or float16 tensor of any rank (at most 5 dimensions once neighbouring
-            unpadded ones are merged).
+        x: a float32, float16 or bfloat16 tensor of any rank (at most 5 dimensions once
+            neighbouring unpadded ones are merged).
         pads: ONNX's order: the begin pads of every dimension, then the end pads; negative
             values remove elements first.
         mode: ``"constant"`` (``value``), ``"reflect"`` (mirrored, edges not repeated; each
@@ -400,7 +401,7 @@ def pad(x: Tensor, pads: tuple[int, ...], *, mode: str = "constant", value: floa
         return out
     if x.size == 0:
         return fill(out, float(value))
-    plan = pad_plan(x.context.caps, RESAMPLE_CODES[x.dtype.name], x.shape,
+    plan = pad_plan(x.context.caps, PAD_CODES[x.dtype.name], x.shape,
                     tuple(int(p) for p in pads), mode, float(value))
     x.context.run(plan, (x, out))
     return out

@@ -25,7 +25,6 @@ import numpy as np
 from vkumd.compiler.kernels.elementwise import (
     BINARY_CODES,
     BOOL_CODES,
-    BYTE_CODES,
     CAST_CODES,
     ELEMENTWISE_CODES,
     ELEMENTWISE_MAX_DIMS,
@@ -59,7 +58,7 @@ from vkumd.framework.strided import copy_into, strided_operands
 from vkumd.framework.tensor import Tensor
 
 _INT32 = np.iinfo(np.int32)
-CAST_TARGETS = (*CAST_CODES, *FLOAT8_CODES, *BOOL_CODES, *BYTE_CODES)
+CAST_TARGETS = (*CAST_CODES, *FLOAT8_CODES, *BOOL_CODES)
 # What a float8 format converts to and from on the device: the float types and the formats.
 FLOAT8_PARTNERS = ("float32", "float16", "bfloat16", *FLOAT8_CODES)
 
@@ -153,7 +152,7 @@ def _unary(op: str, src: Tensor, out: Tensor | None, dtype: dtypes.DType,
     out = output(op, context, out, out_shape, dtype)
     if out.size == 0:
         return out
-    codes = {**CAST_CODES, **FLOAT8_CODES, **BOOL_CODES, **BYTE_CODES}
+    codes = {**CAST_CODES, **FLOAT8_CODES, **BOOL_CODES}
     layout = None
     if src.binding is None:
         in_place = strided_operands(context.caps, (src,), out)
@@ -207,7 +206,7 @@ def copy(src: Tensor, out: Tensor | None = None) -> Tensor:
 def cast(t: Tensor, dtype: Any, out: Tensor | None = None, *, saturate: bool = True,
          round_mode: str = "up") -> Tensor:
     """Convert ``t`` to ``dtype`` (float32, float16, bfloat16, int32, one of int16, uint16,
-    uint32, uint64 and float64, or a float8 format), like numpy's astype.
+    uint32, uint64, float64, int8 and uint8, or a float8 format), like numpy's astype.
 
     Float to an integer truncates toward zero; values out of the target's range and NaN give
     undefined results. Conversions to floats round to nearest even (bfloat16 as
@@ -248,7 +247,7 @@ def cast(t: Tensor, dtype: Any, out: Tensor | None = None, *, saturate: bool = T
         raise VkumdTypeError(f"cast: {target.name} is not supported; cast takes "
                              f"{', '.join(CAST_TARGETS)}")
     _check_float8_pair(t.dtype, target)
-    _check_byte_pair(t.dtype, target)
+    _check_bool_pair(t.dtype, target)
     check_storage("cast", target, t.context)
     return _unary("cast", t, out, target, "convert", int(bool(saturate)))
 
@@ -262,13 +261,9 @@ def _check_float8_pair(source: dtypes.DType, target: dtypes.DType) -> None:
                              " (cast through float32)")
 
 
-def _check_byte_pair(source: dtypes.DType, target: dtypes.DType) -> None:
-    """Refuse int8 or uint8 paired with a type other than bool (or themselves), and bool
-    with a float8 format: no kernel converts those."""
+def _check_bool_pair(source: dtypes.DType, target: dtypes.DType) -> None:
+    """Refuse bool paired with a float8 format: no kernel converts those."""
     for one, other in ((source, target), (target, source)):
-        if one.name in BYTE_CODES and other.name not in (one.name, *BOOL_CODES):
-            raise VkumdTypeError(f"cast: {source.name} to {target.name} is not supported; "
-                                 f"{one.name} converts to and from bool alone")
         if one is dtypes.bool_ and other.is_float8:
             raise VkumdTypeError(f"cast: {source.name} to {target.name} is not supported; "
                                  "cast through float32")
@@ -337,13 +332,27 @@ def _scale_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tenso
 
 
 def _scale_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
-    scale(ins[0], attrs_of(node)["alpha"], out=outs[0])
+    x, out = ins[0], outs[0]
+    if len(out.shape) > ELEMENTWISE_MAX_DIMS:
+        # Same shape, both contiguous (_scale_refuse): one dimension of every element.
+        x, out = x.alias((x.size,)), out.alias((out.size,))
+    scale(x, attrs_of(node)["alpha"], out=out)
+
+
+def _scale_refuse(node: Node) -> str | None:
+    """As :func:`kernel_dtypes`, but a scale keeping its shape takes any number of
+    dimensions: its lowering views both sides as one dimension."""
+    x, y = node.inputs[0], node.outputs[0]
+    if x is not None and x.shape == y.shape and all(isinstance(d, int) for d in x.shape):
+        reason = kernel_dtypes(node)
+        return reason if reason is None or "more dimensions" not in reason else None
+    return kernel_dtypes(node)
 
 
 define("scale", ("x",), {"alpha": 1.0}, inplace=True, rule=_scale_rule,
        saturating=("alpha",),
        reference=lambda a, attrs, s: [a[0] * as_float(attrs["alpha"])],
-       lower=_scale_lower, refuse=kernel_dtypes, eager=scale,
+       lower=_scale_lower, refuse=_scale_refuse, eager=scale,
        elementwise=Elementwise(1, rewrite=lambda refs, at: (
            "mul", refs[0], ("const", float(at["alpha"])))))
 
@@ -360,7 +369,7 @@ def _cast_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tensor
         raise VkumdTypeError(f"cast: dtype={target!r}; cast converts to "
                              f"{', '.join(CAST_TARGETS)}")
     _check_float8_pair(source.dtype, dtypes.dtype(name))
-    _check_byte_pair(source.dtype, dtypes.dtype(name))
+    _check_bool_pair(source.dtype, dtypes.dtype(name))
     return [TensorType(source.shape, dtypes.dtype(name))]
 
 

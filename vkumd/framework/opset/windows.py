@@ -35,6 +35,7 @@ from vkumd.framework.graph.symbols import DimTable
 from vkumd.framework.ops.checks import check_context, check_dtype, check_tensor, output
 from vkumd.framework.ops.shape import dim_index
 from vkumd.framework.opset.common import attrs_of, host_tensor
+from vkumd.framework.strided import copy_into
 from vkumd.framework.tensor import Tensor
 
 
@@ -283,12 +284,13 @@ def _slice_rule(ins: Types, attrs: dict[str, Any], dims: DimTable) -> list[Tenso
     x = only(ins)
     axis = axis_of("slice", attrs["axis"], x.ndim)
     start, stop, step = attrs["start"], attrs["stop"], attrs["step"]
-    start = 0 if start is None else start
     for what, v in (("start", start), ("stop", stop), ("step", step)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
             raise VkumdTypeError(f"slice: {what} must be an int or None, not {v!r}")
-    if step is None or step < 1:
-        raise VkumdValueError(f"slice: step must be >= 1, got {step}")
+    if step is None or step == 0:
+        raise VkumdValueError(f"slice: step must be a nonzero int, got {step}")
+    # None starts at the end for a negative step, as Python's slices.
+    start = 0 if start is None and step > 0 else start
     size = dims.resolve(x.shape[axis])
     if isinstance(size, int):
         length: int | Dim = len(range(*builtins.slice(start, stop, step).indices(size)))
@@ -318,16 +320,20 @@ def _slice_lower(node: Node, ins: list[Any], outs: list[Tensor]) -> None:
     x = ins[0]
     at = attrs_of(node)
     axis = at["axis"] % x.ndim
-    start, stop, _ = builtins.slice(at["start"], at["stop"], at["step"]).indices(x.shape[axis])
-    slice(x, [start], [max(start, stop)], [axis], out=outs[0])
-
-
-def _slice_steps(node: Node) -> str | None:
-    step = attrs_of(node)["step"]
+    step = at["step"]
     if step != 1:
-        return (f"slice with step {step} has no recorded form yet (the copy kernel reads "
-                "unit steps); it runs on the host")
-    return None
+        # Any other step (negative ones too) is a strided view of x, which one strided-copy
+        # launch moves into the output.
+        index = [builtins.slice(None)] * x.ndim
+        index[axis] = builtins.slice(at["start"], at["stop"], step)
+        view = x[tuple(index)]
+        try:
+            copy_into("slice", outs[0], view)
+        finally:
+            view.release()
+        return
+    start, stop, _ = builtins.slice(at["start"], at["stop"], step).indices(x.shape[axis])
+    slice(x, [start], [max(start, stop)], [axis], out=outs[0])
 
 
 def _slice_host(ctx: Any, xs: list[Any], attrs: dict[str, Any], shapes: Any) -> Tensor:
@@ -337,4 +343,4 @@ def _slice_host(ctx: Any, xs: list[Any], attrs: dict[str, Any], shapes: Any) -> 
 
 define("slice", ("x",), {"axis": REQUIRED, "start": 0, "stop": None, "step": 1},
        rule=_slice_rule, reference=_slice_reference, lower=_slice_lower,
-       refuse=_slice_steps, host=_slice_host, eager=slice)
+       host=_slice_host, eager=slice)

@@ -35,8 +35,8 @@ class Refusal:
         name: the node's name in the model (may be empty).
         op_type: its ONNX operator.
         reason: why (an unknown operator, an attribute value, a dtype).
-        needs: the tensor whose value the node needs at import time (a shape, axes), when
-            that is the only reason; None otherwise.
+        needs: the tensor whose value the node needs at import time (a shape, axes), or a
+            tuple of such tensors, when that is the only reason; None otherwise.
         host_step: the node's output size depends on its input values: how to run it on
             the host (the model then runs in segments around it); None otherwise.
     """
@@ -44,7 +44,7 @@ class Refusal:
     name: str
     op_type: str
     reason: str
-    needs: str | None = None
+    needs: str | tuple[str, ...] | None = None
     host_step: HostStepCall | None = None
 
     def __str__(self) -> str:
@@ -87,10 +87,10 @@ class NeedsConstant(Unsupported):
 
     Args:
         message: the refusal's text.
-        name: the ONNX tensor whose value is needed.
+        name: the ONNX tensor whose value is needed, or a tuple of them.
     """
 
-    def __init__(self, message: str, name: str) -> None:
+    def __init__(self, message: str, name: str | tuple[str, ...]) -> None:
         super().__init__(message)
         self.name = name
 

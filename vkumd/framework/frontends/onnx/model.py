@@ -31,7 +31,8 @@ def _shape_inputs(model: onnx.ModelProto, exc: UnsupportedModelError) -> list[st
     if not all(r.needs for r in exc.refusals):
         return None
     init = {t.name for t in model.graph.initializer}
-    needed = {r.needs for r in exc.refusals}
+    needed = {n for r in exc.refusals
+              for n in (r.needs if isinstance(r.needs, tuple) else (r.needs,))}
     names = [vi.name for vi in model.graph.input if vi.name not in init
              and (vi.type.tensor_type.elem_type in _INTEGER_INPUTS or vi.name in needed)]
     return names or None

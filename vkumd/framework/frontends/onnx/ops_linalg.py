@@ -103,6 +103,13 @@ def matmul(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound
         # vkumd's matmul shares a batch-less operand; a batch of ones is the same thing.
         if own and own != batch and all(d == 1 for d in own):
             v = st.b.reshape(v, v.shape[-2:])
+        elif own != batch and len(batch) + 2 == len(v.shape) and all(
+                isinstance(d, int) for d in batch):
+            # Batch dimensions of 1 against larger ones on the other side: the operand is
+            # broadcast to the full batch (an add of zeros of shape (*batch, 1, 1), as
+            # Expand), then both batches are equal.
+            zeros = st.constant(np.zeros((*batch, 1, 1), np.float32), v.dtype.name)
+            v = st.b.add(v, zeros)
         elif own and own != batch:
             raise Unsupported(f"MatMul batch broadcasting {a.shape[:-2]} x {b.shape[:-2]} "
                               "is not supported (use equal batch shapes or a 2-D operand)")

@@ -206,8 +206,6 @@ def split(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound 
 
 def _slice_axis(st: State, x: Bound, axis: int, start: int, end: int, step: int) -> Bound:
     size = x.shape[axis]
-    if step < 0:
-        raise Unsupported("negative Slice steps are not supported")
     if step == 0:
         raise Unsupported("a Slice step of 0")
     stop: int | None = None if end >= _INT64_MAX // 2 else end
@@ -215,7 +213,9 @@ def _slice_axis(st: State, x: Bound, axis: int, start: int, end: int, step: int)
         lo, hi, _ = slice(start, stop, step).indices(size)
         if lo == 0 and hi == size and step == 1:
             return x
-        stop = hi
+        # A negative step that runs past the first element has no stop index (-1 would count
+        # from the end).
+        stop = None if hi < 0 else hi
         start = lo
     if isinstance(x, np.ndarray):
         index = [slice(None)] * x.ndim
@@ -226,7 +226,7 @@ def _slice_axis(st: State, x: Bound, axis: int, start: int, end: int, step: int)
 
 @converter("Slice", attrs=("starts", "ends", "axes"))
 def slice_(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """Slices along several axes (steps >= 1), one IR slice per axis."""
+    """Slices along several axes (any nonzero steps), one IR slice per axis."""
     if "starts" in attrs:
         starts, ends = list(attrs["starts"]), list(attrs["ends"])
         axes = list(attrs.get("axes", range(len(starts))))

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from vkumd.framework.frontends.onnx.errors import Unsupported
+from vkumd.framework.frontends.onnx.errors import NeedsConstant, Unsupported
 from vkumd.framework.frontends.onnx.state import Bound, State, converter
 from vkumd.framework.graph import Dim, Value
 from vkumd.framework.graph.dims import constant_part, divide_exact
@@ -124,6 +124,10 @@ _POOL_ATTRS = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "st
 _POOL_OPS = {"MaxPool": "max_pool2d", "AveragePool": "avg_pool2d", "LpPool": "lp_pool2d"}
 
 
+# MaxPool's integer types taken through float32 (exact for every value they hold).
+_POOLED_AS_FLOAT = ("uint8", "int8")
+
+
 @converter("MaxPool", "AveragePool", "LpPool",
            attrs=(*_POOL_ATTRS, "storage_order", "count_include_pad", "p"))
 def pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
@@ -137,6 +141,11 @@ def pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     if node.op_type != "LpPool" and "p" in attrs:
         raise Unsupported("p is an LpPool attribute")
     x = st.value(node.input[0])
+    stored = x.dtype.name
+    if node.op_type == "MaxPool" and stored in _POOLED_AS_FLOAT:
+        # 8-bit integers pool as float32, which holds each exactly: the maximum converts
+        # back unchanged.
+        x = st.b.cast(x, "float32")
     if len(x.shape) not in (3, 4, 5):
         raise Unsupported(f"{node.op_type} of a rank-{len(x.shape)} input: vkumd takes 1-D, "
                           "2-D and 3-D ([N, C, L], [N, C, H, W] or [N, C, D, H, W])")
@@ -155,8 +164,9 @@ def pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
     if n == 3:
         if indices:
             raise Unsupported("MaxPool's Indices output of a 3-D pooling is not supported")
-        return [_pool3d(st, x, _POOL_OPS[node.op_type], kernel, strides, dilations, pads,
-                        bool(attrs.get("ceil_mode", 0)), extra)]
+        y3 = _pool3d(st, x, _POOL_OPS[node.op_type], kernel, strides, dilations, pads,
+                     bool(attrs.get("ceil_mode", 0)), extra)
+        return [y3 if stored == y3.dtype.name else st.b.cast(y3, stored)]
     one_d = n == 1
     kw: dict[str, Any] = {
         "stride": (1, strides[0]) if one_d else tuple(strides),
@@ -174,6 +184,8 @@ def pool(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound |
         outs.append(st.b.max_pool2d_indices(x2, kernel=kernel2, storage_order=order, **kw))
     if one_d:
         outs = [st.b.reshape(v, (v.shape[0], v.shape[1], v.shape[3])) for v in outs]
+    if outs[0].dtype.name != stored:
+        outs[0] = st.b.cast(outs[0], stored)
     return outs
 
 
@@ -236,16 +248,29 @@ def local_response_norm(st: State, node: onnx.NodeProto, attrs: dict[str, Any]
 
 @converter("Dropout", attrs=("ratio", "seed", "is_test"))
 def dropout(st: State, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Bound | None]:
-    """Inference dropout: the input itself (the ratio only matters in training, which vkumd
-    refuses), and the optional mask of ones (bool from opset 10, x's type before)."""
+    """Inference dropout: the input itself, and the optional mask of ones (bool from opset 10,
+    x's type before). That is exact when training_mode is false or the ratio is 0; a
+    training_mode or ratio given at run time specializes the model on its values (imported
+    again per distinct value); a true training_mode with a nonzero ratio, which draws a random
+    mask, is refused."""
     if st.present(node, 2):
         training = st.known(node.input[2])
+        ratio_name = node.input[1] if st.present(node, 1) else None
+        ratio = st.known(ratio_name) if ratio_name else np.float32(0.5)
         if training is None:
-            raise Unsupported("training_mode is computed at run time; vkumd runs inference "
-                              "and needs it to be a constant false")
+            names = (node.input[2], *((ratio_name,) if ratio_name and ratio is None else ()))
+            raise NeedsConstant("training_mode is computed at run time; vkumd needs its value "
+                                "(and the ratio's) at import", names)
         if bool(np.asarray(training).reshape(-1)[0]):
-            raise Unsupported("training_mode is true; vkumd runs inference only (export the "
-                              "model in eval mode, or set training_mode to false)")
+            if ratio is None:
+                raise NeedsConstant("the ratio is computed at run time with training_mode "
+                                    "true; vkumd needs its value at import", str(ratio_name))
+            if float(np.asarray(ratio).reshape(-1)[0]) != 0.0:
+                raise Unsupported(
+                    f"training_mode is true with ratio {float(np.asarray(ratio).reshape(-1)[0])}"
+                    ": a random mask, which vkumd does not draw (it runs inference; ONNX's "
+                    "seeded mask comes from numpy's generator). Export the model in eval mode, "
+                    "or set training_mode to false or the ratio to 0")
     if st.opset < 7 and not int(attrs.get("is_test", 0)):
         raise Unsupported("is_test is 0 (before opset 7 its default), which asks for "
                           "training; vkumd runs inference only (set is_test=1)")
