@@ -102,8 +102,8 @@ def test_bool_broadcasts_into_out(ctx) -> None:
     np.testing.assert_array_equal(out.numpy(), np.broadcast_to(data, (5, 9)).astype(np.float32))
 
 
-@pytest.mark.parametrize(("source", "target"), [("uint8", "float32"), ("float32", "int8"),
-                                                ("bool", "float8_e4m3fn")])
+@pytest.mark.parametrize(("source", "target"), [("bool", "float8_e4m3fn"),
+                                                ("float8_e5m2", "bool")])
 def test_casts_no_kernel_runs_are_refused(ctx, source: str, target: str) -> None:
     _needs(ctx, "float32")
     x = ctx.tensor(np.zeros(3, np.float32 if source == "float32" else source))

@@ -91,14 +91,26 @@ def test_math_ops_and_where_run_on_the_device(ctx: object, fused: bool, monkeypa
     np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL)
 
 
-def test_a_where_on_integers_says_there_is_no_device_kernel(ctx: object) -> None:
+def test_a_where_on_integers_is_exact_past_float32s_integers(ctx: object) -> None:
     n = Net()
     c = helper.make_tensor_value_info("c", T.BOOL, [4])
     a = helper.make_tensor_value_info("a", T.INT32, [4])
-    loaded = vkumd.onnx.load(n.model([c, a], [n.op("Where", "c", "a", "a")], [T.INT32]),
+    b = helper.make_tensor_value_info("b", T.INT32, [4])
+    loaded = vkumd.onnx.load(n.model([c, a, b], [n.op("Where", "c", "a", "b")], [T.INT32]),
                              ctx=ctx)
-    with pytest.raises(vkumd.onnx.NoDeviceKernel, match="where has no device kernel for int32"):
-        loaded(c=np.array([1, 0, 1, 0], bool), a=np.arange(4, dtype=np.int32))
+    cond = np.array([1, 0, 1, 0], bool)
+    x = np.array([2**24 + 1, -7, 2**31 - 1, 5], np.int32)
+    y = np.array([3, -(2**31), 11, 2**24 + 3], np.int32)
+    (got,) = loaded(c=cond, a=x, b=y).values()
+    np.testing.assert_array_equal(got, np.where(cond, x, y))
+
+
+def test_an_op_with_no_kernel_for_the_type_says_so_at_the_call(ctx: object) -> None:
+    n = Net()
+    a = helper.make_tensor_value_info("a", T.INT8, [4])
+    loaded = vkumd.onnx.load(n.model([a], [n.op("Neg", "a")], [T.INT8]), ctx=ctx)
+    with pytest.raises(vkumd.onnx.NoDeviceKernel, match="no device kernel for int8"):
+        loaded(a=np.arange(4, dtype=np.int8))
 
 
 def test_one_error_lists_every_unsupported_node() -> None:

@@ -46,9 +46,11 @@ def test_both_classes_take_every_shared_method_from_one_class() -> None:
         for name in shared - {"__getitem__", "__setitem__"}:
             assert inspect.getattr_static(cls, name) is inspect.getattr_static(
                 TensorMethods, name), (cls.__name__, name)
-    # What each keeps of its own: indexing, item assignment, identity or recorded ==.
+    # What each keeps of its own: indexing, item assignment, identity or recorded ==; and
+    # the eager tensor the host steps, which no graph records (their sizes are data).
     assert set(vars(EagerMethods)) - {"__module__", "__doc__", "__slots__"} == {
-        "_ops", "_value_error", "_type_error", "__getitem__", "__setitem__"}
+        "_ops", "_value_error", "_type_error", "__getitem__", "__setitem__", "nonzero",
+        "unique", "masked_select"}
 
 
 def test_every_one_input_registry_op_is_a_method_of_both() -> None:
