@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import struct
+from typing import Any
 
 from vkumd.compiler.kernels.elementwise_plan import FixedLaunch
 from vkumd.compiler.kernels.limits import DOUBLE_UNARY_OPS
@@ -22,15 +23,26 @@ from vkumd.vk.caps import DeviceCaps
 UNARY_DOUBLE_PUSH = PushLayout("n:u32")
 _WORKGROUP = 64
 
+
+def _float64_variants(ops: list[int]) -> Any:
+    """A kernel's variants: one per OP code in ``ops`` (none: no OP constant), only where
+    the device has ``shaderFloat64``."""
+    chosen = ([{WORKGROUP: _WORKGROUP, "OP": op} for op in ops] if ops
+              else [{WORKGROUP: _WORKGROUP}])
+    return lambda caps: chosen if caps.shader_float64 else []
+
+
+def _double_bits(value: float) -> int:
+    """A float64's bits, for a ``u64`` push member."""
+    return struct.unpack("<Q", struct.pack("<d", value))[0]
+
 UNARY_DOUBLE = register(Kernel(
     name="unary_double",
     source="unary_double.comp",
     buffers=2,
     push=UNARY_DOUBLE_PUSH,
     spec_constants={WORKGROUP: 0, "OP": 1},
-    variants=lambda caps: ([{WORKGROUP: _WORKGROUP, "OP": op}
-                            for op in DOUBLE_UNARY_OPS.values()]
-                           if caps.shader_float64 else []),
+    variants=_float64_variants(list(DOUBLE_UNARY_OPS.values())),
 ))
 
 
@@ -69,9 +81,7 @@ AXIS_DOUBLE = register(Kernel(
     buffers=2,
     push=AXIS_DOUBLE_PUSH,
     spec_constants={WORKGROUP: 0, "OP": 1},
-    variants=lambda caps: ([{WORKGROUP: _WORKGROUP, "OP": op}
-                            for op in AXIS_DOUBLE_OPS.values()]
-                           if caps.shader_float64 else []),
+    variants=_float64_variants(list(AXIS_DOUBLE_OPS.values())),
 ))
 
 
@@ -100,8 +110,7 @@ def axis_double_plan(caps: DeviceCaps, op: str, rows: int, cols: int, inner: int
 def _axis_double_plan(caps: DeviceCaps, op: str, rows: int, cols: int, inner: int, flags: int,
                       denominator: float) -> FixedLaunch:
     program = AXIS_DOUBLE.specialize({WORKGROUP: _WORKGROUP, "OP": AXIS_DOUBLE_OPS[op]})
-    bits = struct.unpack("<Q", struct.pack("<d", denominator))[0]
-    push = AXIS_DOUBLE_PUSH.pack(cols, rows, inner, flags, bits)
+    push = AXIS_DOUBLE_PUSH.pack(cols, rows, inner, flags, _double_bits(denominator))
     return FixedLaunch(program, push, grid(caps, rows * inner, _WORKGROUP), (1,))
 
 
@@ -117,7 +126,7 @@ MATMUL_DOUBLE = register(Kernel(
     buffers=5,
     push=MATMUL_DOUBLE_PUSH,
     spec_constants={WORKGROUP: 0},
-    variants=lambda caps: [{WORKGROUP: _WORKGROUP}] if caps.shader_float64 else [],
+    variants=_float64_variants([]),
 ))
 
 
@@ -140,6 +149,5 @@ def matmul_double_plan(caps: DeviceCaps, m: int, n: int, k: int, count: int, fla
 def _matmul_double_plan(caps: DeviceCaps, m: int, n: int, k: int, count: int, flags: int,
                         alpha: float) -> FixedLaunch:
     program = MATMUL_DOUBLE.specialize({WORKGROUP: _WORKGROUP})
-    bits = struct.unpack("<Q", struct.pack("<d", alpha))[0]
-    push = MATMUL_DOUBLE_PUSH.pack(m, n, k, count, flags, 0, bits)
+    push = MATMUL_DOUBLE_PUSH.pack(m, n, k, count, flags, 0, _double_bits(alpha))
     return FixedLaunch(program, push, grid(caps, count * m * n, _WORKGROUP), (2,))

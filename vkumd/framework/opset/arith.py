@@ -175,6 +175,8 @@ def check_int64_op(op: str, kernel_op: str, dtype: dtypes.DType, caps: Any) -> N
             f"{caps.name} lacks; without it vkumd computes int64 in two 32-bit words for "
             f"{', '.join(INT64_EMULATED_OPS)} only. Cast to int32 or float64 first (ops.cast) "
             "where the values allow")
+
+
 def bool_code(op: str, kernel_op: str, a: Tensor) -> str:
     """The binary kernel's type code for bool operands (uint8's: the same bytes), for the ops
     bool has (comparisons, and, or, xor).
